@@ -1,0 +1,71 @@
+"""The thin HTTP API: it checks the request's shape, writes the record to
+Redis, enqueues the task id and answers.  Everything else happens in workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from flask import Flask
+
+from shared.config import Settings
+from shared.envlist import Limits
+from shared.store import PolicyStore, TaskStore
+
+Enqueue = Callable[[str, int], None]
+
+
+@dataclass
+class Services:
+    settings: Settings
+    tasks: TaskStore
+    policies: PolicyStore
+    limits: Limits
+    enqueue: Enqueue
+
+
+def celery_enqueue(settings: Settings) -> Enqueue:
+    from workers.celery_app import make_celery
+
+    celery = make_celery(settings)
+
+    def enqueue(task_id: str, revision: int) -> None:
+        celery.send_task("taskenv.validate", args=[task_id, revision], queue="validate")
+
+    return enqueue
+
+
+def create_app(test_config: Mapping[str, Any] | None = None,
+               redis_client: redis.Redis | None = None,
+               enqueue: Enqueue | None = None) -> Flask:
+    """Build the API; tests hand in a Redis client (fakeredis) and an enqueue spy."""
+    overrides = dict(test_config or {})
+    settings = Settings.from_env(**overrides)
+    app = Flask(__name__)
+    app.config.from_mapping(
+        API_TITLE="taskenv",
+        API_VERSION="v1",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX="/api/v1",
+        OPENAPI_JSON_PATH="openapi.json",
+        MAX_CONTENT_LENGTH=settings.max_request_bytes,
+        JSON_SORT_KEYS=False,
+    )
+    client = redis_client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    app.extensions["taskenv"] = Services(
+        settings=settings,
+        tasks=TaskStore(client, settings.key_prefix),
+        policies=PolicyStore(client, settings.key_prefix),
+        limits=Limits.from_settings(settings),
+        enqueue=enqueue or celery_enqueue(settings),
+    )
+    from api import errors, health, policy, preview, tasks
+
+    api = errors.TaskenvApi(app)
+    for module in (tasks, policy, preview):
+        api.register_blueprint(module.blp)
+    app.register_blueprint(health.bp)
+    return app

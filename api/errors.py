@@ -1,0 +1,56 @@
+"""One error body everywhere: ``{code, message, errors: [{variable?, field?, rule, message}]}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import jsonify
+from flask_smorest import Api
+from werkzeug.exceptions import HTTPException
+
+from api.schemas import Error
+from shared.errors import Problem, TaskenvError
+
+
+def body(code: str, message: str, problems: list[Problem] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message,
+            "errors": [p.to_dict() for p in problems or []]}
+
+
+def _schema_problems(messages: Any, path: str = "") -> list[Problem]:
+    """Flatten marshmallow's nested ``{field: [msg]}`` into one problem per message."""
+    if isinstance(messages, dict):
+        out: list[Problem] = []
+        for key, sub in messages.items():
+            if key in ("json", "query", "headers") and not path:
+                out += _schema_problems(sub, "")
+            else:
+                out += _schema_problems(sub, f"{path}.{key}" if path else str(key))
+        return out
+    if isinstance(messages, list) and all(isinstance(m, str) for m in messages):
+        return [Problem(rule="schema", field=path or None, message=f"{path}: {m}" if path else m)
+                for m in messages]
+    if isinstance(messages, list):
+        return [p for m in messages for p in _schema_problems(m, path)]
+    return [Problem(rule="schema", field=path or None, message=str(messages))]
+
+
+class TaskenvApi(Api):
+    ERROR_SCHEMA = Error
+
+    def __init__(self, app: Any) -> None:
+        super().__init__(app)
+        app.register_error_handler(TaskenvError, self.handle_taskenv_error)
+
+    def handle_taskenv_error(self, error: TaskenvError) -> Any:
+        return jsonify(body(error.code, error.message, error.problems)), error.status
+
+    def handle_http_exception(self, error: HTTPException) -> Any:
+        data = getattr(error, "data", None) or {}
+        problems = _schema_problems(data["messages"]) if "messages" in data else []
+        code = (error.name or "error").lower().replace(" ", "_")
+        message = data.get("message") or error.description or error.name
+        if problems:
+            message = "the request does not have the expected shape"
+        headers = dict(data.get("headers") or {})
+        return jsonify(body(code, message, problems)), error.code or 500, headers

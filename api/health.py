@@ -1,0 +1,17 @@
+"""Liveness and readiness, outside the versioned API and without authentication."""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/healthz")
+def healthz() -> tuple[dict[str, str], int]:
+    services = current_app.extensions["taskenv"]
+    try:
+        services.tasks.r.ping()
+    except Exception:  # any failure to reach Redis means not ready
+        return {"status": "unavailable", "redis": "unreachable"}, 503
+    return {"status": "ok", "redis": "ok"}, 200

@@ -1,0 +1,170 @@
+"""Request and response shapes, documented in the OpenAPI document.
+
+The schemas check structure only.  The env rules (names, sizes, duplicates)
+live in ``shared.envlist`` and run in the validation worker and in preview, so
+there is exactly one place that decides whether an env list is valid.
+"""
+
+from __future__ import annotations
+
+import marshmallow as ma
+from marshmallow import fields, validate
+
+from shared import states
+
+
+class Strict(ma.Schema):
+    class Meta:
+        unknown = ma.RAISE
+
+
+class EnvEntry(Strict):
+    name = fields.Raw(required=True, metadata={"type": "string", "example": "LEARNING_RATE"})
+    value = fields.Raw(required=True, metadata={"type": "string", "example": "0.01"})
+    secret = fields.Raw(load_default=False, metadata={"type": "boolean"})
+
+
+class ResourcesSchema(Strict):
+    cpu = fields.String(load_default=None, validate=validate.Length(max=32))
+    memory = fields.String(load_default=None, validate=validate.Length(max=32))
+    gpus = fields.Integer(load_default=0, validate=validate.Range(min=0, max=64))
+
+
+class TaskCreate(Strict):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
+    image = fields.String(load_default=None, validate=validate.Length(max=500))
+    workdir = fields.String(load_default=None, validate=validate.Length(max=4096))
+    steps = fields.List(
+        fields.List(fields.String(), validate=validate.Length(min=1, max=1000)),
+        required=True, validate=validate.Length(min=1, max=100),
+        metadata={"description": "Scripts run in order in one container; each an argv list, "
+                                 "executed without a shell.",
+                  "example": [["sh", "prepare.sh"], ["python3", "train.py"]]})
+    env = fields.List(fields.Nested(EnvEntry), load_default=list)
+    resources = fields.Nested(ResourcesSchema, load_default=None)
+
+
+class EnvPatch(Strict):
+    set = fields.List(fields.Nested(EnvEntry), load_default=list,
+                      metadata={"description": "Variables to add or modify."})
+    unset = fields.List(fields.String(), load_default=list,
+                        metadata={"description": "Names of variables to delete."})
+
+
+class Problem(ma.Schema):
+    rule = fields.String(required=True)
+    message = fields.String(required=True)
+    variable = fields.String()
+    field = fields.String()
+    limit = fields.Integer()
+
+
+class Error(ma.Schema):
+    code = fields.String(required=True)
+    message = fields.String(required=True)
+    errors = fields.List(fields.Nested(Problem), required=True)
+
+
+class ResolvedVar(ma.Schema):
+    name = fields.String()
+    value = fields.String(metadata={"description": "Masked when the variable is secret."})
+    source = fields.String(validate=validate.OneOf(["platform", "protected", "user",
+                                                    "default"]))
+    overrode = fields.List(fields.String())
+    secret = fields.Boolean()
+
+
+class EnvOut(ma.Schema):
+    name = fields.String()
+    value = fields.String()
+    secret = fields.Boolean()
+
+
+class Event(ma.Schema):
+    at = fields.Float()
+    revision = fields.Integer()
+    state = fields.String()
+
+
+class TaskOut(ma.Schema):
+    id = fields.String()
+    url = fields.String()
+    name = fields.String()
+    owner = fields.String()
+    image = fields.String(allow_none=True)
+    workdir = fields.String(allow_none=True)
+    steps = fields.List(fields.List(fields.String()))
+    resources = fields.Dict(allow_none=True)
+    status = fields.String(validate=validate.OneOf(states.ALL))
+    revision = fields.Integer()
+    env = fields.List(fields.Nested(EnvOut), metadata={"description": "As the user set it."})
+    resolved_env = fields.List(fields.Nested(ResolvedVar), allow_none=True)
+    policy_version = fields.Integer(allow_none=True)
+    errors = fields.List(fields.Nested(Problem))
+    warnings = fields.List(fields.Nested(Problem))
+    exit_code = fields.Integer(allow_none=True)
+    reason = fields.String(allow_none=True)
+    created_at = fields.Float()
+    updated_at = fields.Float()
+    events = fields.List(fields.Nested(Event))
+    note = fields.String(metadata={"description": "How env changes take effect."})
+
+
+class TaskAccepted(ma.Schema):
+    id = fields.String()
+    url = fields.String()
+    revision = fields.Integer()
+    status = fields.String()
+
+
+class TaskPage(ma.Schema):
+    items = fields.List(fields.Nested(TaskOut))
+    next_cursor = fields.Integer(allow_none=True)
+
+
+class TaskQuery(ma.Schema):
+    status = fields.String(load_default=None, validate=validate.OneOf(states.ALL))
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
+    cursor = fields.Integer(load_default=None, validate=validate.Range(min=0))
+
+
+class ProtectedIn(Strict):
+    name = fields.Raw(required=True, metadata={"type": "string"})
+    value = fields.Raw(load_default=None, metadata={"type": "string", "nullable": True})
+    reason = fields.String(required=True)
+    secret = fields.Boolean(load_default=False)
+
+
+class PolicyIn(Strict):
+    defaults = fields.List(fields.Nested(EnvEntry), load_default=list)
+    protected = fields.List(fields.Nested(ProtectedIn), load_default=list)
+    on_conflict = fields.String(load_default="reject",
+                                validate=validate.OneOf(["reject", "drop"]))
+
+
+class PolicyOut(ma.Schema):
+    version = fields.Integer()
+    defaults = fields.List(fields.Nested(EnvOut))
+    protected = fields.List(fields.Dict())
+    on_conflict = fields.String()
+    author = fields.String(allow_none=True)
+    created_at = fields.Float(allow_none=True)
+
+
+class PolicyVersions(ma.Schema):
+    current = fields.Integer()
+    versions = fields.List(fields.Integer())
+
+
+class PreviewIn(Strict):
+    name = fields.String(load_default="preview", validate=validate.Length(min=1, max=200))
+    env = fields.List(fields.Nested(EnvEntry), load_default=list)
+    policy_version = fields.Integer(load_default=None, validate=validate.Range(min=0))
+
+
+class PreviewOut(ma.Schema):
+    ok = fields.Boolean()
+    policy_version = fields.Integer()
+    variables = fields.List(fields.Nested(ResolvedVar))
+    warnings = fields.List(fields.Nested(Problem))
+    errors = fields.List(fields.Nested(Problem))

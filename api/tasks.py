@@ -1,0 +1,121 @@
+"""Training tasks: create, read, list, change the env, read the logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, current_app, g, request, url_for
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from api.schemas import EnvPatch, TaskAccepted, TaskCreate, TaskOut, TaskPage, TaskQuery
+from shared import records, states
+from shared.errors import BadRequest, EnvInvalid, StateConflict
+
+blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
+                description="Training tasks and their env.")
+
+IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
+               "schema": {"type": "string", "maxLength": 200},
+               "description": "Retries with the same key return the same task."}
+
+
+def svc() -> Any:
+    return current_app.extensions["taskenv"]
+
+
+def owner() -> str:
+    return g.get("owner", "anonymous")
+
+
+def task_url(task_id: str) -> str:
+    return url_for("tasks.Task", task_id=task_id)
+
+
+def accepted(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"id": doc["id"], "url": task_url(doc["id"]), "revision": doc["revision"],
+            "status": doc["state"]}
+
+
+@blp.route("")
+class Tasks(MethodView):
+    @blp.arguments(TaskQuery, location="query")
+    @blp.response(200, TaskPage)
+    def get(self, query: dict[str, Any]) -> dict[str, Any]:
+        """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""
+        page = svc().tasks.list(owner(), query["status"], query["cursor"], query["limit"])
+        return {"items": [records.public_view(d, task_url(d["id"])) for d in page.items],
+                "next_cursor": page.next_cursor}
+
+    @blp.arguments(TaskCreate)
+    @blp.response(202, TaskAccepted)
+    @blp.doc(parameters=[IDEMPOTENCY])
+    def post(self, data: dict[str, Any]) -> Any:
+        """Create a training task; its env is validated, resolved and launched by workers."""
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 0 < len(key) <= 200:
+            raise BadRequest("Idempotency-Key must be 1 to 200 characters")
+        doc, created = svc().tasks.create(records.new_task(data, owner()), key)
+        if created:
+            svc().enqueue(doc["id"], doc["revision"])
+        elif doc.get("digest") != records.request_digest(data):
+            raise StateConflict(f"Idempotency-Key {key!r} was used for a different request "
+                                f"(task {doc['id']})")
+        return accepted(doc), 202, {"Location": task_url(doc["id"])}
+
+
+@blp.route("/<task_id>")
+class Task(MethodView):
+    @blp.response(200, TaskOut)
+    def get(self, task_id: str) -> dict[str, Any]:
+        """A task's status, errors, warnings and resolved env with each variable's source."""
+        return records.public_view(svc().tasks.get(task_id, owner()), task_url(task_id))
+
+
+@blp.route("/<task_id>/env")
+class TaskEnv(MethodView):
+    @blp.arguments(EnvPatch)
+    @blp.response(202, TaskAccepted)
+    def patch(self, data: dict[str, Any], task_id: str) -> Any:
+        """Add, modify or delete variables: makes a new revision, launched anew."""
+        return _revise(task_id, data["set"], data["unset"])
+
+
+@blp.route("/<task_id>/rerun")
+class TaskRerun(MethodView):
+    @blp.response(202, TaskAccepted)
+    def post(self, task_id: str) -> Any:
+        """Resolve the same env against the current policy and launch it again."""
+        return _revise(task_id, [], [])
+
+
+def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str]) -> Any:
+    svc().tasks.get(task_id, owner())  # 404 before anything else for tasks not yours
+
+    def change(doc: dict[str, Any]) -> dict[str, Any]:
+        if doc["state"] in (states.LAUNCHING, states.RUNNING):
+            raise StateConflict(
+                f"task {task_id} is {doc['state']}: a running container's env cannot "
+                "change; change it once the task has finished")
+        env, problems = records.patch_env(doc["env"], set_, unset)
+        if problems:
+            raise EnvInvalid("the change cannot be applied", problems)
+        return records.new_revision(doc, env)
+
+    doc = svc().tasks.update(task_id, change)
+    svc().enqueue(doc["id"], doc["revision"])
+    return accepted(doc), 202, {"Location": task_url(task_id)}
+
+
+@blp.route("/<task_id>/logs")
+class TaskLogs(MethodView):
+    @blp.response(200, content_type="text/plain",
+                  description="The steps' output (stdout and stderr) as text.")
+    @blp.doc(parameters=[{"name": "revision", "in": "query", "required": False,
+                          "schema": {"type": "integer", "minimum": 1}}])
+    def get(self, task_id: str) -> Response:
+        """The output of the task's steps, for the current revision or ``?revision=n``."""
+        doc = svc().tasks.get(task_id, owner())
+        revision = request.args.get("revision", type=int) or doc["revision"]
+        text = svc().tasks.read_log(task_id, revision)
+        return Response(text, mimetype="text/plain")

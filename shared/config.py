@@ -1,0 +1,48 @@
+"""Settings, read once from ``TASKENV_*`` environment variables.
+
+The API and the workers build themselves from the same :class:`Settings`, so a
+value set for one is seen by the other.  Tests pass overrides as a dict.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+PREFIX = "TASKENV_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    launcher: str = "local"  # local | podman | kubernetes | dryrun
+    port: int = 8080
+    host: str = "127.0.0.1"
+    # Names: "shell" is ^[A-Za-z_][A-Za-z0-9_]*$; "kubernetes" is printable ASCII except '='.
+    name_rule: str = "shell"
+    max_vars: int = 1000
+    max_value_bytes: int = 128 * 1024  # Linux MAX_ARG_STRLEN
+    max_env_bytes: int = 1024 * 1024  # a ConfigMap's limit
+    max_request_bytes: int = 4 * 1024 * 1024
+    work_dir: str = "var/tasks"
+    step_timeout_seconds: int = 3600
+    visibility_timeout_seconds: int = 7200
+    key_prefix: str = "taskenv"
+    podman_image: str = "localhost/taskenv-runtime:latest"
+    kube_namespace: str = "default"
+    kube_backoff_limit: int = 0
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> Settings:
+        """Defaults, then ``TASKENV_*`` variables, then explicit overrides."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = environ.get(PREFIX + f.name.upper())
+            if raw is not None:
+                values[f.name] = int(raw) if f.type == "int" else raw
+        return replace(cls(**values), **overrides)

@@ -1,0 +1,146 @@
+"""The env list a user submits, and the rules it must follow.
+
+``validate`` is pure and reports every problem at once, each naming the
+variable, the rule and the limit, so a user fixes a list in one round trip.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared.errors import Problem
+
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Kubernetes >= 1.34 accepts any printable ASCII except '='.
+KUBERNETES_NAME = re.compile(r"[\x20-\x3c\x3e-\x7e]+")
+NAME_RULES = {"shell": SHELL_NAME, "kubernetes": KUBERNETES_NAME}
+NAME_RULE_TEXT = {
+    "shell": "must match ^[A-Za-z_][A-Za-z0-9_]*$",
+    "kubernetes": "must be printable ASCII without '='",
+}
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    secret: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "value": self.value}
+        if self.secret:
+            out["secret"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Limits:
+    name_rule: str = "shell"
+    max_vars: int = 1000
+    max_value_bytes: int = 128 * 1024
+    max_env_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Limits:
+        return cls(
+            name_rule=settings.name_rule,
+            max_vars=settings.max_vars,
+            max_value_bytes=settings.max_value_bytes,
+            max_env_bytes=settings.max_env_bytes,
+        )
+
+
+def entry_bytes(name: str, value: str) -> int:
+    """Bytes one variable takes in a process's environment: ``NAME=value\\0``."""
+    return len(name.encode()) + len(value.encode()) + 2
+
+
+def validate(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[Problem]:
+    """Every rule the list breaks; an empty list means it is valid."""
+    entries = list(entries)
+    problems: list[Problem] = []
+    if len(entries) > limits.max_vars:
+        problems.append(Problem(
+            rule="env.max_vars", limit=limits.max_vars,
+            message=f"{len(entries)} variables; at most {limits.max_vars} are allowed",
+        ))
+    seen: dict[str, int] = {}
+    total = 0
+    for index, entry in enumerate(entries):
+        entry_problems = _check_entry(index, entry, limits)
+        problems += entry_problems
+        name = entry.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            problems.append(Problem(
+                rule="name.duplicate", variable=name, field=f"env[{index}].name",
+                message=f"{name} is set twice (env[{seen[name]}] and env[{index}]); "
+                        "set each variable once",
+            ))
+        seen.setdefault(name, index)
+        value = entry.get("value")
+        if isinstance(value, str):
+            total += entry_bytes(name, value)
+    if total > limits.max_env_bytes:
+        problems.append(Problem(
+            rule="env.max_bytes", limit=limits.max_env_bytes,
+            message=f"the env takes {total} bytes; at most {limits.max_env_bytes} are allowed",
+        ))
+    return problems
+
+
+def _check_entry(index: int, entry: Mapping[str, Any], limits: Limits) -> list[Problem]:
+    where = f"env[{index}]"
+    name, value = entry.get("name"), entry.get("value")
+    label = name if isinstance(name, str) else None
+    problems: list[Problem] = []
+    if not isinstance(name, str) or not name:
+        problems.append(Problem(
+            rule="name.required", field=f"{where}.name",
+            message=f"{where}: a variable needs a non-empty string name",
+        ))
+    elif not NAME_RULES[limits.name_rule].fullmatch(name):
+        problems.append(Problem(
+            rule=f"name.{limits.name_rule}", variable=name, field=f"{where}.name",
+            message=f"{_show(name)}: a name {NAME_RULE_TEXT[limits.name_rule]}",
+        ))
+    if not isinstance(value, str):
+        problems.append(Problem(
+            rule="value.type", variable=label, field=f"{where}.value",
+            message=f"{_show(label or where)}: the value must be a string, "
+                    f"not {type(value).__name__}",
+        ))
+    elif "\x00" in value:
+        problems.append(Problem(
+            rule="value.nul", variable=label, field=f"{where}.value",
+            message=f"{_show(label or where)}: the value contains a NUL byte, "
+                    "which no process environment can hold",
+        ))
+    elif len(value.encode()) > limits.max_value_bytes:
+        problems.append(Problem(
+            rule="value.max_bytes", variable=label, field=f"{where}.value",
+            limit=limits.max_value_bytes,
+            message=f"{_show(label or where)}: the value is {len(value.encode())} bytes; "
+                    f"at most {limits.max_value_bytes} are allowed",
+        ))
+    secret = entry.get("secret", False)
+    if not isinstance(secret, bool):
+        problems.append(Problem(
+            rule="secret.type", variable=label, field=f"{where}.secret",
+            message=f"{_show(label or where)}: 'secret' must be true or false",
+        ))
+    return problems
+
+
+def _show(name: str) -> str:
+    """A name as it can be printed safely in a message (no control characters)."""
+    return name if name.isprintable() and len(name) <= 200 else repr(name[:200])
+
+
+def parse(entries: Iterable[Mapping[str, Any]]) -> list[EnvVar]:
+    """Turn validated entries into :class:`EnvVar` values."""
+    return [EnvVar(e["name"], e["value"], bool(e.get("secret", False))) for e in entries]

@@ -1,0 +1,96 @@
+"""One error hierarchy for the whole service.
+
+Permanent errors (a bad env list, a policy conflict) are the user's to fix and
+are never retried.  Transient errors (Redis timeouts, a backend answering
+429/5xx) are retried with backoff by the workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a request: which variable, which rule, why."""
+
+    rule: str
+    message: str
+    variable: str | None = None
+    field: str | None = None
+    limit: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class TaskenvError(Exception):
+    """Root of every error taskenv raises on purpose."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, problems: list[Problem] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.problems = problems or []
+
+
+class PermanentError(TaskenvError):
+    """Retrying will not help: the input or the policy must change."""
+
+
+class EnvInvalid(PermanentError):
+    """The env list breaks one or more validation rules."""
+
+    status = 422
+    code = "env_invalid"
+
+
+class PolicyConflict(PermanentError):
+    """The env list sets a variable the platform reserves or an admin protects."""
+
+    status = 422
+    code = "policy_conflict"
+
+
+class PolicyInvalid(PermanentError):
+    """An admin's policy is not self-consistent."""
+
+    status = 422
+    code = "policy_invalid"
+
+
+class BadRequest(PermanentError):
+    """The request is malformed in a way no schema caught (a header, a parameter)."""
+
+    status = 400
+    code = "bad_request"
+
+
+class NotFound(PermanentError):
+    """No such task, policy version or other object (or not yours)."""
+
+    status = 404
+    code = "not_found"
+
+
+class StateConflict(PermanentError):
+    """The object is not in a state that allows this change."""
+
+    status = 409
+    code = "conflict"
+
+
+class TransientError(TaskenvError):
+    """Worth retrying: a backend or Redis hiccup."""
+
+    status = 503
+    code = "unavailable"
+
+
+class LaunchFailed(PermanentError):
+    """The backend refused the workload for a reason a retry cannot fix."""
+
+    status = 500
+    code = "launch_failed"

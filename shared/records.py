@@ -1,0 +1,102 @@
+"""Task records as plain dicts: how one is made, revised and shown.
+
+A record is stored as JSON in Redis (see ``shared.store``).  These functions
+are pure so the API, the workers and the tests share one definition.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from shared import states
+from shared.errors import Problem
+
+MASK = "********"
+NOTE = ("A running container's env cannot change: a change to the env makes a new "
+        "revision, which is validated, resolved and launched in a new container.")
+# Per-revision fields that a new revision starts without.
+_RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason")
+
+
+def request_digest(data: Mapping[str, Any]) -> str:
+    """Fingerprint of a creation request, to spot an idempotency key reused for another."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "name": data["name"], "owner": owner, "image": data.get("image"),
+        "workdir": data.get("workdir"), "steps": data["steps"],
+        "resources": data.get("resources"), "env": list(data.get("env", [])),
+        "revision": 1, "state": states.PENDING, "created_at": now, "updated_at": now,
+        "errors": [], "warnings": [], "resolved": None, "policy_version": None,
+        "exit_code": None, "reason": None, "history": [],
+        "events": [{"at": now, "revision": 1, "state": states.PENDING}],
+        "digest": request_digest(data),
+    }
+
+
+def patch_env(env: list[dict[str, Any]], set_: list[dict[str, Any]],
+              unset: list[str]) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Add, modify and delete variables; names are kept in their first position."""
+    problems: list[Problem] = []
+    current = {e.get("name"): e for e in env}
+    for name in unset:
+        if name not in current:
+            problems.append(Problem(rule="name.unknown", variable=name, field="unset",
+                                    message=f"{name} is not set on this task"))
+    for name in {e.get("name") for e in set_} & set(unset):
+        problems.append(Problem(rule="patch.ambiguous", variable=str(name),
+                                message=f"{name} is both set and unset in one change"))
+    out = [e for e in env if e.get("name") not in unset]
+    index = {e.get("name"): i for i, e in enumerate(out)}
+    for entry in set_:
+        if entry.get("name") in index:
+            out[index[entry.get("name")]] = dict(entry)
+        else:
+            index[entry.get("name")] = len(out)
+            out.append(dict(entry))
+    return out, problems
+
+
+def new_revision(doc: dict[str, Any], env: list[dict[str, Any]]) -> dict[str, Any]:
+    """Archive the current revision's outcome and start the next one at ``pending``."""
+    doc["history"].append({
+        "revision": doc["revision"], "state": doc["state"], "env": doc["env"],
+        **{f: doc.get(f) for f in _RESULT_FIELDS},
+    })
+    doc["revision"] += 1
+    doc["env"] = env
+    doc["state"] = states.PENDING
+    doc.update({f: None for f in _RESULT_FIELDS}, errors=[], warnings=[])
+    doc["events"].append({"at": time.time(), "revision": doc["revision"],
+                          "state": states.PENDING})
+    return doc
+
+
+def _masked(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(entry)
+    if out.get("secret"):
+        out["value"] = MASK
+    return out
+
+
+def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """The record as the API shows it: secrets masked, internal fields left out."""
+    resolved = doc.get("resolved")
+    return {
+        "id": doc["id"], "url": url, "name": doc["name"], "owner": doc["owner"],
+        "image": doc.get("image"), "workdir": doc.get("workdir"), "steps": doc["steps"],
+        "resources": doc.get("resources"), "status": doc["state"],
+        "revision": doc["revision"], "env": [_masked(e) for e in doc["env"]],
+        "resolved_env": [_masked(v) for v in resolved] if resolved is not None else None,
+        "policy_version": doc.get("policy_version"), "errors": doc.get("errors", []),
+        "warnings": doc.get("warnings", []), "exit_code": doc.get("exit_code"),
+        "reason": doc.get("reason"), "created_at": doc["created_at"],
+        "updated_at": doc["updated_at"], "events": doc.get("events", []), "note": NOTE,
+    }

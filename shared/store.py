@@ -1,0 +1,231 @@
+"""Task records and policy versions in Redis.
+
+Every key is namespaced under the configured prefix (``taskenv:`` by default).
+A task is one hash: ``doc`` (the JSON record), ``state`` and ``v``, a write
+counter.  Every change is a compare-and-set on ``v`` in a Lua script, which
+also moves the task between the per-state indexes, so an index never
+disagrees with its record and two workers can never both win a transition.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from shared import states
+from shared.errors import NotFound
+from shared.policy import Policy
+
+Doc = dict[str, Any]
+
+# KEYS: task, idem (or ""), all-index, owner-index, state-index, owner-state-index, seq
+# ARGV: id, doc, state, idem-ttl
+_CREATE = """
+if KEYS[2] ~= '' then
+  local existing = redis.call('GET', KEYS[2])
+  if existing then return {0, existing} end
+end
+local seq = redis.call('INCR', KEYS[7])
+redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'state', ARGV[3], 'v', 1, 'seq', seq)
+redis.call('ZADD', KEYS[3], seq, ARGV[1])
+redis.call('ZADD', KEYS[4], seq, ARGV[1])
+redis.call('ZADD', KEYS[5], seq, ARGV[1])
+redis.call('ZADD', KEYS[6], seq, ARGV[1])
+if KEYS[2] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[4]) end
+return {1, ARGV[1]}
+"""
+
+# KEYS: task, old-state-index, new-state-index, old-owner-state-index, new-owner-state-index
+# ARGV: expected v, doc, new state, id
+_UPDATE = """
+local v = redis.call('HGET', KEYS[1], 'v')
+if v ~= ARGV[1] then return 0 end
+local seq = redis.call('HGET', KEYS[1], 'seq')
+redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'state', ARGV[3], 'v', tonumber(v) + 1)
+if KEYS[2] ~= KEYS[3] then
+  redis.call('ZREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[4], ARGV[4])
+  redis.call('ZADD', KEYS[3], seq, ARGV[4])
+  redis.call('ZADD', KEYS[5], seq, ARGV[4])
+end
+return 1
+"""
+
+_PUT_POLICY = """
+local n = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[2] .. n, ARGV[1])
+redis.call('SET', KEYS[3], n)
+return n
+"""
+
+
+@dataclass
+class Page:
+    items: list[Doc]
+    next_cursor: int | None
+
+
+class Keys:
+    def __init__(self, prefix: str) -> None:
+        self.p = prefix
+
+    def task(self, task_id: str) -> str:
+        return f"{self.p}:task:{task_id}"
+
+    def log(self, task_id: str, revision: int) -> str:
+        return f"{self.p}:task:{task_id}:log:{revision}"
+
+    def idem(self, owner: str, key: str) -> str:
+        return f"{self.p}:idem:{owner}:{key}"
+
+    def index(self, owner: str | None = None, state: str | None = None) -> str:
+        parts = [f"{self.p}:tasks"]
+        if owner is not None:
+            parts.append(f"owner:{owner}")
+        if state is not None:
+            parts.append(f"state:{state}")
+        return ":".join(parts)
+
+
+class TaskStore:
+    IDEMPOTENCY_TTL = 24 * 3600
+    LOG_LIMIT = 1024 * 1024  # bytes kept per revision; the tail is what matters
+
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+        self.r = client
+        self.keys = Keys(prefix)
+        self._create = client.register_script(_CREATE)
+        self._update = client.register_script(_UPDATE)
+
+    def create(self, doc: Doc, idempotency_key: str | None = None) -> tuple[Doc, bool]:
+        """Store a new task; with a key already used, return that task instead."""
+        task_id = doc.setdefault("id", uuid.uuid4().hex)
+        owner, state = doc["owner"], doc["state"]
+        k = self.keys
+        created, found_id = self._create(
+            keys=[k.task(task_id), k.idem(owner, idempotency_key) if idempotency_key else "",
+                  k.index(), k.index(owner), k.index(state=state), k.index(owner, state),
+                  f"{k.p}:seq"],
+            args=[task_id, json.dumps(doc), state, self.IDEMPOTENCY_TTL])
+        if not created:
+            return self.get(_text(found_id)), False
+        return doc, True
+
+    def get(self, task_id: str, owner: str | None = None) -> Doc:
+        raw = self.r.hget(self.keys.task(task_id), "doc")
+        if raw is None:
+            raise NotFound(f"no task {task_id}")
+        doc: Doc = json.loads(raw)
+        if owner is not None and doc["owner"] != owner:
+            raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
+        return doc
+
+    def find(self, task_id: str) -> Doc | None:
+        try:
+            return self.get(task_id)
+        except NotFound:
+            return None
+
+    def update(self, task_id: str, change: Callable[[Doc], Doc | None]) -> Doc | None:
+        """Apply ``change`` atomically; it returns the new doc, or None to leave it be."""
+        key = self.keys.task(task_id)
+        while True:
+            v, raw = self.r.hmget(key, "v", "doc")
+            if raw is None:
+                raise NotFound(f"no task {task_id}")
+            old = json.loads(raw)
+            new = change(json.loads(raw))
+            if new is None:
+                return None
+            new["updated_at"] = time.time()
+            k, owner = self.keys, old["owner"]
+            ok = self._update(
+                keys=[key, k.index(state=old["state"]), k.index(state=new["state"]),
+                      k.index(owner, old["state"]), k.index(owner, new["state"])],
+                args=[_text(v), json.dumps(new), new["state"], task_id])
+            if ok:
+                return new
+
+    def transition(self, task_id: str, revision: int, expected: str | set[str],
+                   new_state: str, **changes: Any) -> Doc | None:
+        """Move one revision from an expected state; None if it is elsewhere already."""
+        allowed = {expected} if isinstance(expected, str) else expected
+
+        def change(doc: Doc) -> Doc | None:
+            if doc["revision"] != revision or doc["state"] not in allowed:
+                return None
+            assert states.can_move(doc["state"], new_state), (doc["state"], new_state)
+            doc.update(changes, state=new_state)
+            doc.setdefault("events", []).append(
+                {"at": time.time(), "revision": revision, "state": new_state})
+            return doc
+
+        return self.update(task_id, change)
+
+    def list(self, owner: str | None = None, state: str | None = None,
+             cursor: int | None = None, limit: int = 50) -> Page:
+        """Newest first; ``cursor`` is the position the previous page ended at."""
+        top = f"({cursor}" if cursor is not None else "+inf"
+        pairs = self.r.zrevrangebyscore(self.keys.index(owner, state), top, "-inf",
+                                        start=0, num=limit + 1, withscores=True)
+        more = len(pairs) > limit
+        pairs = pairs[:limit]
+        pipe = self.r.pipeline(transaction=False)
+        for task_id, _ in pairs:
+            pipe.hget(self.keys.task(_text(task_id)), "doc")
+        docs = [json.loads(raw) for raw in pipe.execute() if raw is not None]
+        return Page(docs, int(pairs[-1][1]) if more and pairs else None)
+
+    def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
+        return [_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
+
+    def append_log(self, task_id: str, revision: int, text: str) -> None:
+        key = self.keys.log(task_id, revision)
+        if (self.r.strlen(key) or 0) < self.LOG_LIMIT:
+            self.r.append(key, text)
+
+    def read_log(self, task_id: str, revision: int) -> str:
+        raw = self.r.get(self.keys.log(task_id, revision))
+        return _text(raw) if raw is not None else ""
+
+
+class PolicyStore:
+    """Immutable, numbered policy versions; version 0 is the empty policy."""
+
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+        self.r = client
+        self.p = prefix
+        self._put = client.register_script(_PUT_POLICY)
+
+    def put(self, policy: Policy) -> Policy:
+        body = policy.to_dict()
+        body.pop("version")
+        n = self._put(keys=[f"{self.p}:policy:seq", f"{self.p}:policy:v:",
+                            f"{self.p}:policy:current"], args=[json.dumps(body)])
+        return self.get(int(n))
+
+    def current(self) -> Policy:
+        n = self.r.get(f"{self.p}:policy:current")
+        return self.get(int(n)) if n is not None else Policy()
+
+    def get(self, version: int) -> Policy:
+        if version == 0:
+            return Policy()
+        raw = self.r.get(f"{self.p}:policy:v:{version}")
+        if raw is None:
+            raise NotFound(f"no policy version {version}")
+        return Policy.from_dict({**json.loads(raw), "version": version})
+
+    def versions(self) -> list[int]:
+        n = self.r.get(f"{self.p}:policy:seq")
+        return list(range(1, int(n) + 1)) if n is not None else []
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

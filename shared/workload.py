@@ -1,0 +1,58 @@
+"""What a launcher runs: one task revision with its resolved env.
+
+Built from a task record once the policy stage has resolved it; every launcher
+(local, podman, kubernetes, dryrun) takes the same value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.policy import Resolved
+
+DEFAULT_IMAGE = "localhost/taskenv-runtime:latest"
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpu: str | None = None
+    memory: str | None = None
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Workload:
+    task_id: str
+    revision: int
+    name: str
+    steps: tuple[tuple[str, ...], ...]
+    env: tuple[Resolved, ...]
+    policy_version: int
+    image: str = DEFAULT_IMAGE
+    workdir: str | None = None
+    resources: Resources = field(default_factory=Resources)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Workload:
+        res = doc.get("resources") or {}
+        return cls(
+            task_id=doc["id"],
+            revision=doc["revision"],
+            name=doc["name"],
+            steps=tuple(tuple(step) for step in doc["steps"]),
+            env=tuple(Resolved(v["name"], v["value"], v["source"], tuple(v["overrode"]),
+                               v.get("secret", False)) for v in doc["resolved"]),
+            policy_version=doc["policy_version"],
+            image=doc.get("image") or DEFAULT_IMAGE,
+            workdir=doc.get("workdir"),
+            resources=Resources(res.get("cpu"), res.get("memory"), int(res.get("gpus", 0))),
+        )
+
+    def env_dict(self) -> dict[str, str]:
+        return {v.name: v.value for v in self.env}
+
+    @property
+    def run_name(self) -> str:
+        """One name per task revision: a second launch of it meets the first."""
+        return f"taskenv-{self.task_id[:20]}-r{self.revision}"

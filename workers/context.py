@@ -1,0 +1,41 @@
+"""What a worker process needs, built once per process on first use.
+
+Nothing connects at import time: the Celery app can be imported by the API,
+tests and tools without a Redis server, and each prefork child gets its own
+connection.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import redis
+
+from shared.config import Settings
+from shared.envlist import Limits
+from shared.store import PolicyStore, TaskStore
+from workers.launchers import make_launcher
+from workers.launchers.base import Launcher
+
+
+@dataclass
+class Context:
+    settings: Settings
+    redis: redis.Redis
+    tasks: TaskStore
+    policies: PolicyStore
+    launcher: Launcher
+    limits: Limits
+
+    @classmethod
+    def build(cls, settings: Settings, client: redis.Redis | None = None) -> Context:
+        client = client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        return cls(settings, client, TaskStore(client, settings.key_prefix),
+                   PolicyStore(client, settings.key_prefix), make_launcher(settings),
+                   Limits.from_settings(settings))
+
+
+@functools.cache
+def current() -> Context:
+    return Context.build(Settings.from_env())

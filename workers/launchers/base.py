@@ -1,0 +1,38 @@
+"""The interface every launcher implements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.workload import Workload
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the backend says about a workload: running, or finished and how."""
+
+    state: str  # "running" | "succeeded" | "failed"
+    exit_code: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How a launcher reports back while it works, without knowing about Redis."""
+
+    started: Callable[[], None]
+    log: Callable[[str], None]
+
+
+class Launcher(Protocol):
+    name: str
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        """Start the workload (or adopt it if it already exists); may run it to the end."""
+        ...
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        """The backend's current view of a launched workload; None if it has none."""
+        ...

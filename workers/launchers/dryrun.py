@@ -1,0 +1,19 @@
+"""Builds everything a launch needs and runs nothing: for benchmarks and previews."""
+
+from __future__ import annotations
+
+from shared.workload import Workload
+from workers.launchers.base import Hooks, Outcome
+
+
+class DryRunLauncher:
+    name = "dryrun"
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        env = workload.env_dict()  # the same work a real launcher does before it submits
+        hooks.started()
+        hooks.log(f"dry run: {len(workload.steps)} steps, {len(env)} variables\n")
+        return Outcome("succeeded", exit_code=0)
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        return None
