@@ -183,7 +183,7 @@ def resolve(user_env: Iterable[EnvVar], policy: Policy,
         else:
             accepted.append(var)
     user_names = {v.name for v in accepted}
-    dropped_users = {p.name for p in result.warnings if p.variable} & set(protected)
+    dropped_users = {w.variable for w in result.warnings}
     for p in policy.protected:
         if p.value is not None:
             overrode = ("user",) if p.name in dropped_users else ()

@@ -36,3 +36,7 @@ class Launcher(Protocol):
     def observe(self, workload: Workload) -> Outcome | None:
         """The backend's current view of a launched workload; None if it has none."""
         ...
+
+    def logs(self, workload: Workload) -> str | None:
+        """The workload's output as the backend keeps it; None if it keeps none."""
+        ...

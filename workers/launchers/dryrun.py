@@ -17,3 +17,6 @@ class DryRunLauncher:
 
     def observe(self, workload: Workload) -> Outcome | None:
         return None
+
+    def logs(self, workload: Workload) -> str | None:
+        return None  # written to the task's log as the steps ran

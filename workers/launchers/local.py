@@ -74,3 +74,6 @@ class LocalLauncher:
 
     def observe(self, workload: Workload) -> Outcome | None:
         return None  # the process lived inside a worker; its outcome is already recorded
+
+    def logs(self, workload: Workload) -> str | None:
+        return None  # written to the task's log as the steps ran

@@ -1,0 +1,36 @@
+# taskenv — `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTHON ?= python3
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev]'
+	touch $@
+
+install: $(VENV)/.installed ## Create the virtualenv and install taskenv with its test tools
+
+run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), API, one worker per queue
+	$(PY) -m workers.localstack
+
+test: install ## Run the test suite (unit, API and integration with real Redis and Celery)
+	$(PY) -m pytest
+
+lint: install ## ruff and mypy
+	$(PY) -m ruff check .
+	$(PY) -m mypy api workers shared
+
+example: install ## Run the multi-script example against a running stack
+	$(PY) examples/run_example.py
+
+clean: ## Remove the virtualenv and local task directories
+	rm -rf $(VENV) var .pytest_cache .hypothesis
+
+.PHONY: help install run test lint example clean

