@@ -281,3 +281,15 @@ def test_limits_come_from_settings() -> None:
 
     settings = Settings(name_rule="kubernetes", max_vars=7, max_value_bytes=8, max_env_bytes=9)
     assert Limits.from_settings(settings) == Limits("kubernetes", 7, 8, 9)
+
+
+@pytest.mark.parametrize("value", ["\ud800", "ok\udfffok"])
+def test_value_that_is_not_encodable_text_is_a_problem_not_a_crash(value: str) -> None:
+    # JSON may carry a lone surrogate ("\ud800"); Python's json module accepts it.
+    problems = validate([var("V", value)], SHELL)
+    assert [p.variable for p in problems] == ["V"]
+
+
+def test_name_that_is_not_encodable_text_is_a_problem_not_a_crash() -> None:
+    problems = validate([var("\ud800", "v")], KUBERNETES)
+    assert [p.rule for p in problems] == ["name.kubernetes"]

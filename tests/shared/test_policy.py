@@ -316,7 +316,7 @@ def test_protected_values_follow_the_value_rules() -> None:
 
 
 def test_default_value_over_the_byte_limit_names_the_limit() -> None:
-    data = policy_data(defaults=[{"name": "D", "value": "x" * 9}])
+    data = {"defaults": [{"name": "D", "value": "x" * 9}]}
     problem = the_one(check_policy(data, Limits(max_value_bytes=8)), "value.max_bytes")
     assert problem.variable == "D" and problem.limit == 8
     assert problem.field == "defaults[0].value"
@@ -351,7 +351,7 @@ def test_check_policy_reports_all_problems_at_once() -> None:
 
 NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filter(
     lambda n: n not in PLATFORM_NAMES)
-VALUES = st.text(st.characters(exclude_characters="\x00"), max_size=12)
+VALUES = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 
 
 @st.composite

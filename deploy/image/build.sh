@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build the local runtime image taskenv launches tasks in, without any registry:
+# a root filesystem holding one statically linked busybox (Debian's busybox-static)
+# plus a symlink per applet (sh, env, cat, echo, sleep, ...), imported with
+# `podman import`.
+#
+#   deploy/image/build.sh              build localhost/taskenv-runtime:latest unless it exists
+#   FORCE=1 deploy/image/build.sh      rebuild it anyway
+#   IMAGE=localhost/x:y BUSYBOX=/path/to/busybox deploy/image/build.sh
+#
+# The image sets no environment of its own (no ENV): what a task sees is the
+# resolved env plus the few variables podman itself adds (see docs/launchers.md).
+set -euo pipefail
+
+IMAGE=${IMAGE:-localhost/taskenv-runtime:latest}
+BUSYBOX=${BUSYBOX:-/bin/busybox}
+FORCE=${FORCE:-0}
+
+if [[ $FORCE != 1 ]] && podman image exists "$IMAGE"; then
+    echo "image $IMAGE exists (FORCE=1 rebuilds it)"
+    exit 0
+fi
+if [[ ! -x $BUSYBOX ]]; then
+    echo "no busybox at $BUSYBOX: apt-get install busybox-static" >&2
+    exit 1
+fi
+if ldd "$BUSYBOX" >/dev/null 2>&1; then
+    echo "$BUSYBOX is dynamically linked; the image needs a static one (busybox-static)" >&2
+    exit 1
+fi
+
+rootfs=$(mktemp -d "${TMPDIR:-/tmp}/taskenv-rootfs.XXXXXX")
+trap 'rm -rf "$rootfs"' EXIT
+
+mkdir -p "$rootfs"/{bin,sbin,usr/bin,usr/sbin,etc,root,tmp,proc,sys,dev,run,var/tmp,work}
+chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
+chmod 0700 "$rootfs/root"
+install -m 0755 "$BUSYBOX" "$rootfs/bin/busybox"
+# One symlink per applet at the path busybox expects it (bin/sh, usr/bin/env, ...).
+while read -r applet; do
+    [[ $applet == */* ]] || continue  # `linuxrc` and other top-level entries: not needed
+    [[ -e $rootfs/$applet ]] || ln -s /bin/busybox "$rootfs/$applet"
+done < <("$BUSYBOX" --list-full)
+
+cat >"$rootfs/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+cat >"$rootfs/etc/group" <<'EOF'
+root:x:0:
+nogroup:x:65534:
+EOF
+
+tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -c . |
+    podman import --quiet --change 'CMD ["/bin/sh"]' --change 'WORKDIR /work' \
+        --message "taskenv runtime: busybox $("$BUSYBOX" | head -n1 | awk '{print $2}')" \
+        - "$IMAGE" >/dev/null
+echo "built $IMAGE"
