@@ -11,9 +11,12 @@ from typing import Any
 import redis
 from flask import Flask
 
+from shared.audit import AuditLog
 from shared.config import Settings
 from shared.envlist import Limits
+from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
+from shared.tokens import TokenStore
 
 Enqueue = Callable[[str, int], None]
 
@@ -25,6 +28,8 @@ class Services:
     policies: PolicyStore
     limits: Limits
     enqueue: Enqueue
+    tokens: TokenStore
+    audit: AuditLog
 
 
 def celery_enqueue(settings: Settings) -> Enqueue:
@@ -52,20 +57,32 @@ def create_app(test_config: Mapping[str, Any] | None = None,
         OPENAPI_URL_PREFIX="/api/v1",
         OPENAPI_JSON_PATH="openapi.json",
         MAX_CONTENT_LENGTH=settings.max_request_bytes,
-        JSON_SORT_KEYS=False,
+        API_SPEC_OPTIONS={
+            "security": [{"bearerAuth": []}],
+            "components": {"securitySchemes": {"bearerAuth": {
+                "type": "http", "scheme": "bearer",
+                "description": "An API token; admins create them at /api/v1/tokens."}}},
+        },
     )
     client = redis_client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    app.extensions["taskenv"] = Services(
+    cipher = Cipher.from_setting(settings.secret_keys)
+    services = Services(
         settings=settings,
-        tasks=TaskStore(client, settings.key_prefix),
-        policies=PolicyStore(client, settings.key_prefix),
+        tasks=TaskStore(client, settings.key_prefix, cipher),
+        policies=PolicyStore(client, settings.key_prefix, cipher),
         limits=Limits.from_settings(settings),
         enqueue=enqueue or celery_enqueue(settings),
+        tokens=TokenStore(client, settings.key_prefix),
+        audit=AuditLog(client, settings.key_prefix),
     )
-    from api import errors, health, policy, preview, tasks
+    if settings.admin_token:
+        services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
+    app.extensions["taskenv"] = services
+    from api import admin, auth, errors, health, policy, preview, tasks
 
+    auth.init_app(app)
     api = errors.TaskenvApi(app)
-    for module in (tasks, policy, preview):
+    for module in (tasks, policy, preview, admin):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.bp)
     return app

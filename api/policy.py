@@ -9,14 +9,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import current_app, g
+from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
+from api.auth import actor, require_admin
 from api.schemas import PolicyIn, PolicyOut, PolicyVersions
 from shared.errors import PolicyInvalid
 from shared.policy import Policy, check_policy
-from shared.records import MASK
+from shared.secrets import MASK
 
 blp = Blueprint("policy", __name__, url_prefix="/api/v1/policy",
                 description="Platform-wide defaults and protected variables.")
@@ -39,18 +40,24 @@ class CurrentPolicy(MethodView):
     @blp.response(200, PolicyOut)
     def get(self) -> dict[str, Any]:
         """The policy new tasks are resolved with."""
+        require_admin()
         return shown(svc().policies.current())
 
     @blp.arguments(PolicyIn)
     @blp.response(200, PolicyOut)
     def put(self, data: dict[str, Any]) -> dict[str, Any]:
         """Replace the policy: makes a new version; tasks already resolved keep theirs."""
+        require_admin()
         problems = check_policy(data, svc().limits)
         if problems:
             raise PolicyInvalid("the policy cannot be saved", problems)
-        policy = Policy.from_dict({**data, "author": g.get("owner", "anonymous"),
-                                   "created_at": time.time()})
-        return shown(svc().policies.put(policy))
+        policy = svc().policies.put(Policy.from_dict(
+            {**data, "author": actor(), "created_at": time.time()}))
+        svc().audit.record(actor(), "policy.put", f"v{policy.version}",
+                           defaults=[d.name for d in policy.defaults],
+                           protected=[p.name for p in policy.protected],
+                           on_conflict=policy.on_conflict)
+        return shown(policy)
 
 
 @blp.route("/versions")
@@ -58,6 +65,7 @@ class Versions(MethodView):
     @blp.response(200, PolicyVersions)
     def get(self) -> dict[str, Any]:
         """Every version number, oldest first."""
+        require_admin()
         return {"current": svc().policies.current().version,
                 "versions": svc().policies.versions()}
 
@@ -67,4 +75,5 @@ class Version(MethodView):
     @blp.response(200, PolicyOut)
     def get(self, version: int) -> dict[str, Any]:
         """One version, as it was written."""
+        require_admin()
         return shown(svc().policies.get(version))

@@ -14,7 +14,7 @@ from flask_smorest import Blueprint
 from api.schemas import PreviewIn, PreviewOut
 from shared import envlist
 from shared.policy import platform_env, resolve
-from shared.records import MASK
+from shared.secrets import MASK
 
 blp = Blueprint("preview", __name__, url_prefix="/api/v1/env",
                 description="Try an env list against the policy.")
@@ -43,5 +43,5 @@ class Preview(MethodView):
             if v["secret"]:
                 v["value"] = MASK
         return {"ok": result.ok, "policy_version": policy.version, "variables": variables,
-                "warnings": [w.to_dict() for w in result.warnings],
+                "warnings": [w.to_dict() for w in envlist.advise(data["env"]) + result.warnings],
                 "errors": [e.to_dict() for e in result.errors]}

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, current_app, g, request, url_for
+from flask import Response, current_app, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
+from api.auth import actor, scope
 from api.schemas import EnvPatch, TaskAccepted, TaskCreate, TaskOut, TaskPage, TaskQuery
 from shared import records, states
 from shared.errors import BadRequest, EnvInvalid, StateConflict
@@ -22,10 +23,6 @@ IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
 
 def svc() -> Any:
     return current_app.extensions["taskenv"]
-
-
-def owner() -> str:
-    return g.get("owner", "anonymous")
 
 
 def task_url(task_id: str) -> str:
@@ -43,7 +40,7 @@ class Tasks(MethodView):
     @blp.response(200, TaskPage)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""
-        page = svc().tasks.list(owner(), query["status"], query["cursor"], query["limit"])
+        page = svc().tasks.list(scope(), query["status"], query["cursor"], query["limit"])
         return {"items": [records.public_view(d, task_url(d["id"])) for d in page.items],
                 "next_cursor": page.next_cursor}
 
@@ -55,8 +52,10 @@ class Tasks(MethodView):
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 0 < len(key) <= 200:
             raise BadRequest("Idempotency-Key must be 1 to 200 characters")
-        doc, created = svc().tasks.create(records.new_task(data, owner()), key)
+        doc, created = svc().tasks.create(records.new_task(data, actor()), key)
         if created:
+            svc().audit.record(actor(), "task.create", doc["id"],
+                               variables=[e.get("name") for e in data["env"]])
             svc().enqueue(doc["id"], doc["revision"])
         elif doc.get("digest") != records.request_digest(data):
             raise StateConflict(f"Idempotency-Key {key!r} was used for a different request "
@@ -69,7 +68,7 @@ class Task(MethodView):
     @blp.response(200, TaskOut)
     def get(self, task_id: str) -> dict[str, Any]:
         """A task's status, errors, warnings and resolved env with each variable's source."""
-        return records.public_view(svc().tasks.get(task_id, owner()), task_url(task_id))
+        return records.public_view(svc().tasks.get(task_id, scope()), task_url(task_id))
 
 
 @blp.route("/<task_id>/env")
@@ -78,7 +77,7 @@ class TaskEnv(MethodView):
     @blp.response(202, TaskAccepted)
     def patch(self, data: dict[str, Any], task_id: str) -> Any:
         """Add, modify or delete variables: makes a new revision, launched anew."""
-        return _revise(task_id, data["set"], data["unset"])
+        return _revise(task_id, data["set"], data["unset"], "task.env.patch")
 
 
 @blp.route("/<task_id>/rerun")
@@ -86,11 +85,11 @@ class TaskRerun(MethodView):
     @blp.response(202, TaskAccepted)
     def post(self, task_id: str) -> Any:
         """Resolve the same env against the current policy and launch it again."""
-        return _revise(task_id, [], [])
+        return _revise(task_id, [], [], "task.rerun")
 
 
-def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str]) -> Any:
-    svc().tasks.get(task_id, owner())  # 404 before anything else for tasks not yours
+def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str], action: str) -> Any:
+    svc().tasks.get(task_id, scope())  # 404 before anything else for tasks not yours
 
     def change(doc: dict[str, Any]) -> dict[str, Any]:
         if doc["state"] in (states.LAUNCHING, states.RUNNING):
@@ -103,6 +102,8 @@ def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str]) -> Any:
         return records.new_revision(doc, env)
 
     doc = svc().tasks.update(task_id, change)
+    svc().audit.record(actor(), action, task_id, revision=doc["revision"],
+                       set=[e.get("name") for e in set_], unset=unset)
     svc().enqueue(doc["id"], doc["revision"])
     return accepted(doc), 202, {"Location": task_url(task_id)}
 
@@ -115,7 +116,7 @@ class TaskLogs(MethodView):
                           "schema": {"type": "integer", "minimum": 1}}])
     def get(self, task_id: str) -> Response:
         """The output of the task's steps, for the current revision or ``?revision=n``."""
-        doc = svc().tasks.get(task_id, owner())
+        doc = svc().tasks.get(task_id, scope())
         revision = request.args.get("revision", type=int) or doc["revision"]
         text = svc().tasks.read_log(task_id, revision)
         return Response(text, mimetype="text/plain")

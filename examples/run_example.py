@@ -18,10 +18,18 @@ HERE = Path(__file__).resolve().parent
 BASE = os.environ.get("TASKENV_URL", f"http://127.0.0.1:{os.environ.get('TASKENV_PORT', '8080')}")
 
 
+def token() -> str:
+    """TASKENV_TOKEN, else the admin token ``make run`` wrote to var/admin.token."""
+    if os.environ.get("TASKENV_TOKEN"):
+        return os.environ["TASKENV_TOKEN"]
+    return (HERE.parent / "var" / "admin.token").read_text().strip()
+
+
 def call(method: str, path: str, body: object | None = None) -> tuple[int, str]:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(BASE + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(BASE + path, data=data, method=method,  # noqa: S310
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {token()}"})
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:  # noqa: S310 - a local URL
             return resp.status, resp.read().decode()

@@ -14,7 +14,7 @@ from typing import Any
 PREFIX = "TASKENV_"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     launcher: str = "local"  # local | podman | kubernetes | dryrun
@@ -33,6 +33,11 @@ class Settings:
     podman_image: str = "localhost/taskenv-runtime:latest"
     kube_namespace: str = "default"
     kube_backoff_limit: int = 0
+    # Fernet keys, comma-separated; the first encrypts. Empty: secret variables are refused.
+    secret_keys: str = ""
+    # A bearer token that is always an admin's: how the first admin gets in.
+    admin_token: str = ""
+    auth_failures_per_minute: int = 20
 
     @classmethod
     def from_env(
@@ -46,3 +51,6 @@ class Settings:
             if raw is not None:
                 values[f.name] = int(raw) if f.type == "int" else raw
         return replace(cls(**values), **overrides)
+
+    def __repr__(self) -> str:  # keys and tokens must not reach a log line
+        return f"Settings(launcher={self.launcher!r}, port={self.port!r}, ...)"

@@ -136,6 +136,22 @@ def _check_entry(index: int, entry: Mapping[str, Any], limits: Limits) -> list[P
     return problems
 
 
+SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+
+
+def advise(entries: Iterable[Mapping[str, Any]]) -> list[Problem]:
+    """Warnings that do not stop a task: plain variables whose names look secret."""
+    return [
+        Problem(rule="secret.suggested", variable=e["name"],
+                message=f"{e['name']} looks like a secret but is not marked secret: its value "
+                        "is shown in clear; set \"secret\": true to store it encrypted and "
+                        "masked")
+        for e in entries
+        if isinstance(e.get("name"), str) and not e.get("secret")
+        and SECRET_LOOKING.search(e["name"])
+    ]
+
+
 def _show(name: str) -> str:
     """A name as it can be printed safely in a message (no control characters)."""
     return name if name.isprintable() and len(name) <= 200 else repr(name[:200])

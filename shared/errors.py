@@ -68,6 +68,27 @@ class BadRequest(PermanentError):
     code = "bad_request"
 
 
+class Unauthorized(PermanentError):
+    """No bearer token, or one this platform does not know."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(PermanentError):
+    """The token is valid but its role may not do this."""
+
+    status = 403
+    code = "forbidden"
+
+
+class TooManyRequests(PermanentError):
+    """Too many failed attempts from one client; wait before trying again."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class NotFound(PermanentError):
     """No such task, policy version or other object (or not yours)."""
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from shared import states
 from shared.errors import Problem
+from shared.secrets import masked
 
-MASK = "********"
 NOTE = ("A running container's env cannot change: a change to the env makes a new "
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
@@ -23,8 +23,12 @@ _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code
 
 
 def request_digest(data: Mapping[str, Any]) -> str:
-    """Fingerprint of a creation request, to spot an idempotency key reused for another."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+    """Fingerprint of a creation request, to spot an idempotency key reused for another.
+
+    Secret values are left out: even a hash of one must not be stored.
+    """
+    shown = {**data, "env": [masked(e) for e in data.get("env", [])]}
+    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -79,13 +83,6 @@ def new_revision(doc: dict[str, Any], env: list[dict[str, Any]]) -> dict[str, An
     return doc
 
 
-def _masked(entry: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(entry)
-    if out.get("secret"):
-        out["value"] = MASK
-    return out
-
-
 def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
     """The record as the API shows it: secrets masked, internal fields left out."""
     resolved = doc.get("resolved")
@@ -93,8 +90,8 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "id": doc["id"], "url": url, "name": doc["name"], "owner": doc["owner"],
         "image": doc.get("image"), "workdir": doc.get("workdir"), "steps": doc["steps"],
         "resources": doc.get("resources"), "status": doc["state"],
-        "revision": doc["revision"], "env": [_masked(e) for e in doc["env"]],
-        "resolved_env": [_masked(v) for v in resolved] if resolved is not None else None,
+        "revision": doc["revision"], "env": [masked(e) for e in doc["env"]],
+        "resolved_env": [masked(v) for v in resolved] if resolved is not None else None,
         "policy_version": doc.get("policy_version"), "errors": doc.get("errors", []),
         "warnings": doc.get("warnings", []), "exit_code": doc.get("exit_code"),
         "reason": doc.get("reason"), "created_at": doc["created_at"],

@@ -21,6 +21,7 @@ import redis
 from shared import states
 from shared.errors import NotFound
 from shared.policy import Policy
+from shared.secrets import Cipher, open_entries, seal_entries
 
 Doc = dict[str, Any]
 
@@ -93,13 +94,21 @@ class Keys:
         return ":".join(parts)
 
 
+def _env_lists(doc: Doc) -> list[list[dict[str, Any]] | None]:
+    """Every list of variables in a record: current and past revisions, as set and resolved."""
+    revisions = [doc, *doc.get("history", [])]
+    return [r.get(k) for r in revisions for k in ("env", "resolved")]
+
+
 class TaskStore:
     IDEMPOTENCY_TTL = 24 * 3600
     LOG_LIMIT = 1024 * 1024  # bytes kept per revision; the tail is what matters
 
-    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv",
+                 cipher: Cipher | None = None) -> None:
         self.r = client
         self.keys = Keys(prefix)
+        self.cipher = cipher
         self._create = client.register_script(_CREATE)
         self._update = client.register_script(_UPDATE)
 
@@ -112,7 +121,7 @@ class TaskStore:
             keys=[k.task(task_id), k.idem(owner, idempotency_key) if idempotency_key else "",
                   k.index(), k.index(owner), k.index(state=state), k.index(owner, state),
                   f"{k.p}:seq"],
-            args=[task_id, json.dumps(doc), state, self.IDEMPOTENCY_TTL])
+            args=[task_id, self._dump(doc), state, self.IDEMPOTENCY_TTL])
         if not created:
             return self.get(_text(found_id)), False
         return doc, True
@@ -121,7 +130,7 @@ class TaskStore:
         raw = self.r.hget(self.keys.task(task_id), "doc")
         if raw is None:
             raise NotFound(f"no task {task_id}")
-        doc: Doc = json.loads(raw)
+        doc = self._load(raw)
         if owner is not None and doc["owner"] != owner:
             raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
         return doc
@@ -139,8 +148,8 @@ class TaskStore:
             v, raw = self.r.hmget(key, "v", "doc")
             if raw is None:
                 raise NotFound(f"no task {task_id}")
-            old = json.loads(raw)
-            new = change(json.loads(raw))
+            old = self._load(raw)
+            new = change(self._load(raw))
             if new is None:
                 return None
             new["updated_at"] = time.time()
@@ -148,7 +157,7 @@ class TaskStore:
             ok = self._update(
                 keys=[key, k.index(state=old["state"]), k.index(state=new["state"]),
                       k.index(owner, old["state"]), k.index(owner, new["state"])],
-                args=[_text(v), json.dumps(new), new["state"], task_id])
+                args=[_text(v), self._dump(new), new["state"], task_id])
             if ok:
                 return new
 
@@ -179,8 +188,21 @@ class TaskStore:
         pipe = self.r.pipeline(transaction=False)
         for task_id, _ in pairs:
             pipe.hget(self.keys.task(_text(task_id)), "doc")
-        docs = [json.loads(raw) for raw in pipe.execute() if raw is not None]
+        docs = [self._load(raw) for raw in pipe.execute() if raw is not None]
         return Page(docs, int(pairs[-1][1]) if more and pairs else None)
+
+    def _dump(self, doc: Doc) -> str:
+        """JSON for Redis, with every secret value sealed."""
+        sealed = json.loads(json.dumps(doc))
+        for entries in _env_lists(sealed):
+            seal_entries(entries, self.cipher)
+        return json.dumps(sealed)
+
+    def _load(self, raw: str | bytes) -> Doc:
+        doc: Doc = json.loads(raw)
+        for entries in _env_lists(doc):
+            open_entries(entries, self.cipher)
+        return doc
 
     def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
         return [_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
@@ -198,14 +220,18 @@ class TaskStore:
 class PolicyStore:
     """Immutable, numbered policy versions; version 0 is the empty policy."""
 
-    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv",
+                 cipher: Cipher | None = None) -> None:
         self.r = client
         self.p = prefix
+        self.cipher = cipher
         self._put = client.register_script(_PUT_POLICY)
 
     def put(self, policy: Policy) -> Policy:
         body = policy.to_dict()
         body.pop("version")
+        seal_entries(body["defaults"], self.cipher)
+        seal_entries(body["protected"], self.cipher)
         n = self._put(keys=[f"{self.p}:policy:seq", f"{self.p}:policy:v:",
                             f"{self.p}:policy:current"], args=[json.dumps(body)])
         return self.get(int(n))
@@ -220,7 +246,10 @@ class PolicyStore:
         raw = self.r.get(f"{self.p}:policy:v:{version}")
         if raw is None:
             raise NotFound(f"no policy version {version}")
-        return Policy.from_dict({**json.loads(raw), "version": version})
+        body = json.loads(raw)
+        open_entries(body["defaults"], self.cipher)
+        open_entries(body["protected"], self.cipher)
+        return Policy.from_dict({**body, "version": version})
 
     def versions(self) -> list[int]:
         n = self.r.get(f"{self.p}:policy:seq")

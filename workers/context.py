@@ -14,6 +14,7 @@ import redis
 
 from shared.config import Settings
 from shared.envlist import Limits
+from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
 from workers.launchers import make_launcher
 from workers.launchers.base import Launcher
@@ -31,8 +32,9 @@ class Context:
     @classmethod
     def build(cls, settings: Settings, client: redis.Redis | None = None) -> Context:
         client = client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
-        return cls(settings, client, TaskStore(client, settings.key_prefix),
-                   PolicyStore(client, settings.key_prefix), make_launcher(settings),
+        cipher = Cipher.from_setting(settings.secret_keys)
+        return cls(settings, client, TaskStore(client, settings.key_prefix, cipher),
+                   PolicyStore(client, settings.key_prefix, cipher), make_launcher(settings),
                    Limits.from_settings(settings))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -149,9 +150,36 @@ def wait_http(url: str, timeout: float = 20.0) -> None:
             time.sleep(0.1)
 
 
+def local_credentials(directory: Path) -> dict[str, str]:
+    """An admin token and a secret key for a local run, kept in ``var/`` (mode 0600).
+
+    Set ``TASKENV_ADMIN_TOKEN`` and ``TASKENV_SECRET_KEYS`` to use your own instead.
+    """
+    from shared.secrets import new_key
+    from shared.tokens import PREFIX
+
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for setting, name, make in (
+        ("TASKENV_ADMIN_TOKEN", "admin.token", lambda: PREFIX + secrets.token_urlsafe(32)),
+        ("TASKENV_SECRET_KEYS", "secret.key", new_key),
+    ):
+        if os.environ.get(setting):
+            continue
+        path = directory / name
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(make())
+        out[setting] = path.read_text().strip()
+    return out
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    env: dict[str, str] = {}
+    env: dict[str, str] = local_credentials(Path("var"))
+    if "TASKENV_ADMIN_TOKEN" in env:
+        log.info("the admin token is in var/admin.token: "
+                 "curl -H \"Authorization: Bearer $(cat var/admin.token)\" ...")
     redis_server = None
     if not os.environ.get("TASKENV_REDIS_URL"):
         data = Path(tempfile.mkdtemp(prefix="taskenv-redis-"))

@@ -15,6 +15,7 @@ from shared import envlist, states
 from shared.envlist import Limits
 from shared.errors import TransientError
 from shared.policy import platform_env, resolve
+from shared.secrets import redact
 from shared.store import PolicyStore, TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Launcher
@@ -34,7 +35,9 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> b
         log.info("task %s r%s rejected: %d validation problems", task_id, revision,
                  len(problems))
         return False
-    return _moved(tasks.transition(task_id, revision, states.PENDING, states.VALIDATED),
+    advice = [p.to_dict() for p in envlist.advise(doc["env"])]
+    return _moved(tasks.transition(task_id, revision, states.PENDING, states.VALIDATED,
+                                   warnings=advice),
                   "validate", task_id, revision)
 
 
@@ -47,7 +50,7 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     result = resolve(envlist.parse(doc["env"]), policy,
                      platform_env(task_id, doc["name"], revision, policy.version))
     common = {"policy_version": policy.version,
-              "warnings": [w.to_dict() for w in result.warnings]}
+              "warnings": doc["warnings"] + [w.to_dict() for w in result.warnings]}
     if not result.ok:
         tasks.transition(task_id, revision, states.VALIDATED, states.REJECTED,
                          errors=[e.to_dict() for e in result.errors], **common)
@@ -64,9 +67,10 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int) ->
         _skip("launch", task_id, revision, tasks.find(task_id))
         return
     workload = Workload.from_doc(doc)
+    secrets = [v.value for v in workload.env if v.secret]
     hooks = Hooks(
         started=lambda: _started(tasks, task_id, revision),
-        log=lambda text: tasks.append_log(task_id, revision, text),
+        log=lambda text: tasks.append_log(task_id, revision, redact(text, secrets)),
     )
     try:
         outcome = launcher.launch(workload, hooks)

@@ -16,6 +16,8 @@ import pytest
 import redis
 import requests
 
+from shared.secrets import new_key
+from shared.tokens import PREFIX
 from workers.celery_app import QUEUES
 from workers.localstack import RedisServer, free_port, start_api, start_worker, stop_all, wait_http
 
@@ -36,9 +38,19 @@ class Stack:
                  work_dir: Path, logs: Path) -> None:
         self.base, self.redis, self.env = base, redis_client, env
         self.work_dir, self.logs = work_dir, logs
+        self.admin_token = env["TASKENV_ADMIN_TOKEN"]
+        self.token = self.admin_token  # callers act as the admin unless they pass a token
 
-    def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        return requests.request(method, self.base + path, timeout=10, **kwargs)
+    def call(self, method: str, path: str, token: str | None = None,
+             **kwargs: Any) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token or self.token}", **kwargs.pop("headers", {})}
+        return requests.request(method, self.base + path, timeout=10, headers=headers, **kwargs)
+
+    def new_token(self, owner: str, role: str = "user") -> str:
+        resp = self.call("POST", "/api/v1/tokens", token=self.admin_token,
+                         json={"owner": owner, "role": role})
+        assert resp.status_code == 201, resp.text
+        return str(resp.json()["token"])
 
     def set_policy(self, policy: dict[str, Any]) -> dict[str, Any]:
         resp = self.call("PUT", "/api/v1/policy", json=policy)
@@ -76,6 +88,8 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         "TASKENV_WORK_DIR": str(root / "tasks"),
         "TASKENV_PORT": str(port),
         "TASKENV_LAUNCHER": "local",
+        "TASKENV_ADMIN_TOKEN": PREFIX + uuid.uuid4().hex,
+        "TASKENV_SECRET_KEYS": new_key(),
     }
     logs = root / "processes.log"
     procs = [start_worker(q, env, logfile=logs) for q in QUEUES]

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_linear_regression_example_runs_both_scripts_on_the_platform_env(stack: Stack):
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "run_example.py")],
-        env={"TASKENV_URL": stack.base, "PATH": "/usr/bin:/bin"},
+        env={"TASKENV_URL": stack.base, "TASKENV_TOKEN": stack.admin_token,
+             "PATH": "/usr/bin:/bin"},
         capture_output=True, text=True, timeout=120)
 
     out = result.stdout

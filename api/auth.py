@@ -1,0 +1,71 @@
+"""Who is calling: bearer tokens on every route but the health check.
+
+A missing or unknown token answers 401; too many failures from one address in
+a minute answer 429.  Views ask :func:`scope` whose tasks they may touch and
+call :func:`require_admin` where only admins may act.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, current_app, g, request
+
+from shared.errors import Forbidden, TooManyRequests, Unauthorized
+from shared.tokens import Identity
+
+PUBLIC_ENDPOINTS = {"health.healthz", "static"}
+
+
+def init_app(app: Flask) -> None:
+    app.before_request(authenticate)
+    app.after_request(security_headers)
+
+
+def authenticate() -> None:
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return
+    svc = current_app.extensions["taskenv"]
+    failures = f"{svc.settings.key_prefix}:authfail:{request.remote_addr}"
+    if int(svc.tasks.r.get(failures) or 0) >= svc.settings.auth_failures_per_minute:
+        raise TooManyRequests("too many failed authentications from this address; "
+                              "try again in a minute")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    identity = svc.tokens.identify(token.strip()) if scheme.lower() == "bearer" else None
+    if identity is None:
+        pipe = svc.tasks.r.pipeline()
+        pipe.incr(failures)
+        pipe.expire(failures, 60)
+        pipe.execute()
+        raise Unauthorized("a valid bearer token is required: Authorization: Bearer <token>")
+    g.identity = identity
+
+
+def identity() -> Identity:
+    return g.identity  # type: ignore[no-any-return]
+
+
+def actor() -> str:
+    return identity().owner
+
+
+def scope() -> str | None:
+    """The owner whose tasks this caller may see: everyone's for admins."""
+    return None if identity().is_admin else identity().owner
+
+
+def require_admin() -> None:
+    if not identity().is_admin:
+        raise Forbidden("only an admin may do this")
+
+
+def security_headers(response: Any) -> Any:
+    headers = response.headers
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("Referrer-Policy", "no-referrer")
+    headers.setdefault("Cache-Control", "no-store")
+    headers.setdefault("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
+    if response.status_code == 401:
+        headers.setdefault("WWW-Authenticate", 'Bearer realm="taskenv"')
+    return response

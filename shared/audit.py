@@ -1,0 +1,39 @@
+"""The audit log: who changed what, in a capped Redis stream.
+
+Entries name variables, never their values, so a secret cannot leak through it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+MAX_ENTRIES = 100_000
+
+
+class AuditLog:
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+        self.r = client
+        self.key = f"{prefix}:audit"
+
+    def record(self, actor: str, action: str, target: str, **detail: Any) -> None:
+        entry = {"at": time.time(), "actor": actor, "action": action, "target": target,
+                 "detail": json.dumps(detail, sort_keys=True)}
+        self.r.xadd(self.key, entry, maxlen=MAX_ENTRIES, approximate=True)
+
+    def list(self, limit: int = 100, before: str | None = None) -> list[dict[str, Any]]:
+        top = f"({before}" if before else "+"
+        out = []
+        for entry_id, fields in self.r.xrevrange(self.key, max=top, min="-", count=limit):
+            f = {_text(k): _text(v) for k, v in fields.items()}
+            out.append({"id": _text(entry_id), "at": float(f["at"]), "actor": f["actor"],
+                        "action": f["action"], "target": f["target"],
+                        "detail": json.loads(f["detail"])})
+        return out
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,84 @@
+"""Bearer API tokens, stored only as SHA-256 hashes.
+
+A token is shown once, when it is created.  Redis holds ``token:<hash>`` (owner,
+role, id) and ``tokens`` (id -> hash) so an admin can list and revoke by id
+without ever seeing a token again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass
+
+import redis
+
+from shared.errors import NotFound
+
+ROLES = ("user", "admin")
+PREFIX = "tke_"
+
+
+@dataclass(frozen=True)
+class Identity:
+    id: str
+    owner: str
+    role: str
+    created_at: float = 0.0
+    created_by: str | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenStore:
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
+        self.r = client
+        self.p = prefix
+
+    def create(self, owner: str, role: str, created_by: str | None,
+               token: str | None = None) -> tuple[str, Identity]:
+        """A new token (or the given one), returned in clear this once."""
+        token = token or PREFIX + secrets.token_urlsafe(32)
+        ident = Identity(id=secrets.token_hex(8), owner=owner, role=role,
+                         created_at=time.time(), created_by=created_by)
+        pipe = self.r.pipeline()
+        pipe.set(f"{self.p}:token:{digest(token)}", json.dumps(asdict(ident)))
+        pipe.hset(f"{self.p}:tokens", ident.id, digest(token))
+        pipe.execute()
+        return token, ident
+
+    def ensure(self, token: str, owner: str, role: str) -> Identity:
+        """Register a configured token (the bootstrap admin's) if it is not yet known."""
+        found = self.identify(token)
+        return found if found else self.create(owner, role, "settings", token)[1]
+
+    def identify(self, token: str) -> Identity | None:
+        raw = self.r.get(f"{self.p}:token:{digest(token)}")
+        return Identity(**json.loads(raw)) if raw else None
+
+    def revoke(self, token_id: str) -> None:
+        hashed = self.r.hget(f"{self.p}:tokens", token_id)
+        if hashed is None:
+            raise NotFound(f"no token {token_id}")
+        pipe = self.r.pipeline()
+        pipe.delete(f"{self.p}:token:{hashed if isinstance(hashed, str) else hashed.decode()}")
+        pipe.hdel(f"{self.p}:tokens", token_id)
+        pipe.execute()
+
+    def list(self) -> list[Identity]:
+        hashes = list(self.r.hvals(f"{self.p}:tokens"))
+        raws = self.r.mget([f"{self.p}:token:{_text(h)}" for h in hashes]) if hashes else []
+        return sorted((Identity(**json.loads(r)) for r in raws if r),
+                      key=lambda i: i.created_at)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
