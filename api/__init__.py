@@ -14,6 +14,7 @@ from flask import Flask
 from shared.audit import AuditLog
 from shared.config import Settings
 from shared.envlist import Limits
+from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
 from shared.tokens import TokenStore
@@ -64,7 +65,10 @@ def create_app(test_config: Mapping[str, Any] | None = None,
                 "description": "An API token; admins create them at /api/v1/tokens."}}},
         },
     )
-    client = redis_client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = redis_client
+    if client is None:
+        client = connect(settings.redis_url, settings.redis_master_name)
+        warn_if_evicting(client)
     cipher = Cipher.from_setting(settings.secret_keys)
     services = Services(
         settings=settings,

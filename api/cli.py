@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-import redis
-
 from shared.config import Settings
+from shared.redis_conn import connect
 from shared.secrets import Cipher
 from shared.store import TaskStore
 from shared.tokens import ROLES, TokenStore
 
 
 def create_token(settings: Settings, owner: str, role: str) -> int:
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = connect(settings.redis_url, settings.redis_master_name)
     token, ident = TokenStore(client, settings.key_prefix).create(owner, role, "cli")
     print(f"token {ident.id} for {owner} ({role}); it is shown only now:", file=sys.stderr)
     print(token)
@@ -23,7 +22,7 @@ def create_token(settings: Settings, owner: str, role: str) -> int:
 
 def rotate_secrets(settings: Settings) -> int:
     """Re-seal every task with the first configured key (load and store each record)."""
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = connect(settings.redis_url, settings.redis_master_name)
     store = TaskStore(client, settings.key_prefix, Cipher.from_setting(settings.secret_keys))
     count = 0
     for task_id in client.zrange(store.keys.index(), 0, -1):

@@ -30,6 +30,13 @@ class Settings:
     step_timeout_seconds: int = 3600
     visibility_timeout_seconds: int = 7200
     key_prefix: str = "taskenv"
+    # A task sitting in one in-flight state longer than this is re-enqueued by the reconciler.
+    stuck_after_seconds: int = 120
+    reconcile_interval_seconds: int = 5
+    # A launch worker refreshes a heartbeat this often while it launches or runs a task.
+    heartbeat_seconds: int = 5
+    # Sentinel: with a sentinel:// URL, the name of the monitored master.
+    redis_master_name: str = "mymaster"
     podman_image: str = "localhost/taskenv-runtime:latest"
     kube_namespace: str = "default"
     kube_backoff_limit: int = 0

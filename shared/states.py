@@ -26,7 +26,8 @@ ALLOWED = {
     PENDING: {VALIDATED, REJECTED, FAILED},
     VALIDATED: {RESOLVED, REJECTED, FAILED},
     RESOLVED: {LAUNCHING, FAILED},
-    LAUNCHING: {RUNNING, SUCCEEDED, FAILED},
+    # Back to resolved only when the reconciler finds nothing started: launch again.
+    LAUNCHING: {RUNNING, SUCCEEDED, FAILED, RESOLVED},
     RUNNING: {SUCCEEDED, FAILED},
     SUCCEEDED: set(),
     FAILED: set(),

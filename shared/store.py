@@ -82,6 +82,9 @@ class Keys:
     def log(self, task_id: str, revision: int) -> str:
         return f"{self.p}:task:{task_id}:log:{revision}"
 
+    def beat(self, task_id: str, revision: int) -> str:
+        return f"{self.p}:task:{task_id}:beat:{revision}"
+
     def idem(self, owner: str, key: str) -> str:
         return f"{self.p}:idem:{owner}:{key}"
 
@@ -206,6 +209,16 @@ class TaskStore:
 
     def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
         return [_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
+
+    def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:
+        """A launch is alive for ``ttl`` more seconds."""
+        self.r.set(self.keys.beat(task_id, revision), "1", ex=ttl)
+
+    def is_alive(self, task_id: str, revision: int) -> bool:
+        return bool(self.r.exists(self.keys.beat(task_id, revision)))
+
+    def stop_heartbeat(self, task_id: str, revision: int) -> None:
+        self.r.delete(self.keys.beat(task_id, revision))
 
     def append_log(self, task_id: str, revision: int, text: str) -> None:
         key = self.keys.log(task_id, revision)

@@ -15,9 +15,25 @@ from shared.config import Settings
 QUEUES = ("validate", "policy", "launch")
 
 
+def launch_time_limit(settings: Settings) -> int:
+    """The launch stage's hard limit: it may run steps (local launcher) up to their timeout."""
+    return settings.step_timeout_seconds + 300
+
+
+def check_timeouts(settings: Settings) -> None:
+    """A message must not be redelivered while its first delivery is still running."""
+    if settings.visibility_timeout_seconds <= launch_time_limit(settings):
+        raise ValueError(
+            f"TASKENV_VISIBILITY_TIMEOUT_SECONDS ({settings.visibility_timeout_seconds}) must "
+            f"exceed the launch time limit ({launch_time_limit(settings)}s: "
+            "TASKENV_STEP_TIMEOUT_SECONDS + 300)")
+
+
 def make_celery(settings: Settings) -> Celery:
+    check_timeouts(settings)
     app = Celery("taskenv", broker=settings.redis_url, include=["workers.tasks"])
     app.conf.update(
+        task_time_limit=launch_time_limit(settings),
         task_ignore_result=True,
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -28,6 +44,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_seconds,
             "global_keyprefix": f"{settings.key_prefix}:celery:",
+            "master_name": settings.redis_master_name,  # used with sentinel:// URLs only
         },
         worker_hijack_root_logger=False,
         task_serializer="json",

@@ -14,6 +14,7 @@ import redis
 
 from shared.config import Settings
 from shared.envlist import Limits
+from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
 from workers.launchers import make_launcher
@@ -31,7 +32,9 @@ class Context:
 
     @classmethod
     def build(cls, settings: Settings, client: redis.Redis | None = None) -> Context:
-        client = client or redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        if client is None:
+            client = connect(settings.redis_url, settings.redis_master_name)
+            warn_if_evicting(client)
         cipher = Cipher.from_setting(settings.secret_keys)
         return cls(settings, client, TaskStore(client, settings.key_prefix, cipher),
                    PolicyStore(client, settings.key_prefix, cipher), make_launcher(settings),

@@ -110,6 +110,11 @@ def start_worker(queue: str, env: Mapping[str, str], concurrency: int = 1,
     return _spawn(args, env, logfile)
 
 
+def start_reconciler(env: Mapping[str, str],
+                     logfile: Path | None = None) -> subprocess.Popen[bytes]:
+    return _spawn([sys.executable, "-m", "workers.reconcile"], env, logfile)
+
+
 def start_api(env: Mapping[str, str], logfile: Path | None = None) -> subprocess.Popen[bytes]:
     return _spawn([sys.executable, "-m", "api"], env, logfile)
 
@@ -187,7 +192,7 @@ def main() -> int:
         env["TASKENV_REDIS_URL"] = redis_server.url
         log.info("started redis-server at %s (data in %s)", redis_server.url, data)
     procs = [start_worker(q, env) for q in QUEUES]
-    procs.append(start_api(env))
+    procs += [start_reconciler(env), start_api(env)]
     port = os.environ.get("TASKENV_PORT", "8080")
     stop = {"now": False}
 

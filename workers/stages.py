@@ -10,10 +10,13 @@ and does nothing, so no revision is processed twice.  The Celery tasks in
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from shared import envlist, states
 from shared.envlist import Limits
-from shared.errors import TransientError
+from shared.errors import PermanentError, TransientError
 from shared.policy import platform_env, resolve
 from shared.secrets import redact
 from shared.store import PolicyStore, TaskStore
@@ -61,28 +64,64 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     return _moved(moved, "policy", task_id, revision)
 
 
-def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int) -> None:
-    doc = tasks.transition(task_id, revision, states.RESOLVED, states.LAUNCHING)
-    if doc is None:
-        _skip("launch", task_id, revision, tasks.find(task_id))
-        return
-    workload = Workload.from_doc(doc)
-    secrets = [v.value for v in workload.env if v.secret]
-    hooks = Hooks(
-        started=lambda: _started(tasks, task_id, revision),
-        log=lambda text: tasks.append_log(task_id, revision, redact(text, secrets)),
-    )
-    try:
-        outcome = launcher.launch(workload, hooks)
-    except TransientError:
-        raise  # the Celery task retries; the revision stays ``launching`` meanwhile
-    except Exception as exc:
-        log.exception("task %s r%s: launcher %s failed", task_id, revision, launcher.name)
-        outcome_state, reason = states.FAILED, f"launcher {launcher.name}: {exc}"
-        tasks.transition(task_id, revision, {states.LAUNCHING, states.RUNNING},
-                         outcome_state, reason=reason)
-        return
+def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
+           heartbeat_seconds: int = 5) -> None:
+    """Launch one revision; the reconciler relaunches it only if nothing ever started."""
+    with keep_alive(tasks, task_id, revision, heartbeat_seconds):
+        doc = tasks.transition(task_id, revision, states.RESOLVED, states.LAUNCHING)
+        if doc is None:
+            _skip("launch", task_id, revision, tasks.find(task_id))
+            return
+        workload = Workload.from_doc(doc)
+        secrets = [v.value for v in workload.env if v.secret]
+        hooks = Hooks(
+            started=lambda: _started(tasks, task_id, revision),
+            log=lambda text: tasks.append_log(task_id, revision, redact(text, secrets)),
+        )
+        try:
+            outcome = launcher.launch(workload, hooks)
+        except TransientError:
+            # Retried by the Celery task: give the revision back so the retry may claim it.
+            tasks.transition(task_id, revision, states.LAUNCHING, states.RESOLVED)
+            raise
+        except PermanentError as exc:
+            fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
+            return
     record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)
+
+
+@contextmanager
+def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> Iterator[None]:
+    """Refresh the revision's heartbeat while a launch is in this worker's hands.
+
+    A launch whose heartbeat has expired was abandoned by a worker that died.
+    """
+    done = threading.Event()
+    ttl = interval * 3
+
+    def beat() -> None:
+        while not done.wait(interval):
+            try:
+                tasks.heartbeat(task_id, revision, ttl)
+            except Exception:  # Redis away for a moment: the next beat tries again
+                log.warning("heartbeat for task %s r%s failed", task_id, revision)
+
+    tasks.heartbeat(task_id, revision, ttl)
+    thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat-{task_id}")
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        tasks.stop_heartbeat(task_id, revision)
+
+
+def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
+    """End a revision as failed from wherever it is, unless it has already ended."""
+    in_progress = set(states.ALL) - states.FINAL
+    if tasks.transition(task_id, revision, in_progress, states.FAILED, reason=reason):
+        log.warning("task %s r%s failed: %s", task_id, revision, reason)
 
 
 def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,

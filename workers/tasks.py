@@ -1,27 +1,62 @@
-"""Thin Celery tasks: load the context, call the stage, hand off to the next queue."""
+"""Thin Celery tasks: load the context, call the stage, hand off to the next queue.
+
+Transient errors (Redis hiccups, a backend answering 429/5xx) are retried with
+capped exponential backoff.  Anything else, or a transient error that outlasts
+its retries, ends the revision as ``failed`` with the reason: a task never sits
+in a stage forever, and a permanent error is never retried.
+"""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+import redis
+from celery import Task
+
+from shared.errors import TransientError
 from workers import stages
 from workers.celery_app import app
 from workers.context import current
 
+log = logging.getLogger(__name__)
 
-@app.task(name="taskenv.validate")
+TRANSIENT = (TransientError, redis.ConnectionError, redis.TimeoutError)
+
+
+class StageTask(Task):
+    autoretry_for = TRANSIENT
+    retry_backoff = 2
+    retry_backoff_max = 60
+    retry_jitter = True
+    max_retries = 8
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any,
+                   einfo: Any) -> None:
+        target, revision = args[0], args[1]
+        reason = (f"{self.name} gave up after {self.max_retries} retries: {exc}"
+                  if isinstance(exc, TRANSIENT) else f"{self.name} failed: {type(exc).__name__}")
+        try:
+            stages.fail(current().tasks, target, revision, reason)
+        except Exception:  # Redis itself is away: the reconciler will find the task later
+            log.exception("could not mark task %s r%s failed", target, revision)
+
+
+@app.task(name="taskenv.validate", base=StageTask, time_limit=120)
 def validate(task_id: str, revision: int) -> None:
     ctx = current()
     if stages.validate(ctx.tasks, ctx.limits, task_id, revision):
         apply_policy.delay(task_id, revision)
 
 
-@app.task(name="taskenv.policy")
+@app.task(name="taskenv.policy", base=StageTask, time_limit=120)
 def apply_policy(task_id: str, revision: int) -> None:
     ctx = current()
     if stages.apply_policy(ctx.tasks, ctx.policies, task_id, revision):
         launch.delay(task_id, revision)
 
 
-@app.task(name="taskenv.launch")
+@app.task(name="taskenv.launch", base=StageTask)
 def launch(task_id: str, revision: int) -> None:
     ctx = current()
-    stages.launch(ctx.tasks, ctx.launcher, task_id, revision)
+    stages.launch(ctx.tasks, ctx.launcher, task_id, revision, ctx.settings.heartbeat_seconds)

@@ -19,7 +19,15 @@ import requests
 from shared.secrets import new_key
 from shared.tokens import PREFIX
 from workers.celery_app import QUEUES
-from workers.localstack import RedisServer, free_port, start_api, start_worker, stop_all, wait_http
+from workers.localstack import (
+    RedisServer,
+    free_port,
+    start_api,
+    start_reconciler,
+    start_worker,
+    stop_all,
+    wait_http,
+)
 
 FINAL = {"succeeded", "failed", "rejected"}
 
@@ -93,7 +101,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
     }
     logs = root / "processes.log"
     procs = [start_worker(q, env, logfile=logs) for q in QUEUES]
-    procs.append(start_api(env, logfile=logs))
+    procs += [start_reconciler(env, logfile=logs), start_api(env, logfile=logs)]
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         yield Stack(f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_server.url),

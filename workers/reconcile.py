@@ -1,0 +1,122 @@
+"""The reconciler: every task that got a 202 reaches a final state.
+
+Messages can be lost (Redis restarted between the write and the enqueue, a
+worker killed before it acknowledged) and workers can die mid-launch.  One pass:
+
+* a task sitting in ``pending``, ``validated`` or ``resolved`` past
+  ``stuck_after`` gets its stage's message again (stages ignore duplicates);
+* a ``launching``/``running`` task whose launch worker is alive (heartbeat) is
+  left alone; otherwise the backend is asked (``workers.sync``): a finished
+  workload's outcome and logs are recorded, a running one is left to run;
+* a ``launching`` task that nobody holds and the backend does not know was never
+  started: it goes back to ``resolved`` and is launched again;
+* a ``running`` task that nobody holds and the backend does not know was lost
+  with its worker (local processes die with it): it ends ``failed``, saying so.
+
+``python -m workers.reconcile`` runs passes forever; a Redis lock lets several
+replicas run without acting twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from shared import states
+from shared.config import Settings
+from shared.store import TaskStore
+from shared.workload import Workload
+from workers.launchers.base import Launcher
+from workers.stages import fail
+from workers.sync import sync_one
+
+log = logging.getLogger(__name__)
+
+Enqueue = Callable[[str, str, int], None]  # stage, task id, revision
+STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESOLVED: "launch"}
+
+
+def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
+                   stuck_after: float, now: float | None = None,
+                   limit: int = 1000) -> Counter[str]:
+    now = time.time() if now is None else now
+    counts: Counter[str] = Counter()
+    for state, stage in STAGE_FOR.items():
+        for task_id in tasks.ids_in_state(state, limit):
+            doc = tasks.find(task_id)
+            if doc and doc["state"] == state and now - doc["updated_at"] > stuck_after:
+                enqueue(stage, task_id, doc["revision"])
+                counts["requeued"] += 1
+    for state in (states.LAUNCHING, states.RUNNING):
+        for task_id in tasks.ids_in_state(state, limit):
+            try:
+                counts[_check_launched(tasks, launcher, enqueue, task_id, stuck_after, now)] += 1
+            except Exception:  # one task's trouble must not stop the pass
+                log.exception("reconcile: task %s could not be checked", task_id)
+    counts.pop("", None)
+    return counts
+
+
+def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task_id: str,
+                    stuck_after: float, now: float) -> str:
+    doc = tasks.find(task_id)
+    if doc is None or doc["state"] not in (states.LAUNCHING, states.RUNNING):
+        return ""
+    revision = doc["revision"]
+    if tasks.is_alive(task_id, revision):
+        return ""  # a launch worker holds it
+    if sync_one(tasks, launcher, task_id):
+        return "finished"
+    if now - doc["updated_at"] <= stuck_after:
+        return ""
+    if launcher.observe(Workload.from_doc(doc)) is not None:
+        return ""  # the backend runs it; a later pass records the end
+    if doc["state"] == states.LAUNCHING:
+        if tasks.transition(task_id, revision, states.LAUNCHING, states.RESOLVED):
+            enqueue("launch", task_id, revision)
+            return "relaunched"
+        return ""
+    fail(tasks, task_id, revision, "lost: the worker running this task stopped, and the "
+                                   f"{launcher.name} backend has no record of it")
+    return "lost"
+
+
+def celery_enqueue(settings: Settings) -> Enqueue:
+    from workers.celery_app import make_celery
+
+    celery = make_celery(settings)
+
+    def enqueue(stage: str, task_id: str, revision: int) -> None:
+        celery.send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
+
+    return enqueue
+
+
+def run_forever(settings: Settings) -> None:
+    from workers.context import current
+
+    ctx = current()
+    enqueue = celery_enqueue(settings)
+    lock = f"{settings.key_prefix}:reconciler:lock"
+    interval = settings.reconcile_interval_seconds
+    while True:
+        try:
+            if ctx.redis.set(lock, "1", nx=True, ex=max(1, interval)):
+                counts = reconcile_once(ctx.tasks, ctx.launcher, enqueue,
+                                        settings.stuck_after_seconds)
+                if counts:
+                    log.info("reconcile: %s", dict(counts))
+        except Exception:  # Redis restarting: try again next interval
+            log.exception("reconcile pass failed")
+        time.sleep(interval)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_forever(Settings.from_env())
+
+
+if __name__ == "__main__":
+    main()
