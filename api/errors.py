@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from flask import jsonify
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
@@ -41,9 +42,15 @@ class TaskenvApi(Api):
     def __init__(self, app: Any) -> None:
         super().__init__(app)
         app.register_error_handler(TaskenvError, self.handle_taskenv_error)
+        app.register_error_handler(redis.RedisError, self.handle_redis_error)
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
         return jsonify(body(error.code, error.message, error.problems)), error.status
+
+    def handle_redis_error(self, error: redis.RedisError) -> Any:
+        # Safe to retry: with the same Idempotency-Key a retry never makes a second task.
+        return (jsonify(body("unavailable", "the task store is unavailable; retry shortly")),
+                503, {"Retry-After": "1"})
 
     def handle_http_exception(self, error: HTTPException) -> Any:
         data = getattr(error, "data", None) or {}

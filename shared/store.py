@@ -85,6 +85,9 @@ class Keys:
     def beat(self, task_id: str, revision: int) -> str:
         return f"{self.p}:task:{task_id}:beat:{revision}"
 
+    def suspect(self, task_id: str, revision: int) -> str:
+        return f"{self.p}:task:{task_id}:suspect:{revision}"
+
     def idem(self, owner: str, key: str) -> str:
         return f"{self.p}:idem:{owner}:{key}"
 
@@ -213,6 +216,21 @@ class TaskStore:
     def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:
         """A launch is alive for ``ttl`` more seconds."""
         self.r.set(self.keys.beat(task_id, revision), "1", ex=ttl)
+
+    def claim_requeue(self, task_id: str, revision: int, state: str, ttl: int) -> bool:
+        """True at most once per ``ttl`` seconds for one task revision in one state."""
+        key = f"{self.keys.task(task_id)}:requeued:{revision}:{state}"
+        return bool(self.r.set(key, "1", nx=True, ex=max(1, ttl)))
+
+    def dead_for(self, task_id: str, revision: int, now: float, forget_after: int) -> float:
+        """Seconds since a reconciler first found this revision without a heartbeat."""
+        key = self.keys.suspect(task_id, revision)
+        self.r.set(key, repr(now), nx=True, ex=max(1, forget_after))
+        first = self.r.get(key)
+        return now - float(first) if first is not None else 0.0
+
+    def seen_alive(self, task_id: str, revision: int) -> None:
+        self.r.delete(self.keys.suspect(task_id, revision))
 
     def is_alive(self, task_id: str, revision: int) -> bool:
         return bool(self.r.exists(self.keys.beat(task_id, revision)))

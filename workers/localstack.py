@@ -121,10 +121,12 @@ def start_api(env: Mapping[str, str], logfile: Path | None = None) -> subprocess
 
 def _spawn(args: list[str], env: Mapping[str, str],
            logfile: Path | None) -> subprocess.Popen[bytes]:
+    # Each in its own session, so that stopping one (with its pool children) stops only it.
     if logfile is None:
-        return subprocess.Popen(args, env=child_env(env))
+        return subprocess.Popen(args, env=child_env(env), start_new_session=True)
     with open(logfile, "ab") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen(args, env=child_env(env), stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(args, env=child_env(env), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 def stop_all(procs: list[subprocess.Popen[bytes]], timeout: float = 15.0) -> None:

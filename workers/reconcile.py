@@ -40,19 +40,22 @@ STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESO
 
 def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                    stuck_after: float, now: float | None = None,
-                   limit: int = 1000) -> Counter[str]:
+                   limit: int = 1000, heartbeat_ttl: float = 15.0) -> Counter[str]:
     now = time.time() if now is None else now
     counts: Counter[str] = Counter()
     for state, stage in STAGE_FOR.items():
         for task_id in tasks.ids_in_state(state, limit):
             doc = tasks.find(task_id)
-            if doc and doc["state"] == state and now - doc["updated_at"] > stuck_after:
+            if (doc and doc["state"] == state and now - doc["updated_at"] > stuck_after
+                    and tasks.claim_requeue(task_id, doc["revision"], state, int(stuck_after))):
+                # Once per stuck_after: a long queue must not fill up with copies.
                 enqueue(stage, task_id, doc["revision"])
                 counts["requeued"] += 1
     for state in (states.LAUNCHING, states.RUNNING):
         for task_id in tasks.ids_in_state(state, limit):
             try:
-                counts[_check_launched(tasks, launcher, enqueue, task_id, stuck_after, now)] += 1
+                counts[_check_launched(tasks, launcher, enqueue, task_id, stuck_after, now,
+                                       heartbeat_ttl)] += 1
             except Exception:  # one task's trouble must not stop the pass
                 log.exception("reconcile: task %s could not be checked", task_id)
     counts.pop("", None)
@@ -60,12 +63,13 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
 
 
 def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task_id: str,
-                    stuck_after: float, now: float) -> str:
+                    stuck_after: float, now: float, heartbeat_ttl: float) -> str:
     doc = tasks.find(task_id)
     if doc is None or doc["state"] not in (states.LAUNCHING, states.RUNNING):
         return ""
     revision = doc["revision"]
     if tasks.is_alive(task_id, revision):
+        tasks.seen_alive(task_id, revision)
         return ""  # a launch worker holds it
     if sync_one(tasks, launcher, task_id):
         return "finished"
@@ -73,6 +77,11 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
         return ""
     if launcher.observe(Workload.from_doc(doc)) is not None:
         return ""  # the backend runs it; a later pass records the end
+    # Act only on a heartbeat missing for longer than it lives: one missed beat (Redis
+    # restarting, say) must not make a live launch look dead, or it would run twice.
+    if tasks.dead_for(task_id, revision, now, int(stuck_after + 3 * heartbeat_ttl)) \
+            <= heartbeat_ttl:
+        return ""
     if doc["state"] == states.LAUNCHING:
         if tasks.transition(task_id, revision, states.LAUNCHING, states.RESOLVED):
             enqueue("launch", task_id, revision)
@@ -105,7 +114,8 @@ def run_forever(settings: Settings) -> None:
         try:
             if ctx.redis.set(lock, "1", nx=True, ex=max(1, interval)):
                 counts = reconcile_once(ctx.tasks, ctx.launcher, enqueue,
-                                        settings.stuck_after_seconds)
+                                        settings.stuck_after_seconds,
+                                        heartbeat_ttl=3 * settings.heartbeat_seconds)
                 if counts:
                     log.info("reconcile: %s", dict(counts))
         except Exception:  # Redis restarting: try again next interval

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import redis
 
 from shared import envlist, states
 from shared.envlist import Limits
@@ -87,7 +90,25 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
             return
-    record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)
+        # The outcome cannot be had again (the local steps ran once): hold on to it,
+        # heartbeat still beating, until Redis takes it.
+        _patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
+                                          outcome.exit_code, outcome.reason))
+
+
+def _patiently(write: Callable[[], None], give_up_after: float = 300.0) -> None:
+    deadline = time.monotonic() + give_up_after
+    delay = 0.2
+    while True:
+        try:
+            write()
+            return
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            log.warning("Redis unavailable; retrying in %.1fs", delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 @contextmanager
@@ -100,11 +121,13 @@ def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> 
     ttl = interval * 3
 
     def beat() -> None:
-        while not done.wait(interval):
+        wait = interval
+        while not done.wait(wait):
             try:
                 tasks.heartbeat(task_id, revision, ttl)
-            except Exception:  # Redis away for a moment: the next beat tries again
-                log.warning("heartbeat for task %s r%s failed", task_id, revision)
+                wait = interval
+            except redis.RedisError:  # Redis away: beat again as soon as it is back
+                wait = 0.2
 
     tasks.heartbeat(task_id, revision, ttl)
     thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat-{task_id}")
@@ -114,7 +137,10 @@ def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> 
     finally:
         done.set()
         thread.join()
-        tasks.stop_heartbeat(task_id, revision)
+        try:
+            tasks.stop_heartbeat(task_id, revision)
+        except redis.RedisError:
+            pass  # it expires on its own
 
 
 def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:

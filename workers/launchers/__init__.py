@@ -15,6 +15,12 @@ def make_launcher(settings: Settings) -> Launcher:
     if name == "local":
         from workers.launchers.local import LocalLauncher
         return LocalLauncher(settings)
+    if name == "podman":
+        from workers.launchers.podman import PodmanLauncher
+        return PodmanLauncher(settings)
+    if name == "kubernetes":
+        from workers.launchers.kubernetes import KubernetesLauncher
+        return KubernetesLauncher(settings)
     if name == "dryrun":
         from workers.launchers.dryrun import DryRunLauncher
         return DryRunLauncher()

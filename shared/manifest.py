@@ -1,0 +1,222 @@
+"""Kubernetes manifests for one workload: a batch/v1 Job and, if it has secrets, a Secret.
+
+Pure: no client, no cluster, no I/O.  The Kubernetes launcher submits what
+:func:`build` returns; the podman launcher plays a bare Pod made from
+:func:`pod_spec`.
+
+Two decisions make a value arrive in the container exactly as the user typed it
+(values are data, never code):
+
+* **``$`` is escaped as ``$$``.**  The kubelet expands ``$(NAME)`` in a
+  container's ``env[].value``, ``command`` and ``args`` (``NAME`` defined earlier
+  in the list → its value; undefined → left as is) and turns ``$$`` into ``$``.
+  Doubling *every* ``$`` is the one escape that survives all of it: escaping only
+  ``$(`` would still let Kubernetes collapse a typed ``$$`` (``"a$$b"`` would arrive
+  as ``"a$b"``, ``"$$(X)"`` as ``"$"`` + X's value).  References between variables
+  are therefore never expanded; taskenv does not offer them.
+* **No value ever appears in the command.**  The steps run in order in one
+  container as ``/bin/sh -c 'step1 && step2'``, each step's argv quoted with
+  :func:`shlex.join`; the values reach the processes through the environment.
+
+Secret variables go into a Secret and reach the container through
+``valueFrom.secretKeyRef``: the Job never holds them.  (Kubernetes does not
+expand values read through ``valueFrom``, so they are not escaped.)
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client import (
+    ApiClient,
+    Configuration,
+    V1Container,
+    V1EnvVar,
+    V1EnvVarSource,
+    V1Job,
+    V1JobSpec,
+    V1ObjectMeta,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1ResourceRequirements,
+    V1Secret,
+    V1SecretKeySelector,
+)
+
+from shared.workload import Workload
+
+CONTAINER_NAME = "task"
+SHELL = ("/bin/sh", "-c")
+GPU_RESOURCE = "nvidia.com/gpu"
+LABEL_TASK_ID = "taskenv.io/task-id"
+LABEL_REVISION = "taskenv.io/revision"
+LABEL_POLICY_VERSION = "taskenv.io/policy-version"
+ANNOTATION_TASK_ID = "taskenv.io/task-id"
+ANNOTATION_TASK_NAME = "taskenv.io/task-name"
+MAX_NAME = 63  # a DNS-1123 label; Job names become pod-name prefixes and label values
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+
+
+@dataclass(frozen=True)
+class ManifestSettings:
+    namespace: str = "default"
+    backoff_limit: int = 0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ManifestSettings:
+        return cls(namespace=settings.kube_namespace,
+                   backoff_limit=int(settings.kube_backoff_limit))
+
+
+@dataclass(frozen=True)
+class Manifests:
+    job: V1Job
+    secret: V1Secret | None
+
+
+def escape(value: str) -> str:
+    """``value`` written so that Kubernetes' ``$(VAR)`` expansion gives it back unchanged."""
+    return value.replace("$", "$$")
+
+
+def job_name(workload: Workload) -> str:
+    """``workload.run_name`` when it is a DNS-1123 label, else a sanitised, hashed stand-in."""
+    name = workload.run_name
+    if len(name) <= MAX_NAME and _DNS_LABEL.fullmatch(name):
+        return name
+    digest = hashlib.sha256(f"{workload.task_id}\0{workload.revision}".encode()).hexdigest()
+    suffix = f"-{digest[:10]}-r{workload.revision}"
+    stem = re.sub(r"[^a-z0-9]+", "-", workload.task_id.lower()).strip("-")
+    stem = stem[: MAX_NAME - len("taskenv-") - len(suffix)].strip("-")
+    return f"taskenv-{stem}{suffix}" if stem else f"taskenv{suffix}"
+
+
+def secret_name(workload: Workload) -> str:
+    """The Secret holding the workload's secret values (a DNS-1123 subdomain)."""
+    return f"{job_name(workload)}-env"
+
+
+def label_value(text: str) -> str:
+    """``text`` squeezed into a label value: at most 63 of ``[-A-Za-z0-9_.]``, alnum ends."""
+    cleaned = _LABEL_VALUE_CHARS.sub("-", text)[:MAX_NAME]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+
+
+def labels(workload: Workload) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": "taskenv",
+        LABEL_TASK_ID: label_value(workload.task_id),
+        LABEL_REVISION: str(workload.revision),
+        LABEL_POLICY_VERSION: str(workload.policy_version),
+    }
+
+
+def annotations(workload: Workload) -> dict[str, str]:
+    return {ANNOTATION_TASK_ID: workload.task_id, ANNOTATION_TASK_NAME: workload.name}
+
+
+def script(workload: Workload) -> str:
+    """The steps as one shell line, each argv quoted: ``a 'b c' && d``."""
+    return " && ".join(shlex.join(step) for step in workload.steps) or "true"
+
+
+def secret_keys(workload: Workload) -> dict[str, str]:
+    """Variable name → key in the Secret; the name itself whenever it is a valid key."""
+    keys: dict[str, str] = {}
+    used: set[str] = set()
+    for index, var in enumerate(v for v in workload.env if v.secret):
+        key = var.name if _SECRET_KEY.fullmatch(var.name) else f"var-{index}"
+        while key in used:
+            key = f"{key}-{index}"
+        keys[var.name] = key
+        used.add(key)
+    return keys
+
+
+def env_vars(workload: Workload, secret: str | None) -> list[V1EnvVar]:
+    keys = secret_keys(workload)
+    if keys and secret is None:
+        raise ValueError("the workload has secret variables: a secret name is required")
+    out = []
+    for var in workload.env:
+        if var.secret:
+            ref = V1SecretKeySelector(name=secret, key=keys[var.name], optional=False)
+            out.append(V1EnvVar(name=var.name, value_from=V1EnvVarSource(secret_key_ref=ref)))
+        else:
+            out.append(V1EnvVar(name=var.name, value=escape(var.value)))
+    return out
+
+
+def resources(workload: Workload) -> V1ResourceRequirements | None:
+    res = workload.resources
+    requests = {k: v for k, v in (("cpu", res.cpu), ("memory", res.memory)) if v}
+    limits = {GPU_RESOURCE: str(res.gpus)} if res.gpus > 0 else {}
+    if not requests and not limits:
+        return None
+    return V1ResourceRequirements(requests=requests or None, limits=limits or None)
+
+
+def pod_spec(workload: Workload, secret_name: str | None) -> V1PodSpec:
+    """One container running the steps in order with the resolved env, never restarted.
+
+    Service links are off and no service-account token is mounted, so the container's
+    env is the resolved env (plus the ``KUBERNETES_SERVICE_*`` pair the kubelet always adds).
+    """
+    container = V1Container(
+        name=CONTAINER_NAME,
+        image=workload.image,
+        command=[*SHELL, escape(script(workload))],
+        env=env_vars(workload, secret_name) or None,
+        working_dir=workload.workdir or None,
+        resources=resources(workload),
+    )
+    return V1PodSpec(containers=[container], restart_policy="Never",
+                     enable_service_links=False, automount_service_account_token=False)
+
+
+def build(workload: Workload, settings: ManifestSettings) -> Manifests:
+    has_secrets = any(v.secret for v in workload.env)
+    secret = secret_name(workload) if has_secrets else None
+    meta = {"namespace": settings.namespace, "labels": labels(workload),
+            "annotations": annotations(workload)}
+    job = V1Job(
+        api_version="batch/v1",
+        kind="Job",
+        metadata=V1ObjectMeta(name=job_name(workload), **meta),
+        spec=V1JobSpec(
+            backoff_limit=settings.backoff_limit,
+            template=V1PodTemplateSpec(
+                metadata=V1ObjectMeta(labels=labels(workload),
+                                      annotations=annotations(workload)),
+                spec=pod_spec(workload, secret),
+            ),
+        ),
+    )
+    return Manifests(job=job, secret=_secret(workload, secret, meta) if secret else None)
+
+
+def _secret(workload: Workload, name: str, meta: dict[str, Any]) -> V1Secret:
+    keys = secret_keys(workload)
+    data = {keys[v.name]: base64.b64encode(v.value.encode()).decode()
+            for v in workload.env if v.secret}
+    return V1Secret(api_version="v1", kind="Secret", type="Opaque", immutable=True,
+                    metadata=V1ObjectMeta(name=name, **meta), data=data)
+
+
+@functools.cache
+def _serializer() -> ApiClient:
+    return ApiClient(Configuration())
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """The JSON the API server receives for a kubernetes client model (camelCase keys)."""
+    return _serializer().sanitize_for_serialization(obj)

@@ -1,0 +1,158 @@
+"""A stack whose parts the fault tests kill and restart: real processes throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from shared.tokens import PREFIX
+from workers.celery_app import QUEUES
+from workers.localstack import (
+    RedisServer,
+    free_port,
+    start_api,
+    start_reconciler,
+    start_worker,
+    stop_all,
+    wait_http,
+)
+
+FINAL = {"succeeded", "failed", "rejected"}
+
+
+@dataclass
+class Report:
+    submitted: int = 0
+    accepted: list[str] = field(default_factory=list)
+    states: Counter[str] = field(default_factory=Counter)
+    lost: int = 0
+    launched_twice: int = 0
+
+    def line(self, name: str) -> str:
+        return (f"{name}: submitted={self.submitted} accepted={len(self.accepted)} "
+                f"finished={sum(self.states.values())} {dict(self.states)} "
+                f"lost={self.lost} launched_twice={self.launched_twice}")
+
+
+class FaultStack:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.runs = root / "runs.txt"
+        self.logs = root / "processes.log"
+        self.redis = RedisServer(root / "redis", appendonly=True)
+        self.port = free_port()
+        self.token = PREFIX + uuid.uuid4().hex
+        self.env = {
+            "TASKENV_REDIS_URL": self.redis.url,
+            "TASKENV_WORK_DIR": str(root / "tasks"),
+            "TASKENV_PORT": str(self.port),
+            "TASKENV_ADMIN_TOKEN": self.token,
+            "TASKENV_STUCK_AFTER_SECONDS": "3",
+            "TASKENV_RECONCILE_INTERVAL_SECONDS": "1",
+            "TASKENV_HEARTBEAT_SECONDS": "1",
+        }
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.others: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        self.redis.start()
+        for queue in QUEUES:
+            self.start_worker(queue)
+        self.others = [start_reconciler(self.env, self.logs), start_api(self.env, self.logs)]
+        wait_http(f"http://127.0.0.1:{self.port}/healthz")
+
+    def start_worker(self, queue: str) -> None:
+        self.workers[queue] = start_worker(queue, self.env, concurrency=2, logfile=self.logs)
+
+    def kill_worker(self, queue: str) -> None:
+        """SIGKILL the worker and its pool children, then start a fresh one."""
+        proc = self.workers[queue]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self.start_worker(queue)
+
+    def restart_redis(self, down_for: float = 1.0) -> None:
+        """SIGKILL redis-server and start it again on the same port and AOF file."""
+        assert self.redis.proc is not None
+        self.redis.proc.kill()
+        self.redis.proc.wait()
+        time.sleep(down_for)
+        self.redis.start()
+
+    def stop(self) -> None:
+        stop_all([*self.workers.values(), *self.others])
+        self.redis.stop()
+
+    def post(self, body: dict, key: str, give_up_after: float = 60.0) -> str | None:
+        """POST like a careful client: retry with the same Idempotency-Key until a 202."""
+        deadline = time.monotonic() + give_up_after
+        while time.monotonic() < deadline:
+            try:
+                resp = requests.post(f"http://127.0.0.1:{self.port}/api/v1/tasks", json=body,
+                                     headers={"Authorization": f"Bearer {self.token}",
+                                              "Idempotency-Key": key}, timeout=5)
+                if resp.status_code == 202:
+                    return str(resp.json()["id"])
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        return None
+
+    def counting_task(self, n: int) -> dict:
+        """A task whose only step appends its id to one file: one line per launch."""
+        return {"name": f"fault-{n}", "steps": [["sh", "-c", 'echo "$TASK_ID" >> "$RUNS"']],
+                "env": [{"name": "RUNS", "value": str(self.runs)}]}
+
+    def states_of(self, ids: list[str]) -> dict[str, str]:
+        client = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        pipe = client.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hget(f"taskenv:task:{task_id}", "state")
+        return dict(zip(ids, pipe.execute(), strict=True))
+
+    def wait_final(self, ids: list[str], timeout: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            states = self.states_of(ids)
+            if all(s in FINAL for s in states.values()) or time.monotonic() > deadline:
+                return states
+
+    def report(self, submitted: int, ids: list[str], timeout: float = 180.0) -> Report:
+        states = self.wait_final(ids, timeout)
+        launches = Counter(self.runs.read_text().split()) if self.runs.exists() else Counter()
+        report = Report(submitted=submitted, accepted=ids)
+        report.states = Counter(s for s in states.values() if s in FINAL)
+        report.lost = sum(1 for s in states.values() if s not in FINAL)
+        report.launched_twice = sum(1 for task_id in ids if launches[task_id] > 1)
+        succeeded_without_run = [t for t, s in states.items()
+                                 if s == "succeeded" and launches[t] != 1]
+        assert not succeeded_without_run, succeeded_without_run
+        return report
+
+
+@pytest.fixture
+def fault_stack(tmp_path: Path) -> Iterator[FaultStack]:
+    stack = FaultStack(tmp_path)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def in_background(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,253 @@
+"""Submit a workload to Kubernetes as a Secret (if it has secrets) and a batch/v1 Job.
+
+``launch`` creates and returns at once (``running``); ``observe`` maps the Job and
+its pod to an outcome; ``logs`` reads the pod's log.  A redelivered launch meets
+409 AlreadyExists and adopts what is there, so one revision makes one Job.
+
+Every API request first takes a token from a client-side bucket (20/s, burst 30
+by default; per launcher, so per worker process).  429, 5xx, timeouts and
+connection errors are retried with capped exponential backoff, waiting at least
+the server's ``Retry-After``; when the retries run out :class:`TransientError` is
+raised and the Celery task retries later.  Any other 4xx is the request's fault:
+:class:`LaunchFailed` with the API server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import config
+from kubernetes.client import (
+    ApiClient,
+    BatchV1Api,
+    Configuration,
+    CoreV1Api,
+    V1ContainerState,
+    V1Job,
+    V1OwnerReference,
+    V1Pod,
+)
+from kubernetes.client.exceptions import ApiException
+
+from shared.config import Settings
+from shared.errors import LaunchFailed, PermanentError, TransientError
+from shared.manifest import CONTAINER_NAME, ManifestSettings, build, job_name
+from shared.workload import Workload
+from workers.launchers.base import Hooks, Outcome
+from workers.launchers.ratelimit import TokenBucket
+
+T = TypeVar("T")
+DEFAULT_BACKOFF_LIMIT = 6  # what the API server sets when a Job omits backoffLimit
+
+
+def make_api_client(configuration: Configuration) -> ApiClient:
+    """An ApiClient whose only retries are the launcher's (urllib3's own are switched off)."""
+    configuration.retries = False
+    return ApiClient(configuration)
+
+
+def load_api_client() -> ApiClient:
+    """In-cluster service account if there is one, else the kubeconfig (``KUBECONFIG``)."""
+    configuration = Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        # Read KUBECONFIG now: the client reads it once, when it is imported.
+        config.load_kube_config(config_file=os.environ.get("KUBECONFIG"),
+                                client_configuration=configuration, persist_config=False)
+    return make_api_client(configuration)
+
+
+class KubernetesLauncher:
+    name = "kubernetes"
+
+    def __init__(self, settings: Settings, api_client: ApiClient | None = None, *,
+                 rate: float = 20, burst: int = 30, max_retries: int = 5,
+                 backoff_base: float = 0.5, backoff_cap: float = 30,
+                 request_timeout: float | tuple[float, float] = (5, 30),
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.manifest_settings = ManifestSettings.from_settings(settings)
+        self.namespace = self.manifest_settings.namespace
+        self.api = api_client or load_api_client()
+        self.batch, self.core = BatchV1Api(self.api), CoreV1Api(self.api)
+        self.bucket = TokenBucket(rate, burst, clock=clock, sleep=sleep)
+        self.max_retries, self.backoff_base, self.backoff_cap = (
+            max_retries, backoff_base, backoff_cap)
+        self.request_timeout = request_timeout
+        self._sleep = sleep
+
+    # -- the Launcher interface ---------------------------------------------------------
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        manifests = build(workload, self.manifest_settings)
+        name = job_name(workload)
+        if manifests.secret is not None:
+            self._create("create secret", self.core.create_namespaced_secret, manifests.secret)
+        job = self._create("create job", self.batch.create_namespaced_job, manifests.job)
+        verb = "created"
+        if job is None:
+            job, verb = self._adopt(workload, name), "adopted the existing"
+        if manifests.secret is not None:
+            self._let_job_own_secret(job, manifests.secret.metadata.name, hooks)
+        hooks.log(f"kubernetes: {verb} job {self.namespace}/{name}\n")
+        hooks.started()
+        return Outcome("running")
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        name = job_name(workload)
+        try:
+            job = self._call("read job", self.batch.read_namespaced_job, name, self.namespace,
+                             passthrough={404})
+        except ApiException:
+            return None  # no such Job: the backend has no view of this workload
+        return job_outcome(job, self._latest_pod(name))
+
+    def logs(self, workload: Workload) -> str | None:
+        pod = self._latest_pod(job_name(workload))
+        if pod is None:
+            return None
+        try:
+            return self._call("read log", self.core.read_namespaced_pod_log, pod.metadata.name,
+                              self.namespace, container=CONTAINER_NAME, passthrough={400, 404})
+        except ApiException:
+            return None  # the pod is gone, or its container has not started yet
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _create(self, what: str, create: Callable[..., T], body: Any) -> T | None:
+        """The created object, or None when one of that name exists (409: adopt it)."""
+        try:
+            return self._call(what, create, self.namespace, body, passthrough={409})
+        except ApiException:
+            return None
+
+    def _adopt(self, workload: Workload, name: str) -> V1Job:
+        job = self._call("read job", self.batch.read_namespaced_job, name, self.namespace)
+        owner = (job.metadata.annotations or {}).get("taskenv.io/task-id")
+        if owner != workload.task_id:
+            raise LaunchFailed(f"job {self.namespace}/{name} exists and belongs to "
+                               f"another task ({owner!r}); not adopting it")
+        return job
+
+    def _let_job_own_secret(self, job: V1Job, secret: str, hooks: Hooks) -> None:
+        """Make the Secret an owned object of the Job, so deleting the Job deletes it."""
+        ref = V1OwnerReference(api_version="batch/v1", kind="Job", name=job.metadata.name,
+                               uid=job.metadata.uid, block_owner_deletion=False)
+        patch = {"metadata": {"ownerReferences": [self.api.sanitize_for_serialization(ref)]}}
+        try:
+            self._call("patch secret", self.core.patch_namespaced_secret, secret,
+                       self.namespace, patch)
+        except PermanentError as exc:  # the Job runs either way; only clean-up is at stake
+            hooks.log(f"kubernetes: warning: secret {secret} will outlive its job: {exc}\n")
+
+    def _latest_pod(self, name: str) -> V1Pod | None:
+        pods = self._call("list pods", self.core.list_namespaced_pod, self.namespace,
+                          label_selector=f"job-name={name}")
+        items = pods.items or []
+        return max(items, key=_created_at, default=None)
+
+    # -- one API call, rate-limited and retried --------------------------------------------
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any,
+              passthrough: Collection[int] = (), **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` with the rate limit and retries.
+
+        Statuses in ``passthrough`` re-raise the ApiException for the caller to handle.
+        """
+        failure = ""
+        for attempt in range(self.max_retries + 1):
+            self.bucket.acquire()
+            try:
+                return fn(*args, _request_timeout=self.request_timeout, **kwargs)
+            except ApiException as exc:
+                if exc.status in passthrough:
+                    raise
+                if not retryable(exc.status):
+                    raise LaunchFailed(f"kubernetes {what}: {api_message(exc)}") from exc
+                failure = f"HTTP {exc.status}: {api_message(exc)}"
+                retry_after = retry_after_seconds(exc)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                failure, retry_after = f"{type(exc).__name__}: {exc}", None
+            if attempt == self.max_retries:
+                break
+            delay = self.backoff(attempt, retry_after)
+            if delay is None:
+                failure += f" (Retry-After {retry_after:g}s is over {self.backoff_cap:g}s)"
+                break
+            self._sleep(delay)
+        raise TransientError(f"kubernetes {what} failed after {attempt + 1} attempts: {failure}")
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float | None:
+        """Seconds before retry ``attempt + 1``; None when Retry-After asks for over the cap."""
+        delay = min(self.backoff_cap, self.backoff_base * 2 ** attempt)
+        if retry_after is None:
+            return delay
+        if retry_after > self.backoff_cap:
+            return None  # do not hold a worker that long; the task is retried later
+        return max(delay, retry_after)
+
+
+def retryable(status: int | None) -> bool:
+    # 0: the client could not complete the request (TLS and the like)
+    return status is None or status in (0, 429) or 500 <= status <= 599
+
+
+def api_message(exc: ApiException) -> str:
+    """The ``message`` of the Status the API server sent, else the HTTP reason."""
+    try:
+        status = json.loads(exc.body or "")
+    except ValueError:
+        status = None
+    if isinstance(status, dict) and status.get("message"):
+        return str(status["message"])
+    return f"{exc.status} {exc.reason}"
+
+
+def retry_after_seconds(exc: ApiException) -> float | None:
+    raw = (exc.headers or {}).get("Retry-After")
+    try:
+        seconds = float(raw) if raw is not None else None
+    except ValueError:
+        return None  # an HTTP-date: the API server only sends seconds
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def job_outcome(job: V1Job, pod: V1Pod | None) -> Outcome:
+    """The workload's outcome, from its Job's status and its latest pod's container."""
+    status = job.status
+    conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"} \
+        if status else {}
+    succeeded = (status.succeeded or 0) if status else 0
+    failed = (status.failed or 0) if status else 0
+    limit = job.spec.backoff_limit if job.spec and job.spec.backoff_limit is not None \
+        else DEFAULT_BACKOFF_LIMIT
+    state = _container_state(pod)
+    terminated = state.terminated if state else None
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions or succeeded > 0:
+        return Outcome("succeeded", exit_code=terminated.exit_code if terminated else 0)
+    condition = conditions.get("Failed") or conditions.get("FailureTarget")
+    if condition is not None or failed > limit:
+        reason = (terminated.reason if terminated else None) or (
+            condition.reason if condition else None) or "Failed"
+        return Outcome("failed", exit_code=terminated.exit_code if terminated else None,
+                       reason=reason)
+    waiting = state.waiting if state else None
+    return Outcome("running", reason=waiting.reason if waiting else None)
+
+
+def _container_state(pod: V1Pod | None) -> V1ContainerState | None:
+    statuses = (pod.status.container_statuses or []) if pod and pod.status else []
+    ours = [s for s in statuses if s.name == CONTAINER_NAME] or statuses
+    return ours[0].state if ours else None
+
+
+def _created_at(pod: V1Pod) -> datetime:
+    stamp = pod.metadata.creation_timestamp if pod.metadata else None
+    return stamp or datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,296 @@
+"""Run a workload as a pod under podman, from the same Pod spec Kubernetes gets.
+
+``launch`` renders a Pod manifest (``shared.manifest.pod_spec``: one container
+running the steps in order) and hands it to ``podman kube play --start``; it
+returns ``running`` at once, and :func:`workers.sync.sync_running` later asks
+``observe`` how the container ended and copies its ``logs``.
+
+What podman 4.3 does differently from Kubernetes, and what this module does about it:
+
+- It does not expand ``$(VAR)`` references, so the ``$$`` escapes the manifest
+  carries for Kubernetes would reach the container literally.  :func:`expand`
+  applies Kubernetes' expansion before playing, so a value arrives as typed.
+- ``kind: Secret`` in the played YAML becomes a podman secret that its own
+  ``secretKeyRef`` lookup cannot read (it expects JSON).  Secret variables go in
+  a podman secret instead, created with its JSON on stdin under a name unique to
+  this attempt, referenced by ``secretKeyRef`` and removed once the pod exists.
+  The YAML written to disk never holds a secret value.  The value does live on
+  in the container's configuration, as every env value does: ``podman inspect``
+  of the container shows it (``podman pod inspect`` does not).
+- A failed play can leave a half-made pod behind; it is removed so a retry
+  starts clean.
+
+The pod is named after the workload's ``run_name``: a second launch of the same
+revision finds it (``podman pod exists``) and adopts it, so one container runs.
+Every call is an argv list, never a shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import os
+import re
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared import manifest
+from shared.config import Settings
+from shared.errors import LaunchFailed, TransientError
+from shared.workload import DEFAULT_IMAGE, Workload
+from workers.launchers.base import Hooks, Outcome
+
+# podman's messages for trouble that a later attempt can get past.
+TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"
+                       r"try again|connection refused|cannot connect|no space left", re.I)
+NAME_IN_USE = re.compile(r"is in use|already exists", re.I)
+NO_SUCH = re.compile(r"no such (container|pod|object)|no container with name|not found", re.I)
+NOISE = re.compile(r"^failed to connect to syslog|level=(warning|info|debug)")
+FINISHED = {"exited", "stopped"}
+NOT_STARTED = {"created", "configured", "initialized"}
+
+log = logging.getLogger(__name__)
+
+
+class PodmanLauncher:
+    name = "podman"
+
+    def __init__(self, settings: Settings, binary: str = "podman",
+                 timeout: float = 120.0) -> None:
+        self.image = settings.podman_image
+        self.manifest_settings = manifest.ManifestSettings.from_settings(settings)
+        self.binary = binary
+        self.timeout = timeout
+
+    # -- the Launcher interface ------------------------------------------------------
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        workload = self.with_image(workload)
+        if self.pod_exists(workload.run_name):
+            self._adopt(workload)
+        else:
+            self._play(workload)
+        hooks.started()
+        return Outcome("running")
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        state = self.container_state(workload)
+        if state is None:
+            return None
+        if state["Status"] not in FINISHED:
+            return Outcome("running")
+        code = int(state["ExitCode"])
+        if code == 0:
+            return Outcome("succeeded", exit_code=0)
+        reason = "killed: out of memory" if state.get("OOMKilled") else f"exited with {code}"
+        if state.get("Error"):
+            reason += f" ({state['Error']})"
+        return Outcome("failed", exit_code=code, reason=f"container {reason}")
+
+    def logs(self, workload: Workload) -> str | None:
+        # One pipe for both streams keeps the container's stdout and stderr in order.
+        result = self.podman("logs", self.container_name(workload), stderr=subprocess.STDOUT)
+        if result.returncode != 0:
+            return None
+        return result.stdout
+
+    # -- what the launcher plays ---------------------------------------------------------
+
+    def with_image(self, workload: Workload) -> Workload:
+        """A task without an image of its own runs in the configured podman image."""
+        if workload.image == DEFAULT_IMAGE and self.image != DEFAULT_IMAGE:
+            return dataclasses.replace(workload, image=self.image)
+        return workload
+
+    def pod_manifest(self, workload: Workload, secret_name: str | None) -> dict[str, Any]:
+        """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""
+        job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
+        template = job["spec"]["template"]["metadata"]
+        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name))
+        for container in spec.get("containers", []):
+            expand_container(container)
+        metadata = {"name": workload.run_name, "labels": template.get("labels", {}),
+                    "annotations": template.get("annotations", {})}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+    def render(self, workload: Workload, secret_name: str | None) -> str:
+        return yaml.safe_dump(self.pod_manifest(workload, secret_name), sort_keys=False,
+                              allow_unicode=True)
+
+    def secret_payload(self, workload: Workload) -> bytes | None:
+        """The secret variables as podman's ``secretKeyRef`` reads them: JSON, base64 values."""
+        secret = manifest.build(workload, self.manifest_settings).secret
+        if secret is None:
+            return None
+        data = dict(secret.data or {})
+        for key, value in (secret.string_data or {}).items():
+            data[key] = base64.b64encode(value.encode()).decode()
+        return json.dumps(data).encode()
+
+    def container_name(self, workload: Workload) -> str:
+        return f"{workload.run_name}-{manifest.CONTAINER_NAME}"  # kube play's naming
+
+    # -- podman ----------------------------------------------------------------------
+
+    def container_state(self, workload: Workload) -> dict[str, Any] | None:
+        """``State`` from ``podman container inspect``; None if there is no such container."""
+        result = self.podman("container", "inspect", self.container_name(workload))
+        if result.returncode != 0:
+            if NO_SUCH.search(result.stderr):
+                return None
+            raise self._error("container inspect", result)
+        state: dict[str, Any] = json.loads(result.stdout)[0]["State"]
+        return state
+
+    def pod_exists(self, name: str) -> bool:
+        result = self.podman("pod", "exists", name)
+        if result.returncode in (0, 1):
+            return result.returncode == 0
+        raise self._error("pod exists", result)
+
+    def remove(self, workload: Workload) -> None:
+        """Remove the workload's pod and its containers (their logs go with them)."""
+        self.podman("pod", "rm", "--force", "--ignore", workload.run_name)
+
+    def podman(self, *args: str, stdin: bytes | None = None,
+               stderr: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+        try:
+            raw = subprocess.run([self.binary, *args], input=stdin, stdout=subprocess.PIPE,
+                                 stderr=stderr, timeout=self.timeout, check=False)
+        except FileNotFoundError:
+            raise LaunchFailed(f"{self.binary} is not installed on this worker") from None
+        except subprocess.TimeoutExpired:
+            raise TransientError(f"podman {args[0]} did not answer in {self.timeout:g}s") from None
+        return subprocess.CompletedProcess(
+            raw.args, raw.returncode, _text(raw.stdout), _text(raw.stderr))
+
+    def _play(self, workload: Workload) -> None:
+        self._check_image(workload.image)
+        payload = self.secret_payload(workload)
+        secret = None
+        if payload is not None:
+            secret = f"{manifest.secret_name(workload)}-{uuid.uuid4().hex[:8]}"
+            self._create_secret(secret, payload)
+        try:
+            with private_file(self.render(workload, secret)) as path:
+                result = self.play_file(path)
+        finally:
+            if secret is not None:
+                self._remove_secret(secret)
+        if result.returncode == 0:
+            return
+        if NAME_IN_USE.search(result.stderr) and self.pod_exists(workload.run_name):
+            return  # a concurrent launch of this revision got there first: adopt its pod
+        self.remove(workload)  # a failed play can leave a half-made pod
+        raise self._error("kube play", result)
+
+    def _adopt(self, workload: Workload) -> None:
+        """The revision's pod exists (a redelivery, a retry): start it if need be, never twice."""
+        state = self.container_state(workload)
+        if state is not None and state["Status"] in NOT_STARTED:
+            result = self.podman("pod", "start", workload.run_name)
+            if result.returncode != 0:
+                raise self._error("pod start", result)
+
+    def play_file(self, path: Path) -> subprocess.CompletedProcess[str]:
+        return self.podman("kube", "play", "--start", "--quiet", str(path))
+
+    def _check_image(self, image: str) -> None:
+        """A local image that is missing cannot be pulled: say so instead of trying."""
+        if image.startswith("localhost/"):
+            result = self.podman("image", "exists", image)
+            if result.returncode == 1:
+                raise LaunchFailed(f"image {image} is not in podman's local store "
+                                   "(deploy/image/build.sh builds the default one)")
+            if result.returncode != 0:
+                raise self._error("image exists", result)
+
+    def _create_secret(self, name: str, payload: bytes) -> None:
+        result = self.podman("secret", "create", name, "-", stdin=payload)
+        if result.returncode != 0:
+            raise self._error("secret create", result)
+
+    def _remove_secret(self, name: str) -> None:
+        """Drop the podman secret: the container holds its own copy of the values now."""
+        result = self.podman("secret", "rm", name)
+        if result.returncode != 0:
+            log.warning("podman secret %s could not be removed: %s", name,
+                        _podman_message(result.stderr))
+
+    def _error(self, what: str, result: subprocess.CompletedProcess[str]) -> Exception:
+        message = _podman_message(result.stderr) or f"exit status {result.returncode}"
+        if TRANSIENT.search(message):
+            return TransientError(f"podman {what}: {message}")
+        return LaunchFailed(f"podman {what}: {message}")
+
+
+def expand(text: str, mapping: Callable[[str], str | None]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: ``$$`` is one ``$``; unknown references stay."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "$" or i + 1 == len(text):
+            out.append(char)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        close = text.find(")", i + 2) if nxt == "(" else -1
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif close != -1:
+            name = text[i + 2:close]
+            value = mapping(name)
+            out.append(value if value is not None else f"$({name})")
+            i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
+
+
+def expand_container(container: dict[str, Any]) -> None:
+    """Expand env values, command and args in place, in the order Kubernetes does."""
+    known: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            var["value"] = expand(var["value"] or "", known.get)
+            known[var["name"]] = var["value"]
+        # a valueFrom variable is not expanded, and left out of ``known`` on purpose:
+        # a reference to a secret must not copy its value into the manifest
+    for key in ("command", "args"):
+        if container.get(key):
+            container[key] = [expand(part, known.get) for part in container[key]]
+
+
+@contextmanager
+def private_file(text: str) -> Iterator[Path]:
+    """A file only this user can read, removed on exit."""
+    fd, name = tempfile.mkstemp(prefix="taskenv-pod-", suffix=".yaml")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        yield Path(name)
+    finally:
+        os.unlink(name)
+
+
+def _text(raw: bytes | None) -> str:
+    return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def _podman_message(stderr: str, limit: int = 2000) -> str:
+    """What podman said went wrong, without its noise (syslog and retry warnings)."""
+    lines = [line.removeprefix("Error: ") for line in stderr.splitlines()
+             if line.strip() and not NOISE.search(line)]
+    return "; ".join(lines)[-limit:]
