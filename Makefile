@@ -34,3 +34,8 @@ clean: ## Remove the virtualenv and local task directories
 	rm -rf $(VENV) var .pytest_cache .hypothesis
 
 .PHONY: help install run test lint example clean
+
+image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuilds it)
+	deploy/image/build.sh
+
+.PHONY: image

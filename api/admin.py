@@ -48,9 +48,17 @@ class AuditEntry(ma.Schema):
     detail = fields.Dict()
 
 
-class AuditQuery(ma.Schema):
-    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=1000))
-    before = fields.String(load_default=None, validate=validate.Regexp(r"^\d+-\d+$"))
+def stream_id(value: str) -> None:
+    """A Redis stream id: two unsigned 64-bit numbers joined by a dash."""
+    ms, _, seq = value.partition("-")
+    if not (ms.isdigit() and seq.isdigit() and int(ms) < 2**64 and int(seq) < 2**64):
+        raise ma.ValidationError("must be an audit entry id such as 1700000000000-0")
+
+
+class AuditQuery(Strict):
+    limit = fields.Integer(load_default=100,
+                           validate=validate.Range(min=1, max=1000))
+    before = fields.String(load_default=None, validate=stream_id)
 
 
 class AuditPage(ma.Schema):
@@ -89,7 +97,7 @@ class Token(MethodView):
 
 @blp.route("/audit")
 class Audit(MethodView):
-    @blp.arguments(AuditQuery, location="query")
+    @blp.arguments(AuditQuery, location="query", unknown=ma.RAISE)
     @blp.response(200, AuditPage)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """Who changed what, newest first; pass the last id as ``before`` for more."""

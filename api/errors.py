@@ -59,5 +59,7 @@ class TaskenvApi(Api):
         message = data.get("message") or error.description or error.name
         if problems:
             message = "the request does not have the expected shape"
-        headers = dict(data.get("headers") or {})
+        # Keep what werkzeug adds (Allow on a 405, say), but not its HTML content type.
+        headers = {k: v for k, v in error.get_headers() if k.lower() != "content-type"}
+        headers.update(data.get("headers") or {})
         return jsonify(body(code, message, problems)), error.code or 500, headers

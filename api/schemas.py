@@ -1,8 +1,10 @@
 """Request and response shapes, documented in the OpenAPI document.
 
-The schemas check structure only.  The env rules (names, sizes, duplicates)
-live in ``shared.envlist`` and run in the validation worker and in preview, so
-there is exactly one place that decides whether an env list is valid.
+The schemas check JSON shape and types only: that is the API's contract, and a
+request that breaks it is answered 422 at once.  The env rules (name syntax,
+sizes, duplicates, the policy) live in ``shared.envlist`` and ``shared.policy``
+and run in the validation and policy workers and in preview, so exactly one
+place decides whether an env list is acceptable.
 """
 
 from __future__ import annotations
@@ -18,16 +20,27 @@ class Strict(ma.Schema):
         unknown = ma.RAISE
 
 
+class StrictBool(fields.Boolean):
+    """JSON true or false only: "yes" or 1 for a secret flag is a mistake worth reporting."""
+
+    def _deserialize(self, value, attr, data, **kwargs):  # type: ignore[no-untyped-def]
+        if not isinstance(value, bool):
+            raise ma.ValidationError("Not a valid boolean (use true or false).")
+        return value
+
+
 class EnvEntry(Strict):
-    name = fields.Raw(required=True, metadata={"type": "string", "example": "LEARNING_RATE"})
-    value = fields.Raw(required=True, metadata={"type": "string", "example": "0.01"})
-    secret = fields.Raw(load_default=False, metadata={"type": "boolean"})
+    name = fields.String(required=True, metadata={"example": "LEARNING_RATE"})
+    value = fields.String(required=True, metadata={"example": "0.01"})
+    secret = StrictBool(load_default=False,
+                        metadata={"description": "Stored encrypted, shown masked, injected "
+                                                 "through the backend's secret mechanism."})
 
 
 class ResourcesSchema(Strict):
     cpu = fields.String(load_default=None, validate=validate.Length(max=32))
     memory = fields.String(load_default=None, validate=validate.Length(max=32))
-    gpus = fields.Integer(load_default=0, validate=validate.Range(min=0, max=64))
+    gpus = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=64))
 
 
 class TaskCreate(Strict):
@@ -122,22 +135,26 @@ class TaskPage(ma.Schema):
     next_cursor = fields.Integer(allow_none=True)
 
 
-class TaskQuery(ma.Schema):
+class TaskQuery(Strict):
     status = fields.String(load_default=None, validate=validate.OneOf(states.ALL))
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
     cursor = fields.Integer(load_default=None, validate=validate.Range(min=0))
 
 
 class ProtectedIn(Strict):
-    name = fields.Raw(required=True, metadata={"type": "string"})
-    value = fields.Raw(load_default=None, metadata={"type": "string", "nullable": True})
-    reason = fields.String(required=True)
-    secret = fields.Boolean(load_default=False)
+    name = fields.String(required=True, validate=validate.Length(min=1))
+    value = fields.String(load_default=None, allow_none=True,
+                          metadata={"description": "Injected into every task; without one "
+                                                   "the name is only reserved."})
+    reason = fields.String(required=True, validate=validate.Length(min=1, max=1000),
+                           metadata={"description": "Shown to users."})
+    secret = StrictBool(load_default=False)
 
 
 class PolicyIn(Strict):
-    defaults = fields.List(fields.Nested(EnvEntry), load_default=list)
-    protected = fields.List(fields.Nested(ProtectedIn), load_default=list)
+    # Both lists are required: a PUT with an empty body must not wipe the policy.
+    defaults = fields.List(fields.Nested(EnvEntry), required=True)
+    protected = fields.List(fields.Nested(ProtectedIn), required=True)
     on_conflict = fields.String(load_default="reject",
                                 validate=validate.OneOf(["reject", "drop"]))
 
@@ -158,8 +175,8 @@ class PolicyVersions(ma.Schema):
 
 class PreviewIn(Strict):
     name = fields.String(load_default="preview", validate=validate.Length(min=1, max=200))
-    env = fields.List(fields.Nested(EnvEntry), load_default=list)
-    policy_version = fields.Integer(load_default=None, validate=validate.Range(min=0))
+    env = fields.List(fields.Nested(EnvEntry), required=True)
+    policy_version = fields.Integer(strict=True, load_default=None, validate=validate.Range(min=0))
 
 
 class PreviewOut(ma.Schema):

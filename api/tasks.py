@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import marshmallow as ma
 from flask import Response, current_app, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
@@ -36,7 +37,7 @@ def accepted(doc: dict[str, Any]) -> dict[str, Any]:
 
 @blp.route("")
 class Tasks(MethodView):
-    @blp.arguments(TaskQuery, location="query")
+    @blp.arguments(TaskQuery, location="query", unknown=ma.RAISE)
     @blp.response(200, TaskPage)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""

@@ -53,13 +53,25 @@ class Limits:
         )
 
 
+def utf8_len(text: str) -> int | None:
+    """Bytes of ``text`` in UTF-8; None if it cannot be encoded (a lone surrogate)."""
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError:
+        return None
+
+
 def entry_bytes(name: str, value: str) -> int:
     """Bytes one variable takes in a process's environment: ``NAME=value\\0``."""
-    return len(name.encode()) + len(value.encode()) + 2
+    return (utf8_len(name) or 0) + (utf8_len(value) or 0) + 2
 
 
-def validate(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[Problem]:
-    """Every rule the list breaks; an empty list means it is valid."""
+def validate(entries: Iterable[Mapping[str, Any]], limits: Limits,
+             where: str = "env") -> list[Problem]:
+    """Every rule the list breaks; an empty list means it is valid.
+
+    ``where`` names the list in fields and messages (``env``, ``defaults``...).
+    """
     entries = list(entries)
     problems: list[Problem] = []
     if len(entries) > limits.max_vars:
@@ -70,15 +82,16 @@ def validate(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[Probl
     seen: dict[str, int] = {}
     total = 0
     for index, entry in enumerate(entries):
-        entry_problems = _check_entry(index, entry, limits)
+        entry_problems = _check_entry(f"{where}[{index}]", entry, limits)
         problems += entry_problems
         name = entry.get("name")
         if not isinstance(name, str):
             continue
         if name in seen:
             problems.append(Problem(
-                rule="name.duplicate", variable=name, field=f"env[{index}].name",
-                message=f"{name} is set twice (env[{seen[name]}] and env[{index}]); "
+                rule="name.duplicate", variable=name, field=f"{where}[{index}].name",
+                message=f"{_show(name)} is set twice ({where}[{seen[name]}] and "
+                        f"{where}[{index}]); "
                         "set each variable once",
             ))
         seen.setdefault(name, index)
@@ -93,8 +106,7 @@ def validate(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[Probl
     return problems
 
 
-def _check_entry(index: int, entry: Mapping[str, Any], limits: Limits) -> list[Problem]:
-    where = f"env[{index}]"
+def _check_entry(where: str, entry: Mapping[str, Any], limits: Limits) -> list[Problem]:
     name, value = entry.get("name"), entry.get("value")
     label = name if isinstance(name, str) else None
     problems: list[Problem] = []
@@ -120,11 +132,17 @@ def _check_entry(index: int, entry: Mapping[str, Any], limits: Limits) -> list[P
             message=f"{_show(label or where)}: the value contains a NUL byte, "
                     "which no process environment can hold",
         ))
-    elif len(value.encode()) > limits.max_value_bytes:
+    elif utf8_len(value) is None:
+        problems.append(Problem(
+            rule="value.encoding", variable=label, field=f"{where}.value",
+            message=f"{_show(label or where)}: the value is not valid Unicode text "
+                    "(it holds a lone surrogate) and cannot be encoded as UTF-8",
+        ))
+    elif (size := utf8_len(value) or 0) > limits.max_value_bytes:
         problems.append(Problem(
             rule="value.max_bytes", variable=label, field=f"{where}.value",
             limit=limits.max_value_bytes,
-            message=f"{_show(label or where)}: the value is {len(value.encode())} bytes; "
+            message=f"{_show(label or where)}: the value is {size} bytes; "
                     f"at most {limits.max_value_bytes} are allowed",
         ))
     secret = entry.get("secret", False)

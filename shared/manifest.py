@@ -111,7 +111,7 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
 
 
-def labels(workload: Workload) -> dict[str, str]:
+def task_labels(workload: Workload) -> dict[str, str]:
     return {
         "app.kubernetes.io/managed-by": "taskenv",
         LABEL_TASK_ID: label_value(workload.task_id),
@@ -120,7 +120,7 @@ def labels(workload: Workload) -> dict[str, str]:
     }
 
 
-def annotations(workload: Workload) -> dict[str, str]:
+def task_annotations(workload: Workload) -> dict[str, str]:
     return {ANNOTATION_TASK_ID: workload.task_id, ANNOTATION_TASK_NAME: workload.name}
 
 
@@ -184,32 +184,35 @@ def pod_spec(workload: Workload, secret_name: str | None) -> V1PodSpec:
 
 
 def build(workload: Workload, settings: ManifestSettings) -> Manifests:
-    has_secrets = any(v.secret for v in workload.env)
-    secret = secret_name(workload) if has_secrets else None
-    meta = {"namespace": settings.namespace, "labels": labels(workload),
-            "annotations": annotations(workload)}
+    secret = secret_name(workload) if any(v.secret for v in workload.env) else None
     job = V1Job(
         api_version="batch/v1",
         kind="Job",
-        metadata=V1ObjectMeta(name=job_name(workload), **meta),
+        metadata=_metadata(workload, job_name(workload), settings.namespace),
         spec=V1JobSpec(
             backoff_limit=settings.backoff_limit,
             template=V1PodTemplateSpec(
-                metadata=V1ObjectMeta(labels=labels(workload),
-                                      annotations=annotations(workload)),
+                metadata=V1ObjectMeta(labels=task_labels(workload),
+                                      annotations=task_annotations(workload)),
                 spec=pod_spec(workload, secret),
             ),
         ),
     )
-    return Manifests(job=job, secret=_secret(workload, secret, meta) if secret else None)
+    return Manifests(job=job, secret=_secret(workload, secret, settings) if secret else None)
 
 
-def _secret(workload: Workload, name: str, meta: dict[str, Any]) -> V1Secret:
+def _metadata(workload: Workload, name: str, namespace: str) -> V1ObjectMeta:
+    return V1ObjectMeta(name=name, namespace=namespace, labels=task_labels(workload),
+                        annotations=task_annotations(workload))
+
+
+def _secret(workload: Workload, name: str, settings: ManifestSettings) -> V1Secret:
     keys = secret_keys(workload)
-    data = {keys[v.name]: base64.b64encode(v.value.encode()).decode()
-            for v in workload.env if v.secret}
+    data: dict[str, bytes | str] = {
+        keys[v.name]: base64.b64encode(v.value.encode()).decode()
+        for v in workload.env if v.secret}
     return V1Secret(api_version="v1", kind="Secret", type="Opaque", immutable=True,
-                    metadata=V1ObjectMeta(name=name, **meta), data=data)
+                    metadata=_metadata(workload, name, settings.namespace), data=data)
 
 
 @functools.cache

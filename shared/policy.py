@@ -112,13 +112,13 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
     """Every reason an admin's policy cannot be saved."""
     defaults = list(data.get("defaults", []))
     protected = list(data.get("protected", []))
-    problems = _prefixed(envlist.validate(defaults, limits), "defaults")
-    with_value = [p for p in protected if p.get("value") is not None]
-    problems += _prefixed(envlist.validate(
-        [{"name": p.get("name"), "value": p.get("value")} for p in with_value], limits),
-        "protected")
-    problems += _check_protected_names(protected, limits)
-    default_names = {d.get("name") for d in defaults}
+    problems = envlist.validate(defaults, limits, where="defaults")
+    # A protected entry without a value still needs a valid name; "" stands in for its value
+    # so that every entry is checked at its own position.
+    problems += envlist.validate(
+        [{"name": p.get("name"), "value": "" if p.get("value") is None else p.get("value")}
+         for p in protected], limits, where="protected")
+    default_names = {d.get("name") for d in defaults if isinstance(d.get("name"), str)}
     for entry in [*defaults, *protected]:
         name = entry.get("name")
         if name in PLATFORM_NAMES:
@@ -128,41 +128,22 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                         "a policy cannot default or protect it"))
     for entry in protected:
         name = entry.get("name")
-        if name in default_names:
+        label = name if isinstance(name, str) else None
+        if label in default_names:
             problems.append(Problem(
-                rule="policy.ambiguous", variable=name,
-                message=f"{name} is both a default and protected; keep it in one list "
+                rule="policy.ambiguous", variable=label,
+                message=f"{label} is both a default and protected; keep it in one list "
                         "(a protected entry with a value is injected into every task)"))
         if not str(entry.get("reason") or "").strip():
             problems.append(Problem(
-                rule="policy.reason_required", variable=name,
-                message=f"{name}: a protected variable needs a reason users can read"))
+                rule="policy.reason_required", variable=label,
+                message=f"{label or 'a protected entry'}: a protected variable needs a reason "
+                        "users can read"))
     if data.get("on_conflict", "reject") not in ON_CONFLICT:
         problems.append(Problem(
             rule="policy.on_conflict", field="on_conflict",
             message=f"on_conflict must be one of {', '.join(ON_CONFLICT)}"))
     return problems
-
-
-def _check_protected_names(protected: list[Mapping[str, Any]], limits: Limits) -> list[Problem]:
-    # Names of value-less entries are checked here; valued ones went through envlist.validate.
-    names_only = [{"name": p.get("name"), "value": ""} for p in protected
-                  if p.get("value") is None]
-    problems = [p for p in envlist.validate(names_only, limits) if p.rule != "name.duplicate"]
-    seen: set[str] = set()
-    for p in protected:
-        name = p.get("name")
-        if name in seen:
-            problems.append(Problem(rule="name.duplicate", variable=name,
-                                    message=f"{name} is protected twice"))
-        seen.add(name)
-    return _prefixed(problems, "protected")
-
-
-def _prefixed(problems: list[Problem], where: str) -> list[Problem]:
-    return [Problem(p.rule, p.message, p.variable,
-                    p.field.replace("env", where, 1) if p.field else where, p.limit)
-            for p in problems]
 
 
 def resolve(user_env: Iterable[EnvVar], policy: Policy,

@@ -49,23 +49,30 @@ def patch_env(env: list[dict[str, Any]], set_: list[dict[str, Any]],
               unset: list[str]) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Add, modify and delete variables; names are kept in their first position."""
     problems: list[Problem] = []
-    current = {e.get("name"): e for e in env}
+    current = {_key(e.get("name")) for e in env}
+    gone = {_key(n) for n in unset}
     for name in unset:
-        if name not in current:
-            problems.append(Problem(rule="name.unknown", variable=name, field="unset",
+        if _key(name) not in current:
+            problems.append(Problem(rule="name.unknown", variable=str(name), field="unset",
                                     message=f"{name} is not set on this task"))
-    for name in {e.get("name") for e in set_} & set(unset):
-        problems.append(Problem(rule="patch.ambiguous", variable=str(name),
+    for name in {_key(e.get("name")) for e in set_} & gone:
+        problems.append(Problem(rule="patch.ambiguous", variable=name,
                                 message=f"{name} is both set and unset in one change"))
-    out = [e for e in env if e.get("name") not in unset]
-    index = {e.get("name"): i for i, e in enumerate(out)}
+    out = [e for e in env if _key(e.get("name")) not in gone]
+    index = {_key(e.get("name")): i for i, e in enumerate(out)}
     for entry in set_:
-        if entry.get("name") in index:
-            out[index[entry.get("name")]] = dict(entry)
+        key = _key(entry.get("name"))
+        if key in index:
+            out[index[key]] = dict(entry)
         else:
-            index[entry.get("name")] = len(out)
+            index[key] = len(out)
             out.append(dict(entry))
     return out, problems
+
+
+def _key(name: Any) -> str:
+    """Names as dict keys, even a malformed one (the validation stage reports it)."""
+    return name if isinstance(name, str) else repr(name)
 
 
 def new_revision(doc: dict[str, Any], env: list[dict[str, Any]]) -> dict[str, Any]:

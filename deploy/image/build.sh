@@ -8,8 +8,9 @@
 #   FORCE=1 deploy/image/build.sh      rebuild it anyway
 #   IMAGE=localhost/x:y BUSYBOX=/path/to/busybox deploy/image/build.sh
 #
-# The image sets no environment of its own (no ENV): what a task sees is the
-# resolved env plus the few variables podman itself adds (see docs/launchers.md).
+# The image's only environment is PATH (`podman kube play` sets none by default,
+# and a task's scripts need one): what a task sees is the resolved env plus PATH
+# and the few variables podman and the step shell add (see docs/launchers.md).
 set -euo pipefail
 
 IMAGE=${IMAGE:-localhost/taskenv-runtime:latest}
@@ -29,6 +30,8 @@ if ldd "$BUSYBOX" >/dev/null 2>&1; then
     exit 1
 fi
 
+IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+old=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 rootfs=$(mktemp -d "${TMPDIR:-/tmp}/taskenv-rootfs.XXXXXX")
 trap 'rm -rf "$rootfs"' EXIT
 
@@ -53,6 +56,10 @@ EOF
 
 tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -c . |
     podman import --quiet --change 'CMD ["/bin/sh"]' --change 'WORKDIR /work' \
+        --change "ENV PATH=$IMAGE_PATH" \
         --message "taskenv runtime: busybox $("$BUSYBOX" | head -n1 | awk '{print $2}')" \
         - "$IMAGE" >/dev/null
+if [[ -n $old && $old != "$(podman image inspect --format '{{.Id}}' "$IMAGE")" ]]; then
+    podman image rm "$old" >/dev/null 2>&1 || true  # still used by a container: keep it
+fi
 echo "built $IMAGE"

@@ -126,7 +126,7 @@ def test_users_cannot_touch_policy_tokens_or_audit(web, method, path):
 
 
 def test_no_route_lets_a_user_set_a_protected_variable(web):
-    web.put("/api/v1/policy", headers=auth(ADMIN), json={"protected": [
+    web.put("/api/v1/policy", headers=auth(ADMIN), json={"defaults": [], "protected": [
         {"name": "DATA_ROOT", "value": "/mnt/data", "reason": "shared storage"}]})
     alice = new_token(web, "alice")
 
@@ -143,10 +143,10 @@ def test_no_route_lets_a_user_set_a_protected_variable(web):
     assert "shared storage" in doc["errors"][0]["message"]
 
     # An admin protects LR afterwards: re-resolving the same env is refused too.
-    web.put("/api/v1/policy", headers=auth(ADMIN), json={"protected": [
+    web.put("/api/v1/policy", headers=auth(ADMIN), json={"defaults": [], "protected": [
         {"name": "LR", "reason": "tuned by the platform"}]})
     good = create_task(web, alice, env=[{"name": "LR", "value": "0.1"}])
-    web.put("/api/v1/policy", headers=auth(ADMIN), json={"protected": [
+    web.put("/api/v1/policy", headers=auth(ADMIN), json={"defaults": [], "protected": [
         {"name": "DATA_ROOT", "reason": "shared storage"}]})
     rerun = web.post(good["url"] + "/rerun", headers=auth(alice))
     assert rerun.status_code == 202

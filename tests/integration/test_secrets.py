@@ -59,7 +59,7 @@ def test_secrets_reach_the_process_and_are_never_stored_or_shown_in_clear(
         responses.append(resp.text)
         return resp
 
-    call("PUT", "/api/v1/policy", json={"defaults": [
+    call("PUT", "/api/v1/policy", json={"protected": [], "defaults": [
         {"name": "WANDB_API_KEY", "value": POLICY_SECRET, "secret": True}]})
     alice = stack.new_token("alice")
     resp = call("POST", "/api/v1/tasks", token=alice, json={

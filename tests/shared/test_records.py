@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from shared import records, states
-from shared.records import MASK, new_revision, new_task, patch_env, public_view
+from shared.records import new_revision, new_task, patch_env, public_view
+from shared.secrets import MASK
 
 
 def var(name: str, value: str = "v", **extra: Any) -> dict[str, Any]:
@@ -42,6 +43,21 @@ def test_request_digest_ignores_key_order_and_sees_content() -> None:
     b = {"steps": [["a"]], "name": "x"}
     assert records.request_digest(a) == records.request_digest(b)
     assert records.request_digest(a) != records.request_digest({**a, "name": "y"})
+
+
+def test_request_digest_never_depends_on_a_secret_value() -> None:
+    def request(value: str) -> dict[str, Any]:
+        return {"name": "x", "steps": [["a"]],
+                "env": [{"name": "TOKEN", "value": value, "secret": True}]}
+
+    assert records.request_digest(request("one")) == records.request_digest(request("two"))
+
+
+def test_request_digest_sees_plain_values() -> None:
+    def request(value: str) -> dict[str, Any]:
+        return {"name": "x", "steps": [["a"]], "env": [{"name": "LR", "value": value}]}
+
+    assert records.request_digest(request("0.1")) != records.request_digest(request("0.2"))
 
 
 # --- patch_env ---------------------------------------------------------------------------
@@ -178,6 +194,12 @@ def test_public_view_never_contains_a_secret_anywhere() -> None:
     new_revision(doc, doc["env"])  # the history now holds the secret too
     doc["resolved"] = resolved_task()["resolved"]
     assert SECRET not in json.dumps(public_view(doc, "/x"))
+
+
+def test_public_view_leaves_out_sealed_values() -> None:
+    doc = task([{"name": "TOKEN", "sealed": "gAAAA-ciphertext", "secret": True}])
+    [entry] = public_view(doc, "/x")["env"]
+    assert entry == {"name": "TOKEN", "value": MASK, "secret": True}
 
 
 def test_public_view_does_not_change_the_record() -> None:

@@ -30,6 +30,7 @@ from kubernetes.client import (
     CoreV1Api,
     V1ContainerState,
     V1Job,
+    V1ObjectMeta,
     V1OwnerReference,
     V1Pod,
 )
@@ -37,7 +38,14 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
-from shared.manifest import CONTAINER_NAME, ManifestSettings, build, job_name
+from shared.manifest import (
+    ANNOTATION_TASK_ID,
+    CONTAINER_NAME,
+    ManifestSettings,
+    build,
+    job_name,
+    secret_name,
+)
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Outcome
 from workers.launchers.ratelimit import TokenBucket
@@ -95,7 +103,7 @@ class KubernetesLauncher:
         if job is None:
             job, verb = self._adopt(workload, name), "adopted the existing"
         if manifests.secret is not None:
-            self._let_job_own_secret(job, manifests.secret.metadata.name, hooks)
+            self._let_job_own_secret(name, _meta(job).uid, secret_name(workload), hooks)
         hooks.log(f"kubernetes: {verb} job {self.namespace}/{name}\n")
         hooks.started()
         return Outcome("running")
@@ -114,7 +122,7 @@ class KubernetesLauncher:
         if pod is None:
             return None
         try:
-            return self._call("read log", self.core.read_namespaced_pod_log, pod.metadata.name,
+            return self._call("read log", self.core.read_namespaced_pod_log, _meta(pod).name,
                               self.namespace, container=CONTAINER_NAME, passthrough={400, 404})
         except ApiException:
             return None  # the pod is gone, or its container has not started yet
@@ -130,16 +138,18 @@ class KubernetesLauncher:
 
     def _adopt(self, workload: Workload, name: str) -> V1Job:
         job = self._call("read job", self.batch.read_namespaced_job, name, self.namespace)
-        owner = (job.metadata.annotations or {}).get("taskenv.io/task-id")
+        owner = (_meta(job).annotations or {}).get(ANNOTATION_TASK_ID)
         if owner != workload.task_id:
             raise LaunchFailed(f"job {self.namespace}/{name} exists and belongs to "
                                f"another task ({owner!r}); not adopting it")
         return job
 
-    def _let_job_own_secret(self, job: V1Job, secret: str, hooks: Hooks) -> None:
+    def _let_job_own_secret(self, job: str, uid: str | None, secret: str, hooks: Hooks) -> None:
         """Make the Secret an owned object of the Job, so deleting the Job deletes it."""
-        ref = V1OwnerReference(api_version="batch/v1", kind="Job", name=job.metadata.name,
-                               uid=job.metadata.uid, block_owner_deletion=False)
+        if not uid:
+            return
+        ref = V1OwnerReference(api_version="batch/v1", kind="Job", name=job, uid=uid,
+                               block_owner_deletion=False)
         patch = {"metadata": {"ownerReferences": [self.api.sanitize_for_serialization(ref)]}}
         try:
             self._call("patch secret", self.core.patch_namespaced_secret, secret,
@@ -249,5 +259,8 @@ def _container_state(pod: V1Pod | None) -> V1ContainerState | None:
 
 
 def _created_at(pod: V1Pod) -> datetime:
-    stamp = pod.metadata.creation_timestamp if pod.metadata else None
-    return stamp or datetime.min.replace(tzinfo=UTC)
+    return _meta(pod).creation_timestamp or datetime.min.replace(tzinfo=UTC)
+
+
+def _meta(obj: V1Job | V1Pod) -> V1ObjectMeta:
+    return obj.metadata or V1ObjectMeta()

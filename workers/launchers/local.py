@@ -58,14 +58,15 @@ class LocalLauncher:
         # A watchdog, because reading the output blocks until the step closes it.
         watchdog = threading.Timer(self.timeout, os.killpg, (proc.pid, signal.SIGKILL))
         watchdog.start()
-        try:
-            assert proc.stdout is not None
-            for line in iter(proc.stdout.readline, b""):
-                hooks.log(line.decode(errors="replace"))
-            code = proc.wait()
-        finally:
-            timed_out = not watchdog.is_alive()
-            watchdog.cancel()
+        with proc:
+            try:
+                assert proc.stdout is not None
+                for line in iter(proc.stdout.readline, b""):
+                    hooks.log(line.decode(errors="replace"))
+                code = proc.wait()
+            finally:
+                timed_out = not watchdog.is_alive()
+                watchdog.cancel()
         if timed_out:
             return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
         if code != 0:

@@ -1,0 +1,151 @@
+"""/api/v1/policy: versioned, immutable policies that only admins change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from shared.secrets import MASK
+from shared.store import PolicyStore
+
+POLICY = "/api/v1/policy"
+ErrorShape = Callable[..., None]
+
+
+def policy(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "defaults": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+        "protected": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128",
+                       "reason": "egress goes through the proxy"},
+                      {"name": "CUDA_VISIBLE_DEVICES", "reason": "the scheduler sets it"}],
+        "on_conflict": "reject",
+    }
+    data.update(changes)
+    return data
+
+
+def put(client: FlaskClient, data: dict[str, Any]) -> dict[str, Any]:
+    response = client.put(POLICY, json=data)
+    assert response.status_code == 200, response.get_json()
+    return response.get_json()
+
+
+def test_no_policy_yet_is_version_zero(client: FlaskClient) -> None:
+    current = client.get(POLICY).get_json()
+    assert current["version"] == 0
+    assert current["defaults"] == [] and current["protected"] == []
+    assert client.get(f"{POLICY}/versions").get_json() == {"current": 0, "versions": []}
+
+
+def test_put_creates_version_one_then_two(client: FlaskClient) -> None:
+    first = put(client, policy())
+    second = put(client, policy(on_conflict="drop"))
+    assert (first["version"], second["version"]) == (1, 2)
+    assert first["author"] == "admin" and isinstance(first["created_at"], float)
+    assert first["defaults"] == [{"name": "NCCL_DEBUG", "value": "WARN"}]
+    assert first["protected"][1] == {"name": "CUDA_VISIBLE_DEVICES",
+                                     "reason": "the scheduler sets it"}
+    assert client.get(POLICY).get_json() == second
+
+
+def test_versions_lists_every_version_and_the_current_one(client: FlaskClient) -> None:
+    put(client, policy())
+    put(client, policy(defaults=[]))
+    assert client.get(f"{POLICY}/versions").get_json() == {"current": 2, "versions": [1, 2]}
+
+
+def test_an_old_version_is_returned_unchanged(client: FlaskClient) -> None:
+    first = put(client, policy())
+    put(client, policy(defaults=[{"name": "NCCL_DEBUG", "value": "INFO"}], protected=[]))
+    response = client.get(f"{POLICY}/versions/1")
+    assert response.status_code == 200
+    assert response.get_json() == first
+
+
+def test_version_zero_is_the_empty_policy(client: FlaskClient) -> None:
+    put(client, policy())
+    empty = client.get(f"{POLICY}/versions/0").get_json()
+    assert empty["version"] == 0 and empty["defaults"] == [] and empty["protected"] == []
+
+
+def test_a_missing_version_is_404(client: FlaskClient, error_shape: ErrorShape) -> None:
+    put(client, policy())
+    response = client.get(f"{POLICY}/versions/7")
+    assert response.status_code == 404
+    error_shape(response.get_json(), "not_found")
+
+
+def test_an_inconsistent_policy_is_422_naming_each_variable(
+        client: FlaskClient, policies: PolicyStore, error_shape: ErrorShape) -> None:
+    data = {
+        "defaults": [{"name": "TASK_ID", "value": "x"}, {"name": "BOTH", "value": "d"},
+                     {"name": "1BAD", "value": "y"}],
+        "protected": [{"name": "BOTH", "value": "p", "reason": "locked"},
+                      {"name": "NO_REASON", "reason": "  "}],
+    }
+    response = client.put(POLICY, json=data)
+    assert response.status_code == 422
+    body = response.get_json()
+    error_shape(body, "policy_invalid")
+    named = {(p["rule"], p.get("variable")) for p in body["errors"]}
+    assert named == {("policy.platform_reserved", "TASK_ID"), ("policy.ambiguous", "BOTH"),
+                     ("name.shell", "1BAD"), ("policy.reason_required", "NO_REASON")}
+    for problem in body["errors"]:
+        assert problem["variable"] in problem["message"]
+    assert policies.versions() == []
+
+
+def test_policy_shape_errors_are_422_naming_the_field(client: FlaskClient,
+                                                      error_shape: ErrorShape) -> None:
+    response = client.put(POLICY, json={"protected": [{"name": "P"}], "on_conflict": "maybe",
+                                        "extra": 1})
+    assert response.status_code == 422
+    error_shape(response.get_json())
+    fields = {p.get("field") for p in response.get_json()["errors"]}
+    assert {"protected.0.reason", "on_conflict", "extra"} <= fields
+
+
+def test_a_default_with_a_non_string_name_is_422_not_a_server_error(
+        client: FlaskClient, error_shape: ErrorShape) -> None:
+    response = client.put(POLICY, json={"defaults": [{"name": ["A"], "value": "x"}],
+                                        "protected": []})
+    assert response.status_code == 422
+    body = response.get_json()
+    error_shape(body, "unprocessable_entity")
+    assert [e["field"] for e in body["errors"]] == ["defaults.0.name"]
+
+
+def test_secret_policy_values_are_masked(client: FlaskClient) -> None:
+    data = policy(defaults=[{"name": "DB_PASSWORD", "value": "pw-in-policy", "secret": True}],
+                  protected=[{"name": "REGISTRY_TOKEN", "value": "tok-in-policy",
+                              "reason": "platform registry", "secret": True}])
+    responses = [client.put(POLICY, json=data), client.get(POLICY),
+                 client.get(f"{POLICY}/versions/1")]
+    for response in responses:
+        body = response.get_json()
+        assert body["defaults"][0]["value"] == MASK
+        assert body["protected"][0]["value"] == MASK
+        assert b"pw-in-policy" not in response.get_data()
+        assert b"tok-in-policy" not in response.get_data()
+
+
+def test_a_secret_policy_value_without_a_key_is_refused(
+        admin_client_with: Callable[..., FlaskClient], policies: PolicyStore,
+        error_shape: ErrorShape) -> None:
+    client = admin_client_with(secret_keys="")
+    response = client.put(POLICY, json=policy(
+        defaults=[{"name": "DB_PASSWORD", "value": "pw", "secret": True}]))
+    assert response.status_code == 422
+    error_shape(response.get_json(), "secrets_unavailable")
+    assert client.get(f"{POLICY}/versions").get_json()["versions"] == []
+
+
+def test_only_admins_may_read_or_change_the_policy(
+        client_for: Callable[..., FlaskClient], error_shape: ErrorShape) -> None:
+    user = client_for("alice")
+    for response in (user.get(POLICY), user.put(POLICY, json=policy()),
+                     user.get(f"{POLICY}/versions"), user.get(f"{POLICY}/versions/0")):
+        assert response.status_code == 403
+        error_shape(response.get_json(), "forbidden")

@@ -1,0 +1,179 @@
+"""From POST to a final state with TASKENV_LAUNCHER=podman: real pods, real containers.
+
+The launch worker only starts the pod (``running``); the reconciler process
+(``python -m workers.reconcile``, as ``make run`` starts it) asks podman every
+second and brings the outcome and the container's output back.  Needs podman and the local image,
+as tests/workers/test_podman_launcher.py does (.ci/run installs both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared import manifest
+from shared.secrets import new_key
+from shared.tokens import PREFIX
+from tests.integration.conftest import Stack
+from workers.celery_app import QUEUES
+from workers.localstack import (
+    RedisServer,
+    free_port,
+    start_api,
+    start_reconciler,
+    start_worker,
+    stop_all,
+    wait_http,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.podman]
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DUMP = ["env", "-0"]
+HOSTILE = {
+    "SUBSHELL": "$(HOME)",
+    "REFERENCE": "$(NCCL_DEBUG)",
+    "DOLLARS": "a$$b $$(X) $",
+    "BACKTICKS": "`id`",
+    "SEMICOLON": "a;b",
+    "NEWLINES": "line one\nline two\n",
+    "NON_ASCII": "数据集/训练 — ünïcode ✓",
+    "QUOTES": "'\"\\",
+}
+POLICY = {
+    "defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                 {"name": "OMP_NUM_THREADS", "value": "4"}],
+    "protected": [{"name": "DATA_ROOT", "value": "/mnt/datasets",
+                   "reason": "datasets live on shared storage"}],
+    "on_conflict": "reject",
+}
+SECRET = "hf_podman-secret-7c1e04d2b9"
+
+
+def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
+    """What podman, the image and the step shell add (see tests/workers/test_podman_launcher)."""
+    run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.workload.Workload.run_name
+    return {"HOSTNAME": run_name, "HOME": "/root", "PATH": IMAGE_PATH, "PWD": "/work",
+            "SHLVL": "1"}
+
+
+def podman(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120)
+
+
+def env_dumps(logs: str, count: int) -> list[dict[str, str]]:
+    entries = logs.split("\0")
+    assert entries[-1] == "", "output after the last env entry"
+    entries = entries[:-1]
+    assert len(entries) % count == 0, entries
+    size = len(entries) // count
+    return [dict(e.split("=", 1) for e in entries[i * size:(i + 1) * size])
+            for i in range(count)]
+
+
+class PodmanStack(Stack):
+    """The stack, remembering each task it created so its pods can be removed."""
+
+    created: list[str]
+
+    def create(self, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        task = super().create(body, **kwargs)
+        self.created.append(task["id"])
+        return task
+
+    def containers(self, task_id: str) -> list[str]:
+        label = f"label={manifest.LABEL_TASK_ID}={task_id}"
+        return podman("ps", "-a", "--filter", label, "--format", "{{.Names}}").stdout.split()
+
+    def remove_pods(self) -> None:
+        for task_id in self.created:
+            label = f"label={manifest.LABEL_TASK_ID}={task_id}"
+            for pod in podman("pod", "ps", "-q", "--filter", label).stdout.split():
+                podman("pod", "rm", "--force", pod)
+
+
+@pytest.fixture(scope="module")
+def podman_stack(redis_server: RedisServer,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanStack]:
+    subprocess.run([str(ROOT / "deploy/image/build.sh")], check=True, timeout=300)
+    root = tmp_path_factory.mktemp("podman-stack")
+    port = free_port()
+    env = {
+        "TASKENV_REDIS_URL": redis_server.url,
+        "TASKENV_KEY_PREFIX": f"p{uuid.uuid4().hex[:8]}",
+        "TASKENV_WORK_DIR": str(root / "tasks"),
+        "TASKENV_PORT": str(port),
+        "TASKENV_LAUNCHER": "podman",
+        "TASKENV_ADMIN_TOKEN": PREFIX + uuid.uuid4().hex,
+        "TASKENV_SECRET_KEYS": new_key(),
+        "TASKENV_RECONCILE_INTERVAL_SECONDS": "1",
+    }
+    logs = root / "processes.log"
+    procs = [start_worker(q, env, logfile=logs) for q in QUEUES]
+    procs += [start_reconciler(env, logfile=logs), start_api(env, logfile=logs)]
+    stack = PodmanStack(f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_server.url),
+                        env, root / "tasks", logs)
+    stack.created = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        yield stack
+    finally:
+        stop_all(procs)
+        stack.remove_pods()
+
+
+def test_both_steps_run_in_a_container_with_exactly_the_resolved_env(
+        podman_stack: PodmanStack):
+    stack = podman_stack
+    stack.set_policy(POLICY)
+    user_env = [{"name": k, "value": v} for k, v in HOSTILE.items()]
+    user_env.append({"name": "OMP_NUM_THREADS", "value": "8"})
+    created = stack.create({"name": "in-podman", "steps": [DUMP, DUMP], "env": user_env})
+
+    doc = stack.wait(created["id"])
+
+    assert doc["status"] == "succeeded", doc
+    assert doc["exit_code"] == 0
+    resolved = {v["name"]: v["value"] for v in doc["resolved_env"]}
+    assert resolved["DATA_ROOT"] == "/mnt/datasets" and resolved["OMP_NUM_THREADS"] == "8"
+    assert resolved["TASK_ID"] == created["id"]
+    logs = stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    for seen in env_dumps(logs, 2):  # one dump per step
+        assert seen == {**runtime_added(created["id"]), **resolved}
+    assert stack.containers(created["id"]) == [f"taskenv-{created['id'][:20]}-r1-task"]
+
+
+def test_failing_step_fails_the_task_with_its_exit_code_and_output(podman_stack: PodmanStack):
+    created = podman_stack.create({"name": "fails-in-podman", "steps": [
+        ["sh", "-c", "echo preparing; exit 3"], ["echo", "never"]]})
+
+    doc = podman_stack.wait(created["id"])
+
+    assert doc["status"] == "failed" and doc["exit_code"] == 3, doc
+    logs = podman_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert logs == "preparing\n"
+
+
+def test_secret_reaches_the_container_and_its_output_is_redacted(podman_stack: PodmanStack):
+    stack = podman_stack
+    digest = hashlib.sha256(SECRET.encode()).hexdigest()
+    created = stack.create({"name": "secret-in-podman", "steps": [
+        ["sh", "-c", 'printf %s "$HF_TOKEN" | sha256sum; echo "printed: $HF_TOKEN"']],
+        "env": [{"name": "HF_TOKEN", "value": SECRET, "secret": True}]})
+
+    doc = stack.wait(created["id"])
+
+    assert doc["status"] == "succeeded", doc
+    logs = stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert logs == f"{digest}  -\nprinted: [secret]\n"  # arrived exactly; redacted when stored
+    pod = f"taskenv-{created['id'][:20]}-r1"
+    assert SECRET not in podman("pod", "inspect", pod).stdout
+    assert SECRET.encode() not in stack.logs.read_bytes()

@@ -1,0 +1,320 @@
+"""The Kubernetes manifests: schema-valid, env in order, values literal, secrets out of the Job."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from shared.config import Settings
+from shared.manifest import (
+    ANNOTATION_TASK_ID,
+    GPU_RESOURCE,
+    LABEL_POLICY_VERSION,
+    LABEL_REVISION,
+    LABEL_TASK_ID,
+    Manifests,
+    ManifestSettings,
+    build,
+    escape,
+    job_name,
+    label_value,
+    pod_spec,
+    secret_name,
+    to_dict,
+)
+from shared.policy import Resolved
+from shared.workload import Resources, Workload
+
+# The oldest Kubernetes minor we support and the newest the validator ships.
+KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")
+TASK_ID = "3f2b8c1e9d4a4b7fa0c1d2e3f4a5b6c7"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+HOSTILE_VALUES = ["$(HOME)", "$$(X)", "a$b", "a$$b", "$(TASK_ID)", "$", "x$", "$$", "$(",
+                  "$(UNCLOSED", "`id`; rm -rf / && echo $((1+1))\n'\"", "naïve – 学习率 🚀", ""]
+
+
+def assert_valid(obj: Any) -> dict[str, Any]:
+    """``obj`` (a client model or its dict) passes the strict schema of every pinned version."""
+    data = obj if isinstance(obj, dict) else to_dict(obj)
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate(data, version, strict=True)
+    return data
+
+
+def kube_expand(value: str, defined: Mapping[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion (third_party/forked/golang/expansion), in Python.
+
+    ``$$`` → ``$``; ``$(NAME)`` → NAME's value if defined, else left as is; an
+    unclosed ``$(`` and any other ``$x`` are copied.
+    """
+    out, i = [], 0
+    while i < len(value):
+        if value[i] != "$" or i + 1 == len(value):
+            out.append(value[i])
+            i += 1
+            continue
+        nxt = value[i + 1]
+        close = value.find(")", i + 2) if nxt == "(" else -1
+        if nxt == "$":
+            out.append("$")
+        elif close != -1:
+            name = value[i + 2:close]
+            out.append(defined.get(name, f"$({name})"))
+            i = close + 1
+            continue
+        else:
+            out.append("$" + nxt)
+        i += 2
+    return "".join(out)
+
+
+def container_env(manifests: Manifests) -> dict[str, str]:
+    """The env a kubelet gives the container: values expanded in order, secrets read."""
+    container = manifests.job.spec.template.spec.containers[0]
+    secret = {k: base64.b64decode(v).decode()
+              for k, v in (manifests.secret.data if manifests.secret else {}).items()}
+    env: dict[str, str] = {}
+    for var in container.env or []:
+        if var.value_from is not None:
+            env[var.name] = secret[var.value_from.secret_key_ref.key]
+        else:
+            env[var.name] = kube_expand(var.value or "", env)
+    return env
+
+
+def workload(env: list[Resolved] | None = None, **changes: Any) -> Workload:
+    fields: dict[str, Any] = dict(
+        task_id=TASK_ID, revision=1, name="resnet50 sweep", policy_version=7,
+        steps=(("python", "prepare.py"), ("python", "train.py", "--epochs", "3")),
+        env=tuple(env if env is not None else [
+            Resolved("TASK_ID", TASK_ID, "platform"),
+            Resolved("NCCL_DEBUG", "INFO", "default"),
+            Resolved("LR", "0.01", "user", ("default",)),
+            Resolved("HF_TOKEN", "hf_s3cr3t_value", "protected", ("user",), True),
+            Resolved("DATA", "/data/$(TASK_ID)", "user"),
+        ]),
+        image="registry.local/train:1.0", workdir="/workspace",
+        resources=Resources(cpu="4", memory="16Gi", gpus=2),
+    )
+    fields.update(changes)
+    return Workload(**fields)
+
+
+SETTINGS = ManifestSettings(namespace="training", backoff_limit=0)
+
+
+def test_settings_come_from_the_service_settings():
+    settings = Settings(kube_namespace="ml", kube_backoff_limit=2)
+    assert ManifestSettings.from_settings(settings) == ManifestSettings("ml", 2)
+
+
+def test_the_job_is_valid_batch_v1_that_never_restarts():
+    manifests = build(workload(), SETTINGS)
+    job = assert_valid(manifests.job)
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    assert job["metadata"]["namespace"] == "training"
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    assert pod["enableServiceLinks"] is False  # no FOO_SERVICE_HOST noise in the env
+    assert pod["automountServiceAccountToken"] is False
+    assert len(pod["containers"]) == 1
+    assert assert_valid(manifests.secret)["kind"] == "Secret"
+
+
+def test_the_validator_is_strict():
+    job = to_dict(build(workload(), SETTINGS).job)
+    job["spec"]["template"]["spec"]["containers"][0]["envv"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        assert_valid(job)
+
+
+def test_env_holds_the_resolved_variables_in_order():
+    w = workload()
+    container = assert_valid(build(w, SETTINGS).job)["spec"]["template"]["spec"]["containers"][0]
+    assert [e["name"] for e in container["env"]] == [v.name for v in w.env]
+    assert container["env"][1] == {"name": "NCCL_DEBUG", "value": "INFO"}
+
+
+def test_every_value_arrives_as_typed_after_kubernetes_expansion():
+    env = [Resolved("TASK_ID", TASK_ID, "platform"), Resolved("X", "defined", "user")]
+    env += [Resolved(f"V{i}", value, "user") for i, value in enumerate(HOSTILE_VALUES)]
+    w = workload(env)
+    manifests = build(w, SETTINGS)
+    assert_valid(manifests.job)
+    assert container_env(manifests) == w.env_dict()
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+def test_escape_round_trips_through_kubernetes_expansion(value):
+    defined = {"HOME": "/root", "X": "x", "TASK_ID": "t", "UNCLOSED": "u"}
+    assert kube_expand(escape(value), defined) == value
+
+
+def test_escaping_only_dollar_paren_would_not_be_enough():
+    # Why every '$' is doubled: Kubernetes collapses '$$' wherever it appears.
+    def naive(value: str) -> str:
+        return value.replace("$(", "$$(")
+    defined = {"X": "x"}
+    assert kube_expand(naive("a$$b"), defined) != "a$$b"
+    assert kube_expand(naive("$$(X)"), defined) != "$$(X)"
+
+
+def test_secrets_reach_the_container_only_through_a_secret_key_ref():
+    w = workload()
+    manifests = build(w, SETTINGS)
+    job, secret = assert_valid(manifests.job), assert_valid(manifests.secret)
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+        "name": secret_name(w), "key": "HF_TOKEN", "optional": False}}}
+    text = json.dumps(job)
+    assert "hf_s3cr3t_value" not in text
+    assert base64.b64encode(b"hf_s3cr3t_value").decode() not in text
+    assert secret["metadata"]["name"] == secret_name(w)
+    assert secret["metadata"]["namespace"] == "training"
+    assert secret["immutable"] is True
+    assert base64.b64decode(secret["data"]["HF_TOKEN"]) == b"hf_s3cr3t_value"
+    assert list(secret["data"]) == ["HF_TOKEN"]  # only secret variables go there
+    assert container_env(manifests)["HF_TOKEN"] == "hf_s3cr3t_value"
+
+
+def test_secret_names_that_are_not_valid_keys_get_stable_keys():
+    env = [Resolved("my token", "a", "user", (), True), Resolved("var-1", "b", "user", (), True),
+           Resolved("TOKEN", "c", "user", (), True)]
+    manifests = build(workload(env), SETTINGS)
+    assert_valid(manifests.secret)
+    assert len(manifests.secret.data) == 3
+    assert container_env(manifests) == {"my token": "a", "var-1": "b", "TOKEN": "c"}
+
+
+def test_no_secret_without_secret_variables():
+    env = [Resolved("A", "1", "user")]
+    assert build(workload(env), SETTINGS).secret is None
+
+
+def test_pod_spec_refuses_secret_variables_without_a_secret():
+    with pytest.raises(ValueError, match="secret"):
+        pod_spec(workload(), None)
+
+
+def test_pod_spec_makes_a_valid_bare_pod():
+    w = workload()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": job_name(w)},
+           "spec": to_dict(pod_spec(w, secret_name(w)))}
+    assert_valid(pod)
+
+
+def test_names_are_stable_per_revision_and_valid():
+    first, again, second = workload(), workload(), workload(revision=2)
+    assert job_name(first) == job_name(again) == first.run_name
+    assert job_name(second) != job_name(first)
+    assert secret_name(second) != secret_name(first)
+    for w in (first, second):
+        assert len(job_name(w)) <= 63 and DNS_LABEL.fullmatch(job_name(w))
+        assert len(secret_name(w)) <= 253
+
+
+@pytest.mark.parametrize("task_id", ["Task_ID.With Spaces/and:colons", "-x-", "é" * 40,
+                                     "A" * 300, "UPPER"])
+def test_awkward_task_ids_still_make_valid_distinct_names(task_id):
+    # Task ids are uuid4 hex today (run_name's 20 characters are then unique enough);
+    # anything else is sanitised and the full id hashed into the name.
+    w = workload(task_id=task_id, revision=123456)
+    manifests = build(w, SETTINGS)
+    job = assert_valid(manifests.job)
+    assert len(job_name(w)) <= 63 and DNS_LABEL.fullmatch(job_name(w))
+    assert job_name(w) != job_name(workload(task_id=task_id + "x", revision=123456))
+    assert job_name(w) != job_name(workload(task_id=task_id, revision=123457))
+    assert LABEL_VALUE.fullmatch(job["metadata"]["labels"][LABEL_TASK_ID])
+    assert job["metadata"]["annotations"][ANNOTATION_TASK_ID] == task_id
+
+
+def test_labels_and_annotations():
+    w = workload()
+    manifests = build(w, SETTINGS)
+    job, secret = assert_valid(manifests.job), assert_valid(manifests.secret)
+    expected = {LABEL_TASK_ID: TASK_ID, LABEL_REVISION: "1", LABEL_POLICY_VERSION: "7",
+                "app.kubernetes.io/managed-by": "taskenv"}
+    assert job["metadata"]["labels"] == expected
+    assert job["spec"]["template"]["metadata"]["labels"] == expected
+    assert secret["metadata"]["labels"] == expected
+    assert job["metadata"]["annotations"][ANNOTATION_TASK_ID] == TASK_ID
+    assert job["metadata"]["annotations"]["taskenv.io/task-name"] == "resnet50 sweep"
+
+
+def test_label_value_truncates_and_sanitises():
+    assert label_value("a" * 80) == "a" * 63
+    assert label_value("__x y.z__") == "x-y.z"
+    assert label_value("ok-id_1.2") == "ok-id_1.2"
+
+
+def test_image_workdir_and_resources():
+    container = assert_valid(build(workload(), SETTINGS).job)[
+        "spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.local/train:1.0"
+    assert container["workingDir"] == "/workspace"
+    assert container["resources"] == {"requests": {"cpu": "4", "memory": "16Gi"},
+                                      "limits": {GPU_RESOURCE: "2"}}
+
+
+def test_no_gpu_limit_without_gpus_and_no_resources_without_any():
+    cpu_only = assert_valid(build(workload(resources=Resources(cpu="1")), SETTINGS).job)
+    assert cpu_only["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "1"}}
+    bare = assert_valid(build(workload(resources=Resources(), workdir=None), SETTINGS).job)
+    container = bare["spec"]["template"]["spec"]["containers"][0]
+    assert "resources" not in container and "workingDir" not in container
+
+
+HOSTILE_ARGV = ("it's", 'say "hi"', "a b", "x;y", "$(HOME)", "$$", "`id`", "&&", "|", "\n", "")
+
+
+def test_steps_run_in_order_with_each_argv_quoted():
+    steps = (("python", "-c", "pass", *HOSTILE_ARGV), ("echo", "done"))
+    w = workload(steps=steps)
+    command = assert_valid(build(w, SETTINGS).job)["spec"]["template"]["spec"][
+        "containers"][0]["command"]
+    assert command[:2] == ["/bin/sh", "-c"]
+    script = kube_expand(command[2], {"HOME": "/root"})
+    assert script == " && ".join(shlex.join(s) for s in steps)
+    for step in steps:
+        assert shlex.split(shlex.join(step)) == list(step)
+
+
+def test_no_env_value_appears_in_the_command():
+    w = workload()
+    command = build(w, SETTINGS).job.spec.template.spec.containers[0].command
+    for var in w.env:
+        if len(var.value) > 3:
+            assert var.value not in " ".join(command)
+
+
+def test_a_real_shell_gets_the_argv_and_env_exactly_as_typed(tmp_path):
+    """Play the kubelet: expand as Kubernetes would, then exec the command with that env."""
+    echo = "import json, os, sys; print(json.dumps([sys.argv[1:], dict(os.environ)]))"
+    steps = ((sys.executable, "-c", echo, *HOSTILE_ARGV), ("true",))
+    env = [Resolved("TASK_ID", TASK_ID, "platform")]
+    env += [Resolved(f"V{i}", value, "user") for i, value in enumerate(HOSTILE_VALUES)]
+    env += [Resolved("PATH", os.environ["PATH"], "default"),
+            Resolved("S", "$(TASK_ID) secret", "protected", (), True)]
+    manifests = build(workload(env, steps=steps), SETTINGS)
+    container_spec = manifests.job.spec.template.spec.containers[0]
+    env_now = container_env(manifests)
+    command = [kube_expand(part, env_now) for part in container_spec.command]
+    done = subprocess.run(command, env=env_now, cwd=tmp_path, capture_output=True, text=True,
+                          check=True)
+    argv, seen = json.loads(done.stdout)
+    assert argv == list(HOSTILE_ARGV)
+    for var in env:
+        assert seen[var.name] == var.value
