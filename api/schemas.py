@@ -123,6 +123,16 @@ class TaskOut(ma.Schema):
     note = fields.String(metadata={"description": "How env changes take effect."})
 
 
+class ManifestOut(ma.Schema):
+    revision = fields.Integer()
+    resolved = fields.Boolean(metadata={"description": "False: resolved just now against the "
+                                                       "current policy, not yet by the workers"})
+    policy_version = fields.Integer()
+    job = fields.Dict(metadata={"description": "A batch/v1 Job, as the API server gets it."})
+    secret = fields.Dict(allow_none=True,
+                         metadata={"description": "A v1 Secret; its values are redacted."})
+
+
 class TaskAccepted(ma.Schema):
     id = fields.String()
     url = fields.String()

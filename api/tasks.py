@@ -10,9 +10,19 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api.auth import actor, scope
-from api.schemas import EnvPatch, TaskAccepted, TaskCreate, TaskOut, TaskPage, TaskQuery
-from shared import records, states
-from shared.errors import BadRequest, EnvInvalid, StateConflict
+from api.schemas import (
+    EnvPatch,
+    ManifestOut,
+    TaskAccepted,
+    TaskCreate,
+    TaskOut,
+    TaskPage,
+    TaskQuery,
+)
+from shared import envlist, manifest, records, states
+from shared.errors import BadRequest, EnvInvalid, PolicyConflict, StateConflict
+from shared.policy import platform_env, resolve
+from shared.workload import Workload
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
                 description="Training tasks and their env.")
@@ -107,6 +117,39 @@ def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str], action: 
                        set=[e.get("name") for e in set_], unset=unset)
     svc().enqueue(doc["id"], doc["revision"])
     return accepted(doc), 202, {"Location": task_url(task_id)}
+
+
+@blp.route("/<task_id>/manifest")
+class TaskManifest(MethodView):
+    @blp.response(200, ManifestOut)
+    def get(self, task_id: str) -> dict[str, Any]:
+        """The Kubernetes Job (and Secret) this revision was, or would be, submitted as.
+
+        A revision not yet resolved is resolved here against the current policy, as
+        preview does; secret values appear only as ``secretKeyRef`` references.
+        """
+        doc = svc().tasks.get(task_id, scope())
+        resolved = doc.get("resolved") is not None
+        if not resolved:
+            doc = _resolved_now(doc)
+        manifests = manifest.build(Workload.from_doc(doc),
+                                   manifest.ManifestSettings.from_settings(svc().settings))
+        return {"revision": doc["revision"], "resolved": resolved,
+                "policy_version": doc["policy_version"], **manifest.for_display(manifests)}
+
+
+def _resolved_now(doc: dict[str, Any]) -> dict[str, Any]:
+    problems = envlist.validate(doc["env"], svc().limits)
+    if problems:
+        raise EnvInvalid("the task's env is not valid; there is no manifest", problems)
+    policy = svc().policies.current()
+    result = resolve(envlist.parse(doc["env"]), policy,
+                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
+    if not result.ok:
+        raise PolicyConflict("the policy refuses the task's env; there is no manifest",
+                             result.errors)
+    return {**doc, "resolved": [v.to_dict() for v in result.variables],
+            "policy_version": policy.version}
 
 
 @blp.route("/<task_id>/logs")

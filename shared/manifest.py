@@ -223,3 +223,13 @@ def _serializer() -> ApiClient:
 def to_dict(obj: Any) -> dict[str, Any]:
     """The JSON the API server receives for a kubernetes client model (camelCase keys)."""
     return _serializer().sanitize_for_serialization(obj)
+
+
+def for_display(manifests: Manifests) -> dict[str, Any]:
+    """The manifests as a user may see them: the Secret's keys, never its values."""
+    out: dict[str, Any] = {"job": to_dict(manifests.job), "secret": None}
+    if manifests.secret is not None:
+        secret = to_dict(manifests.secret)
+        secret["data"] = {key: "<redacted>" for key in secret.get("data", {})}
+        out["secret"] = secret
+    return out
