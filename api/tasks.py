@@ -9,6 +9,7 @@ from flask import Response, current_app, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
+from api import actions
 from api.auth import actor, scope
 from api.schemas import (
     EnvPatch,
@@ -19,9 +20,8 @@ from api.schemas import (
     TaskPage,
     TaskQuery,
 )
-from shared import envlist, manifest, records, states
-from shared.errors import BadRequest, EnvInvalid, PolicyConflict, StateConflict
-from shared.policy import platform_env, resolve
+from shared import manifest, records
+from shared.errors import BadRequest
 from shared.workload import Workload
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
@@ -63,14 +63,7 @@ class Tasks(MethodView):
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 0 < len(key) <= 200:
             raise BadRequest("Idempotency-Key must be 1 to 200 characters")
-        doc, created = svc().tasks.create(records.new_task(data, actor()), key)
-        if created:
-            svc().audit.record(actor(), "task.create", doc["id"],
-                               variables=[e.get("name") for e in data["env"]])
-            svc().enqueue(doc["id"], doc["revision"])
-        elif doc.get("digest") != records.request_digest(data):
-            raise StateConflict(f"Idempotency-Key {key!r} was used for a different request "
-                                f"(task {doc['id']})")
+        doc = actions.create_task(svc(), data, actor(), key)
         return accepted(doc), 202, {"Location": task_url(doc["id"])}
 
 
@@ -100,22 +93,7 @@ class TaskRerun(MethodView):
 
 
 def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str], action: str) -> Any:
-    svc().tasks.get(task_id, scope())  # 404 before anything else for tasks not yours
-
-    def change(doc: dict[str, Any]) -> dict[str, Any]:
-        if doc["state"] in (states.LAUNCHING, states.RUNNING):
-            raise StateConflict(
-                f"task {task_id} is {doc['state']}: a running container's env cannot "
-                "change; change it once the task has finished")
-        env, problems = records.patch_env(doc["env"], set_, unset)
-        if problems:
-            raise EnvInvalid("the change cannot be applied", problems)
-        return records.new_revision(doc, env)
-
-    doc = svc().tasks.update(task_id, change)
-    svc().audit.record(actor(), action, task_id, revision=doc["revision"],
-                       set=[e.get("name") for e in set_], unset=unset)
-    svc().enqueue(doc["id"], doc["revision"])
+    doc = actions.revise_task(svc(), task_id, actor(), scope(), set_, unset, action)
     return accepted(doc), 202, {"Location": task_url(task_id)}
 
 
@@ -131,25 +109,11 @@ class TaskManifest(MethodView):
         doc = svc().tasks.get(task_id, scope())
         resolved = doc.get("resolved") is not None
         if not resolved:
-            doc = _resolved_now(doc)
+            doc = actions.resolved_now(svc(), doc)
         manifests = manifest.build(Workload.from_doc(doc),
                                    manifest.ManifestSettings.from_settings(svc().settings))
         return {"revision": doc["revision"], "resolved": resolved,
                 "policy_version": doc["policy_version"], **manifest.for_display(manifests)}
-
-
-def _resolved_now(doc: dict[str, Any]) -> dict[str, Any]:
-    problems = envlist.validate(doc["env"], svc().limits)
-    if problems:
-        raise EnvInvalid("the task's env is not valid; there is no manifest", problems)
-    policy = svc().policies.current()
-    result = resolve(envlist.parse(doc["env"]), policy,
-                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
-    if not result.ok:
-        raise PolicyConflict("the policy refuses the task's env; there is no manifest",
-                             result.errors)
-    return {**doc, "resolved": [v.to_dict() for v in result.variables],
-            "policy_version": policy.version}
 
 
 @blp.route("/<task_id>/logs")

@@ -1,0 +1,65 @@
+"""What a caller can do to tasks, shared by the JSON API and the web pages.
+
+Each function takes the services, the caller (owner and visibility scope) and
+plain data; it writes to Redis first and enqueues after, and records an audit
+entry naming the variables it touched (never their values).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared import envlist, records, states
+from shared.errors import EnvInvalid, PolicyConflict, StateConflict
+from shared.policy import platform_env, resolve
+
+Doc = dict[str, Any]
+
+
+def create_task(svc: Any, data: dict[str, Any], actor: str,
+                idempotency_key: str | None = None) -> Doc:
+    doc, created = svc.tasks.create(records.new_task(data, actor), idempotency_key)
+    if created:
+        svc.audit.record(actor, "task.create", doc["id"],
+                         variables=[e.get("name") for e in data["env"]])
+        svc.enqueue(doc["id"], doc["revision"])
+    elif doc.get("digest") != records.request_digest(data):
+        raise StateConflict(f"Idempotency-Key {idempotency_key!r} was used for a different "
+                            f"request (task {doc['id']})")
+    return doc
+
+
+def revise_task(svc: Any, task_id: str, actor: str, scope: str | None,
+                set_: list[dict[str, Any]], unset: list[str], action: str) -> Doc:
+    """A new revision with the env changed: validated, resolved and launched anew."""
+    svc.tasks.get(task_id, scope)  # 404 before anything else for tasks not yours
+
+    def change(doc: Doc) -> Doc:
+        if doc["state"] in (states.LAUNCHING, states.RUNNING):
+            raise StateConflict(
+                f"task {task_id} is {doc['state']}: a running container's env cannot "
+                "change; change it once the task has finished")
+        env, problems = records.patch_env(doc["env"], set_, unset)
+        if problems:
+            raise EnvInvalid("the change cannot be applied", problems)
+        return records.new_revision(doc, env)
+
+    doc: Doc = svc.tasks.update(task_id, change)
+    svc.audit.record(actor, action, task_id, revision=doc["revision"],
+                     set=[e.get("name") for e in set_], unset=unset)
+    svc.enqueue(doc["id"], doc["revision"])
+    return doc
+
+
+def resolved_now(svc: Any, doc: Doc) -> Doc:
+    """The record as the workers would resolve it now, for a revision not yet resolved."""
+    problems = envlist.validate(doc["env"], svc.limits)
+    if problems:
+        raise EnvInvalid("the task's env is not valid", problems)
+    policy = svc.policies.current()
+    result = resolve(envlist.parse(doc["env"]), policy,
+                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
+    if not result.ok:
+        raise PolicyConflict("the policy refuses the task's env", result.errors)
+    return {**doc, "resolved": [v.to_dict() for v in result.variables],
+            "policy_version": policy.version}
