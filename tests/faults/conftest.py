@@ -47,7 +47,7 @@ class Report:
 
 
 class FaultStack:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **extra_env: str) -> None:
         self.root = root
         self.runs = root / "runs.txt"
         self.logs = root / "processes.log"
@@ -62,6 +62,7 @@ class FaultStack:
             "TASKENV_STUCK_AFTER_SECONDS": "3",
             "TASKENV_RECONCILE_INTERVAL_SECONDS": "1",
             "TASKENV_HEARTBEAT_SECONDS": "1",
+            **extra_env,
         }
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.others: list[subprocess.Popen[bytes]] = []
@@ -115,6 +116,10 @@ class FaultStack:
         return {"name": f"fault-{n}", "steps": [["sh", "-c", 'echo "$TASK_ID" >> "$RUNS"']],
                 "env": [{"name": "RUNS", "value": str(self.runs)}]}
 
+    def submit(self, count: int, body_for, prefix: str) -> list[str]:
+        ids = [self.post(body_for(n), key=f"{prefix}-{n}") for n in range(count)]
+        return [task_id for task_id in ids if task_id is not None]
+
     def states_of(self, ids: list[str]) -> dict[str, str]:
         client = redis.Redis.from_url(self.redis.url, decode_responses=True)
         pipe = client.pipeline(transaction=False)
@@ -129,9 +134,15 @@ class FaultStack:
             if all(s in FINAL for s in states.values()) or time.monotonic() > deadline:
                 return states
 
-    def report(self, submitted: int, ids: list[str], timeout: float = 180.0) -> Report:
+    def launches(self) -> Counter[str]:
+        """Launches per task id, as the counting task's step recorded them."""
+        return Counter(self.runs.read_text().split()) if self.runs.exists() else Counter()
+
+    def report(self, submitted: int, ids: list[str], timeout: float = 180.0,
+               launches: Counter[str] | None = None) -> Report:
+        """Wait for the tasks, then count; ``launches`` defaults to the counting task's."""
         states = self.wait_final(ids, timeout)
-        launches = Counter(self.runs.read_text().split()) if self.runs.exists() else Counter()
+        launches = self.launches() if launches is None else launches
         report = Report(submitted=submitted, accepted=ids)
         report.states = Counter(s for s in states.values() if s in FINAL)
         report.lost = sum(1 for s in states.values() if s not in FINAL)
