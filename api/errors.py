@@ -43,6 +43,9 @@ class TaskenvApi(Api):
         super().__init__(app)
         app.register_error_handler(TaskenvError, self.handle_taskenv_error)
         app.register_error_handler(redis.RedisError, self.handle_redis_error)
+        # json.loads recurses once per level: a body nested deeper than Python's stack
+        # ends there.  Nothing else in a request recurses without bound.
+        app.register_error_handler(RecursionError, self.handle_too_deep)
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
         return jsonify(body(error.code, error.message, error.problems)), error.status
@@ -51,6 +54,9 @@ class TaskenvApi(Api):
         # Safe to retry: with the same Idempotency-Key a retry never makes a second task.
         return (jsonify(body("unavailable", "the task store is unavailable; retry shortly")),
                 503, {"Retry-After": "1"})
+
+    def handle_too_deep(self, error: RecursionError) -> Any:
+        return jsonify(body("bad_request", "the JSON body is nested too deeply")), 400
 
     def handle_http_exception(self, error: HTTPException) -> Any:
         data = getattr(error, "data", None) or {}
