@@ -25,7 +25,8 @@ def rotate_secrets(settings: Settings) -> int:
     client = connect(settings.redis_url, settings.redis_master_name)
     store = TaskStore(client, settings.key_prefix, Cipher.from_setting(settings.secret_keys))
     count = 0
-    for task_id in client.zrange(store.keys.index(), 0, -1):
+    ids: list[str] = client.zrange(store.keys.index(), 0, -1)  # type: ignore[assignment]
+    for task_id in ids:
         store.update(task_id, lambda doc: doc)
         count += 1
     print(f"re-sealed {count} tasks", file=sys.stderr)

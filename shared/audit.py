@@ -22,12 +22,13 @@ class AuditLog:
     def record(self, actor: str, action: str, target: str, **detail: Any) -> None:
         entry = {"at": time.time(), "actor": actor, "action": action, "target": target,
                  "detail": json.dumps(detail, sort_keys=True)}
-        self.r.xadd(self.key, entry, maxlen=MAX_ENTRIES, approximate=True)
+        self.r.xadd(self.key, entry, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
 
     def list(self, limit: int = 100, before: str | None = None) -> list[dict[str, Any]]:
         top = f"({before}" if before else "+"
         out = []
-        for entry_id, fields in self.r.xrevrange(self.key, max=top, min="-", count=limit):
+        entries: Any = self.r.xrevrange(self.key, max=top, min="-", count=limit)
+        for entry_id, fields in entries:
             f = {_text(k): _text(v) for k, v in fields.items()}
             out.append({"id": _text(entry_id), "at": float(f["at"]), "actor": f["actor"],
                         "action": f["action"], "target": f["target"],

@@ -44,6 +44,8 @@ class Settings:
     secret_keys: str = ""
     # A bearer token that is always an admin's: how the first admin gets in.
     admin_token: str = ""
+    # Signs the web pages' session cookies; empty: a random key per API process.
+    session_secret: str = ""
     auth_failures_per_minute: int = 20
 
     @classmethod

@@ -9,6 +9,7 @@ disagrees with its record and two workers can never both win a transition.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 import uuid
@@ -151,7 +152,8 @@ class TaskStore:
         """Apply ``change`` atomically; it returns the new doc, or None to leave it be."""
         key = self.keys.task(task_id)
         while True:
-            v, raw = self.r.hmget(key, "v", "doc")
+            fields: Any = self.r.hmget(key, ["v", "doc"])
+            v, raw = fields
             if raw is None:
                 raise NotFound(f"no task {task_id}")
             old = self._load(raw)
@@ -187,7 +189,7 @@ class TaskStore:
              cursor: int | None = None, limit: int = 50) -> Page:
         """Newest first; ``cursor`` is the position the previous page ended at."""
         top = f"({cursor}" if cursor is not None else "+inf"
-        pairs = self.r.zrevrangebyscore(self.keys.index(owner, state), top, "-inf",
+        pairs: Any = self.r.zrevrangebyscore(self.keys.index(owner, state), top, "-inf",
                                         start=0, num=limit + 1, withscores=True)
         more = len(pairs) > limit
         pairs = pairs[:limit]
@@ -210,7 +212,7 @@ class TaskStore:
             open_entries(entries, self.cipher)
         return doc
 
-    def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
+    def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
         return [_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
 
     def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:

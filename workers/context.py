@@ -20,18 +20,20 @@ from shared.store import PolicyStore, TaskStore
 from workers.launchers import make_launcher
 from workers.launchers.base import Launcher
 
+RedisClient = redis.Redis  # the field below is named ``redis`` too
+
 
 @dataclass
 class Context:
     settings: Settings
-    redis: redis.Redis
+    redis: RedisClient
     tasks: TaskStore
     policies: PolicyStore
     launcher: Launcher
     limits: Limits
 
     @classmethod
-    def build(cls, settings: Settings, client: redis.Redis | None = None) -> Context:
+    def build(cls, settings: Settings, client: RedisClient | None = None) -> Context:
         if client is None:
             client = connect(settings.redis_url, settings.redis_master_name)
             warn_if_evicting(client)

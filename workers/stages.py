@@ -121,7 +121,7 @@ def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> 
     ttl = interval * 3
 
     def beat() -> None:
-        wait = interval
+        wait: float = interval
         while not done.wait(wait):
             try:
                 tasks.heartbeat(task_id, revision, ttl)
