@@ -82,9 +82,10 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services
-    from api import admin, auth, errors, health, policy, preview, tasks
+    from api import admin, auth, errors, health, pages, policy, preview, tasks
 
     auth.init_app(app)
+    pages.init_app(app)  # the web console: its session key (SECRET_KEY) and blueprint
     api = errors.TaskenvApi(app)
     for module in (tasks, policy, preview, admin):
         api.register_blueprint(module.blp)

@@ -15,6 +15,8 @@ from shared.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.tokens import Identity
 
 PUBLIC_ENDPOINTS = {"health.healthz", "static"}
+# The web pages (api/pages.py) authenticate by session cookie, not bearer token.
+SESSION_BLUEPRINTS = {"pages"}
 # Whole blueprints only admins reach; checked before the body is even parsed, so a
 # user learns nothing about these routes beyond 403.
 ADMIN_BLUEPRINTS = {"policy", "admin"}
@@ -26,7 +28,7 @@ def init_app(app: Flask) -> None:
 
 
 def authenticate() -> None:
-    if request.endpoint in PUBLIC_ENDPOINTS:
+    if request.endpoint in PUBLIC_ENDPOINTS or request.blueprint in SESSION_BLUEPRINTS:
         return
     svc = current_app.extensions["taskenv"]
     failures = f"{svc.settings.key_prefix}:authfail:{request.remote_addr}"

@@ -46,6 +46,8 @@ class Settings:
     admin_token: str = ""
     # Signs the web pages' session cookies; empty: a random key per API process.
     session_secret: str = ""
+    # 1: page session cookies only travel over HTTPS (set it behind a TLS proxy).
+    session_cookie_secure: int = 0
     auth_failures_per_minute: int = 20
 
     @classmethod

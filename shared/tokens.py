@@ -61,7 +61,11 @@ class TokenStore:
         return found if found else self.create(owner, role, "settings", token)[1]
 
     def identify(self, token: str) -> Identity | None:
-        raw = self.r.get(f"{self.p}:token:{digest(token)}")
+        return self.by_digest(digest(token))
+
+    def by_digest(self, hashed: str) -> Identity | None:
+        """The identity behind a token's digest (what a page session keeps)."""
+        raw = self.r.get(f"{self.p}:token:{hashed}")
         return Identity(**json.loads(raw)) if raw else None
 
     def revoke(self, token_id: str) -> None:

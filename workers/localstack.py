@@ -170,6 +170,7 @@ def local_credentials(directory: Path) -> dict[str, str]:
     for setting, name, make in (
         ("TASKENV_ADMIN_TOKEN", "admin.token", lambda: PREFIX + secrets.token_urlsafe(32)),
         ("TASKENV_SECRET_KEYS", "secret.key", new_key),
+        ("TASKENV_SESSION_SECRET", "session.key", lambda: secrets.token_urlsafe(32)),
     ):
         if os.environ.get(setting):
             continue

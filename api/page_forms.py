@@ -1,0 +1,239 @@
+"""What the web pages' forms send, read through marshmallow schemas.
+
+An HTML form sends flat fields (``env-0-name``, ``env-0-value``, ``env-0-secret``…);
+:func:`rows` gathers them into a list of dicts.  The page schemas check what a
+person typed (a step line that does not split, a value without a name); the
+result is then loaded with the JSON API's own schemas (``TaskCreate``,
+``EnvPatch``, ``PolicyIn``), so a page can never send what the API would refuse.
+
+Each ``read_*`` function returns the data for the action, the errors keyed like
+marshmallow's (``{"env": {2: {"name": [...]}}}``), and the rows to show again,
+so a form with a mistake comes back with everything typed except secret values.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import marshmallow as ma
+from marshmallow import fields, validate
+from werkzeug.datastructures import MultiDict
+
+from api.schemas import EnvPatch, TaskCreate
+from shared.policy import Policy
+
+Row = dict[str, Any]
+Errors = dict[str, Any]
+ROW_FIELD = re.compile(r"(?P<prefix>[a-z]+)-(?P<index>\d{1,4})-(?P<field>[a-z]+)")
+# Fields whose text makes a row worth reading; a row with none of them was left empty.
+TYPED = ("name", "value", "reason")
+
+
+def rows(form: MultiDict[str, str], prefix: str) -> list[Row]:
+    """The ``prefix`` rows a form sent, in order, leaving out rows left empty."""
+    found: dict[int, Row] = {}
+    for key, value in form.items():
+        match = ROW_FIELD.fullmatch(key)
+        if match and match["prefix"] == prefix:
+            found.setdefault(int(match["index"]), {})[match["field"]] = value
+    return [found[i] for i in sorted(found) if any(found[i].get(f) for f in TYPED)]
+
+
+def blank(count: int, **extra: Any) -> list[Row]:
+    return [{"name": "", "value": "", "secret": False, **extra} for _ in range(count)]
+
+
+def shown(typed: list[Row]) -> list[Row]:
+    """Rows as a form may show them again: a secret value is never echoed back."""
+    return [{**row, "value": "" if row.get("secret") else row.get("value", ""),
+             "retype": bool(row.get("secret") and row.get("value"))} for row in typed]
+
+
+class Form(ma.Schema):
+    class Meta:
+        unknown = ma.EXCLUDE  # the CSRF token, the submit buttons
+
+
+class EnvRow(Form):
+    name = fields.String(load_default="")
+    value = fields.String(load_default="")
+    secret = fields.Boolean(load_default=False)  # a checkbox sends "on"
+
+    @ma.validates_schema
+    def named(self, data: Row, **_: Any) -> None:
+        if not data["name"]:
+            raise ma.ValidationError("a variable needs a name", "name")
+
+    @ma.post_load
+    def unix_lines(self, data: Row, **_: Any) -> Row:
+        # Browsers send a textarea's line breaks as CRLF; what a person typed is LF.
+        data["value"] = data["value"].replace("\r\n", "\n")
+        return data
+
+
+class EditRow(EnvRow):
+    delete = fields.Boolean(load_default=False)
+
+
+class Steps(fields.String):
+    """One step per line, split into an argv with shlex — the argv is never given to a shell."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        steps, problems = [], []
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                argv = shlex.split(line)
+            except ValueError as error:  # an unclosed quote, a trailing backslash
+                problems.append(f"line {number}: {error}")
+                continue
+            if argv:
+                steps.append(argv)
+        if problems:
+            raise ma.ValidationError(problems)
+        if not steps:
+            raise ma.ValidationError("give at least one step")
+        return steps
+
+
+class TaskForm(Form):
+    name = fields.String(required=True, validate=validate.Length(
+        min=1, max=200, error="a name of 1 to 200 characters is required"))
+    image = fields.String(load_default=None)
+    steps = Steps(required=True)
+    env = fields.List(fields.Nested(EnvRow), load_default=list)
+
+    @ma.post_load
+    def no_empty_image(self, data: Row, **_: Any) -> Row:
+        if not data["image"]:
+            del data["image"]  # the API's default: the launcher's image
+        return data
+
+
+class EnvEditForm(Form):
+    env = fields.List(fields.Nested(EditRow), load_default=list)
+    new = fields.List(fields.Nested(EnvRow), load_default=list)
+
+
+class ProtectedRow(EnvRow):
+    reason = fields.String(load_default="")
+
+
+class PolicyForm(Form):
+    defaults = fields.List(fields.Nested(EnvRow), load_default=list)
+    protected = fields.List(fields.Nested(ProtectedRow), load_default=list)
+    on_conflict = fields.String(load_default="reject",
+                                validate=validate.OneOf(["reject", "drop"]))
+
+
+def load(schema: ma.Schema, data: Row) -> tuple[Row | None, Errors]:
+    try:
+        return schema.load(data), {}
+    except ma.ValidationError as error:
+        messages = error.messages
+        return None, messages if isinstance(messages, dict) else {"_form": messages}
+
+
+def read_task(form: MultiDict[str, str]) -> tuple[Row | None, Errors, Row]:
+    """The new-task form as ``TaskCreate`` data; the typed form comes back to show again."""
+    typed = {"name": form.get("name", ""), "image": form.get("image", ""),
+             "steps": form.get("steps", ""), "env": rows(form, "env")}
+    data, errors = load(TaskForm(), typed)
+    if data is not None:
+        data, errors = load(TaskCreate(), data)
+    return data, errors, typed
+
+
+def read_env_edit(form: MultiDict[str, str],
+                  current: list[Row]) -> tuple[Row | None, Errors, list[Row], list[Row]]:
+    """The task page's env form as ``EnvPatch`` data: only rows that changed are sent."""
+    typed_env, typed_new = rows(form, "env"), rows(form, "new")
+    data, errors = load(EnvEditForm(), {"env": typed_env, "new": typed_new})
+    if data is None:
+        return None, errors, typed_env, typed_new
+    by_name = {e["name"]: e for e in current}
+    set_: list[Row] = []
+    unset: list[str] = []
+    for index, row in enumerate(data["env"]):
+        old = by_name.get(row["name"])
+        if row["delete"]:
+            unset.append(row["name"])
+        elif old is not None and old.get("secret") and not row["value"]:
+            # Write-only: an empty field keeps the secret, so it cannot also turn it plain.
+            if not row["secret"]:
+                errors.setdefault("env", {})[index] = {"value": [
+                    f"type a new value to make {row['name']} a plain variable"]}
+        elif old is None or _changed(old, row):
+            set_.append({"name": row["name"], "value": row["value"], "secret": row["secret"]})
+    set_ += [{"name": r["name"], "value": r["value"], "secret": r["secret"]} for r in data["new"]]
+    if errors:
+        return None, errors, typed_env, typed_new
+    patch, errors = load(EnvPatch(), {"set": set_, "unset": unset})
+    return patch, errors, typed_env, typed_new
+
+
+def _changed(old: Row, row: Row) -> bool:
+    if old.get("secret"):
+        return True  # a value typed into a secret's empty field is a new value
+    # Compared as the browser sent it back: a textarea turns a stored CRLF into LF.
+    return row["secret"] or row["value"] != str(old.get("value", "")).replace("\r\n", "\n")
+
+
+def read_policy(form: MultiDict[str, str],
+                current: Policy) -> tuple[Row | None, Errors, Row]:
+    """The policy form as data for ``shared.policy.check_policy``, then ``PolicyIn``.
+
+    A secret row left empty keeps the current policy's value of that name; a protected
+    row without a value only reserves the name.
+    """
+    typed = {"defaults": rows(form, "defaults"), "protected": rows(form, "protected"),
+             "on_conflict": form.get("on_conflict", "reject")}
+    data, errors = load(PolicyForm(), typed)
+    if data is None:
+        return None, errors, typed
+    kept_defaults = {d.name: d.value for d in current.defaults if d.secret}
+    kept_protected = {p.name: p.value for p in current.protected if p.secret}
+    for index, row in enumerate(data["defaults"]):
+        if row["secret"] and not row["value"]:
+            if row["name"] in kept_defaults:
+                row["value"] = kept_defaults[row["name"]]
+            else:
+                errors.setdefault("defaults", {})[index] = {"value": ["a secret needs a value"]}
+    for row in data["protected"]:
+        if row["secret"] and not row["value"]:
+            row["value"] = kept_protected.get(row["name"])
+        row["value"] = row["value"] or None
+    return (None if errors else data), errors, typed
+
+
+def policy_rows(policy: Policy) -> tuple[list[Row], list[Row]]:
+    """The current policy as form rows; secret values stay out of the page."""
+    defaults = [{"name": d.name, "value": "" if d.secret else d.value, "secret": d.secret}
+                for d in policy.defaults]
+    protected = [{"name": p.name, "value": "" if p.secret else (p.value or ""),
+                  "reason": p.reason, "secret": p.secret} for p in policy.protected]
+    return defaults, protected
+
+
+# --- errors as the templates show them --------------------------------------------------
+
+def row_errors(errors: dict[str, Any], key: str, index: int) -> dict[str, Any]:
+    """marshmallow's errors for one row of a list field (``{"env": {2: {...}}}``)."""
+    found = errors.get(key)
+    row = found.get(index) if isinstance(found, dict) else None
+    return row if isinstance(row, dict) else {}
+
+
+def messages(found: Any, path: str = "") -> list[str]:
+    """marshmallow's nested messages as plain lines, each prefixed with where it belongs."""
+    if isinstance(found, dict):
+        out = []
+        for key, sub in found.items():
+            where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip(".")
+            out += messages(sub, where)
+        return out
+    if isinstance(found, list):
+        return [m for sub in found for m in messages(sub, path)]
+    return [f"{path}: {found}" if path and not path.endswith("_schema") else str(found)]

@@ -1,0 +1,351 @@
+"""The web console: server-rendered pages where users create tasks and edit their env,
+and admins edit the policy.
+
+Pages authenticate by a session cookie, made by pasting an API token once.  The
+session keeps only the token's SHA-256 digest and the identity's id, and every
+request looks the identity up again, so revoking a token ends its sessions too.
+Every POST carries a per-session CSRF token.  Task actions go through
+:mod:`api.actions`, the same code path as the JSON API; forms are read by
+:mod:`api.page_forms`.  Pages show tasks only through ``records.public_view``,
+so a secret value never reaches a template.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import secrets
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import marshmallow as ma
+import redis
+from flask import (
+    Blueprint,
+    Flask,
+    abort,
+    current_app,
+    flash,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from werkzeug.exceptions import HTTPException
+from werkzeug.http import HTTP_STATUS_CODES
+
+from api import actions, auth
+from api import page_forms as forms
+from api.schemas import PolicyIn, TaskQuery
+from shared import records, states
+from shared.errors import EnvInvalid, Forbidden, Problem, StateConflict, TaskenvError
+from shared.policy import Policy, check_policy
+from shared.secrets import MASK, SecretsUnavailable
+from shared.tokens import Identity, digest
+
+log = logging.getLogger("taskenv.pages")
+bp = Blueprint("pages", __name__)
+
+# No inline script or style anywhere: only our own static files may run or style the page.
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+NEW_FORM_ROWS = 4
+BLANK_ROWS = 3
+SAFE_NEXT = re.compile(r"/ui/[A-Za-z0-9_/-]*")  # login sends back to our own pages only
+FORM_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
+def init_app(app: Flask) -> None:
+    """Session settings and the blueprint; without a configured secret, a random key."""
+    settings = app.extensions["taskenv"].settings
+    key = settings.session_secret
+    if not key:
+        key = secrets.token_urlsafe(32)
+        log.warning("TASKENV_SESSION_SECRET is not set: page sessions are signed with a "
+                    "random key, so they end when this process restarts and are not "
+                    "recognised by other API processes")
+    app.config.update(SECRET_KEY=key, SESSION_COOKIE_NAME="taskenv_session",
+                      SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
+                      SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
+    app.register_blueprint(bp)
+
+
+def svc() -> Any:
+    return current_app.extensions["taskenv"]
+
+
+def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
+    return render_template(template, **context), status
+
+
+# --- session, CSRF and headers -----------------------------------------------------------
+
+def csrf_token() -> str:
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(32)
+    return str(session["csrf"])
+
+
+def session_identity() -> Identity | None:
+    who = session.get("who")
+    if not isinstance(who, dict):
+        return None
+    found = svc().tokens.by_digest(str(who.get("digest")))
+    return found if found is not None and found.id == who.get("id") else None
+
+
+@bp.before_request
+def guard() -> Any:
+    if request.method not in ("GET", "HEAD"):
+        sent, expected = request.form.get("csrf", ""), str(session.get("csrf", ""))
+        if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
+            abort(400, "This form is out of date or was not sent from this site: "
+                       "reload the page and try again.")
+    if request.endpoint == "pages.login":
+        return None
+    g.identity = session_identity()  # api.auth.scope() and actor() read it, as for the API
+    if g.identity is None:
+        session.pop("who", None)
+        back = request.path if request.method == "GET" else None
+        return redirect(url_for(".login", next=back))
+    return None
+
+
+@bp.after_request
+def page_headers(response: Any) -> Any:
+    # api.auth.security_headers runs after this one and only fills in what is missing.
+    response.headers["Content-Security-Policy"] = CSP
+    return response
+
+
+@bp.context_processor
+def helpers() -> dict[str, Any]:
+    return {"csrf_token": csrf_token, "MASK": MASK, "NOTE": records.NOTE,
+            "row_errors": forms.row_errors}
+
+
+bp.add_app_template_filter(forms.messages, "messages")
+
+
+@bp.app_template_filter("when")
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return ""
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def error_page(code: int, message: str, problems: list[Problem] | None = None) -> Any:
+    title = HTTP_STATUS_CODES.get(code, "Error")
+    return page("error.html", code, code=code, title=title, message=message,
+                problems=problems or [])
+
+
+@bp.errorhandler(TaskenvError)
+def taskenv_error(error: TaskenvError) -> Any:
+    return error_page(error.status, error.message, error.problems)
+
+
+@bp.errorhandler(HTTPException)
+def http_error(error: HTTPException) -> Any:
+    return error_page(error.code or 500, error.description or "")
+
+
+@bp.errorhandler(redis.RedisError)
+def redis_error(error: redis.RedisError) -> Any:
+    return error_page(503, "The task store is unavailable; try again shortly.")
+
+
+# --- login -------------------------------------------------------------------------------
+
+def _failures_key() -> str:
+    # The API's own counter (api/auth.py): pages and the API share one budget per address.
+    return f"{svc().settings.key_prefix}:authfail:{request.remote_addr}"
+
+
+@bp.get("/")
+def index() -> Any:
+    return redirect(url_for(".tasks"))
+
+
+@bp.route("/ui/login", methods=["GET", "POST"])
+def login() -> Any:
+    next_ = request.values.get("next", "")
+    if request.method == "GET":
+        return page("login.html", next=next_)
+    r = svc().tasks.r
+    if int(r.get(_failures_key()) or 0) >= svc().settings.auth_failures_per_minute:
+        return page("login.html", 429, next=next_,
+                    error="Too many failed logins from this address: try again in a minute.")
+    token = request.form.get("token", "").strip()
+    identity = svc().tokens.identify(token) if token else None
+    if identity is None:
+        pipe = r.pipeline()
+        pipe.incr(_failures_key())
+        pipe.expire(_failures_key(), 60)
+        pipe.execute()
+        return page("login.html", 401, next=next_, error="This token is not known here.")
+    session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
+    session["who"] = {"id": identity.id, "digest": digest(token)}
+    return redirect(next_ if SAFE_NEXT.fullmatch(next_) else url_for(".tasks"))
+
+
+@bp.post("/ui/logout")
+def logout() -> Any:
+    session.clear()
+    return redirect(url_for(".login"))
+
+
+# --- tasks -------------------------------------------------------------------------------
+
+@bp.get("/ui/tasks")
+def tasks() -> Any:
+    try:
+        query = TaskQuery().load({k: v for k, v in request.args.items() if v})
+    except ma.ValidationError as error:
+        abort(400, f"Bad list parameters: {error.messages}")
+    found = svc().tasks.list(auth.scope(), query["status"], query["cursor"], query["limit"])
+    items = [records.public_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
+    return page("tasks.html", items=items, next_cursor=found.next_cursor, query=query,
+                states=states.ALL)
+
+
+@bp.route("/ui/tasks/new", methods=["GET", "POST"])
+def task_new() -> Any:
+    if request.method == "GET":
+        return new_task_page({"name": "", "image": "", "steps": ""},
+                             forms.blank(NEW_FORM_ROWS), secrets.token_urlsafe(16))
+    data, errors, typed = forms.read_task(request.form)
+    form_id = request.form.get("form_id", "")
+    form_id = form_id if FORM_ID.fullmatch(form_id) else secrets.token_urlsafe(16)
+    more = "more" in request.form
+    rows = forms.shown(typed["env"]) + forms.blank(BLANK_ROWS * (2 if more else 1))
+    if more or data is None:
+        return new_task_page(typed, rows, form_id, 200 if more else 422,
+                             errors={} if more else errors)
+    try:
+        # The form's id is the idempotency key: a double-click makes one task, not two.
+        doc = actions.create_task(svc(), data, auth.actor(), form_id)
+    except TaskenvError as error:
+        return new_task_page(typed, rows, secrets.token_urlsafe(16), error.status, error=error)
+    flash(f"Task {doc['name']} created: its env is being validated, resolved and launched. "
+          "Reload this page to follow it.", "ok")
+    return redirect(url_for(".task", task_id=doc["id"]))
+
+
+def new_task_page(typed: dict[str, Any], rows: list[dict[str, Any]], form_id: str,
+                  status: int = 200, errors: dict[str, Any] | None = None,
+                  error: TaskenvError | None = None) -> Any:
+    return page("task_new.html", status, form=typed, rows=rows, form_id=form_id,
+                errors=errors or {}, error=error)
+
+
+@bp.get("/ui/tasks/<task_id>")
+def task(task_id: str) -> Any:
+    return task_page(svc().tasks.get(task_id, auth.scope()))
+
+
+def task_page(doc: dict[str, Any], status: int = 200,
+              env_rows: list[dict[str, Any]] | None = None,
+              new_rows: list[dict[str, Any]] | None = None,
+              errors: dict[str, Any] | None = None, error: TaskenvError | None = None) -> Any:
+    view = records.public_view(doc, url_for(".task", task_id=doc["id"]))
+    if env_rows is None:  # a secret's field starts empty: its value is write-only
+        env_rows = [{"name": e["name"], "value": "" if e.get("secret") else e["value"],
+                     "secret": bool(e.get("secret")), "stored_secret": bool(e.get("secret"))}
+                    for e in view["env"]]
+    revision = request.args.get("revision", type=int) or view["revision"]
+    revision = revision if 1 <= revision <= view["revision"] else view["revision"]
+    return page("task.html", status, task=view,
+                log=svc().tasks.read_log(doc["id"], revision), log_revision=revision,
+                env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
+                errors=errors or {}, error=error,
+                running=view["status"] in (states.LAUNCHING, states.RUNNING),
+                final=view["status"] in states.FINAL)
+
+
+@bp.post("/ui/tasks/<task_id>/env")
+def task_env(task_id: str) -> Any:
+    doc = svc().tasks.get(task_id, auth.scope())
+    patch, errors, typed_env, typed_new = forms.read_env_edit(request.form, doc["env"])
+    more = "more" in request.form
+    stored = {e["name"]: bool(e.get("secret")) for e in doc["env"]}
+    env_rows = [{**row, "stored_secret": stored.get(row.get("name"), False)}
+                for row in forms.shown(typed_env)]
+    new_rows = forms.shown(typed_new) + forms.blank(BLANK_ROWS * (2 if more else 1))
+    if more or patch is None:
+        return task_page(doc, 200 if more else 422, env_rows, new_rows, {} if more else errors)
+    if not patch["set"] and not patch["unset"]:
+        flash("Nothing changed: edit a value, tick delete or fill in a new row.", "info")
+        return redirect(url_for(".task", task_id=task_id))
+    try:
+        new = actions.revise_task(svc(), task_id, auth.actor(), auth.scope(), patch["set"],
+                                  patch["unset"], "task.env.patch")
+    except (EnvInvalid, StateConflict, SecretsUnavailable) as error:
+        return task_page(doc, error.status, env_rows, new_rows, error=error)
+    flash(f"Revision {new['revision']} created with the changed env; it is validated, "
+          "resolved and launched in a new container.", "ok")
+    return redirect(url_for(".task", task_id=task_id))
+
+
+@bp.post("/ui/tasks/<task_id>/rerun")
+def task_rerun(task_id: str) -> Any:
+    try:
+        new = actions.revise_task(svc(), task_id, auth.actor(), auth.scope(), [], [],
+                                  "task.rerun")
+        flash(f"Revision {new['revision']} launched with the same env and the current policy.",
+              "ok")
+    except StateConflict as error:
+        flash(error.message, "error")
+    return redirect(url_for(".task", task_id=task_id))
+
+
+# --- policy ------------------------------------------------------------------------------
+
+@bp.route("/ui/policy", methods=["GET", "POST"])
+def policy() -> Any:
+    if not auth.identity().is_admin:
+        raise Forbidden("Only an admin may see and edit the platform policy.")
+    current = svc().policies.current()
+    if request.method == "GET":
+        defaults, protected = forms.policy_rows(current)
+        return policy_page(current, {"defaults": defaults, "protected": protected,
+                                     "on_conflict": current.on_conflict})
+    data, errors, typed = forms.read_policy(request.form, current)
+    more = "more" in request.form
+    # The rules first (they name the variable), then the API's shape (PolicyIn).
+    problems = check_policy(data, svc().limits) if data is not None and not more else []
+    if data is not None and not problems:
+        data, errors = forms.load(PolicyIn(), data)
+    shown = {**typed, "defaults": forms.shown(typed["defaults"]),
+             "protected": forms.shown(typed["protected"])}
+    if more or data is None or problems:
+        return policy_page(current, shown, 200 if more else 422, {} if more else errors,
+                           problems, extra=2 if more else 1)
+    try:
+        saved = svc().policies.put(Policy.from_dict(
+            {**data, "author": auth.actor(), "created_at": time.time()}))
+    except SecretsUnavailable as error:  # a secret row, but no TASKENV_SECRET_KEYS
+        return policy_page(current, shown, error.status, {"_schema": [error.message]})
+    svc().audit.record(auth.actor(), "policy.put", f"v{saved.version}",
+                       defaults=[d.name for d in saved.defaults],
+                       protected=[p.name for p in saved.protected],
+                       on_conflict=saved.on_conflict)
+    flash(f"Policy version {saved.version} saved: new tasks and new revisions are resolved "
+          "with it; tasks already resolved keep their version.", "ok")
+    return redirect(url_for(".policy"))
+
+
+def policy_page(current: Policy, form: dict[str, Any], status: int = 200,
+                errors: dict[str, Any] | None = None, problems: list[Problem] | None = None,
+                extra: int = 1) -> Any:
+    # Typed rows first, so that error indexes (defaults[2]) point at the row shown third.
+    blank = BLANK_ROWS * extra
+    return page("policy.html", status, policy=current, on_conflict=form["on_conflict"],
+                defaults=form["defaults"] + forms.blank(blank),
+                protected=form["protected"] + forms.blank(blank, reason=""),
+                errors=errors or {}, problems=problems or [],
+                bad={p.variable for p in problems or [] if p.variable})
