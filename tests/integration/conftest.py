@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,15 @@ from workers.localstack import (
 )
 
 FINAL = {"succeeded", "failed", "rejected"}
+# Values a shell would act on; taskenv must deliver them exactly as typed.
+HOSTILE = {
+    "SUBSHELL": "$(HOME)",
+    "BACKTICKS": "`id`",
+    "SEMICOLON": "a;b",
+    "NEWLINES": "line one\nline two\n",
+    "NON_ASCII": "数据集/训练 — ünïcode ✓",
+    "QUOTES": "'\"\\",
+}
 
 
 @pytest.fixture(scope="session")
@@ -86,9 +96,10 @@ class Stack:
             time.sleep(0.1)
 
 
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("stack")
+@contextmanager
+def running_stack(redis_server: RedisServer, root: Path, stack_class: type[Stack] = Stack,
+                  **settings: str) -> Iterator[Stack]:
+    """Workers for every queue, the reconciler and the API, with their own key prefix."""
     port = free_port()
     env = {
         "TASKENV_REDIS_URL": redis_server.url,
@@ -98,13 +109,20 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
         "TASKENV_LAUNCHER": "local",
         "TASKENV_ADMIN_TOKEN": PREFIX + uuid.uuid4().hex,
         "TASKENV_SECRET_KEYS": new_key(),
+        **settings,
     }
     logs = root / "processes.log"
     procs = [start_worker(q, env, logfile=logs) for q in QUEUES]
     procs += [start_reconciler(env, logfile=logs), start_api(env, logfile=logs)]
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
-        yield Stack(f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_server.url),
-                    env, root / "tasks", logs)
+        yield stack_class(f"http://127.0.0.1:{port}", redis.Redis.from_url(redis_server.url),
+                          env, root / "tasks", logs)
     finally:
         stop_all(procs)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(redis_server, tmp_path_factory.mktemp("stack")) as running:
+        yield running

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import HOSTILE, Stack
 
 pytestmark = pytest.mark.integration
 
@@ -21,14 +21,6 @@ raw = open('/proc/self/environ', 'rb').read().split(b'\\0')
 env = dict(item.decode().split('=', 1) for item in raw if item)
 json.dump(env, open(sys.argv[1], 'w'))
 """
-HOSTILE = {
-    "SUBSHELL": "$(HOME)",
-    "BACKTICKS": "`id`",
-    "SEMICOLON": "a;b",
-    "NEWLINES": "line one\nline two\n",
-    "NON_ASCII": "数据集/训练 — ünïcode ✓",
-    "QUOTES": "'\"\\",
-}
 POLICY = {
     "defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
                  {"name": "OMP_NUM_THREADS", "value": "4"}],
