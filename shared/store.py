@@ -156,15 +156,16 @@ class TaskStore:
             v, raw = fields
             if raw is None:
                 raise NotFound(f"no task {task_id}")
-            old = self._load(raw)
-            new = change(self._load(raw))
+            doc = self._load(raw)
+            old_state, owner = doc["state"], doc["owner"]  # before ``change`` edits doc
+            new = change(doc)
             if new is None:
                 return None
             new["updated_at"] = time.time()
-            k, owner = self.keys, old["owner"]
+            k = self.keys
             ok = self._update(
-                keys=[key, k.index(state=old["state"]), k.index(state=new["state"]),
-                      k.index(owner, old["state"]), k.index(owner, new["state"])],
+                keys=[key, k.index(state=old_state), k.index(state=new["state"]),
+                      k.index(owner, old_state), k.index(owner, new["state"])],
                 args=[_text(v), self._dump(new), new["state"], task_id])
             if ok:
                 return new
@@ -201,7 +202,9 @@ class TaskStore:
 
     def _dump(self, doc: Doc) -> str:
         """JSON for Redis, with every secret value sealed."""
-        sealed = json.loads(json.dumps(doc))
+        if not any(e.get("secret") for entries in _env_lists(doc) for e in entries or []):
+            return json.dumps(doc)
+        sealed = json.loads(json.dumps(doc))  # seal a copy: the caller keeps clear values
         for entries in _env_lists(sealed):
             seal_entries(entries, self.cipher)
         return json.dumps(sealed)
@@ -259,6 +262,7 @@ class PolicyStore:
         self.p = prefix
         self.cipher = cipher
         self._put = client.register_script(_PUT_POLICY)
+        self._versions: dict[int, Policy] = {}
 
     def put(self, policy: Policy) -> Policy:
         body = policy.to_dict()
@@ -276,6 +280,12 @@ class PolicyStore:
     def get(self, version: int) -> Policy:
         if version == 0:
             return Policy()
+        if version in self._versions:  # versions are immutable: safe to keep
+            return self._versions[version]
+        self._versions[version] = policy = self._read(version)
+        return policy
+
+    def _read(self, version: int) -> Policy:
         raw = self.r.get(f"{self.p}:policy:v:{version}")
         if raw is None:
             raise NotFound(f"no policy version {version}")
