@@ -35,6 +35,8 @@ class Settings:
     reconcile_interval_seconds: int = 5
     # A launch worker refreshes a heartbeat this often while it launches or runs a task.
     heartbeat_seconds: int = 5
+    # A worker whose queue has waited this long with nothing received restarts itself.
+    consumer_stall_seconds: int = 60
     # Sentinel: with a sentinel:// URL, the name of the monitored master.
     redis_master_name: str = "mymaster"
     podman_image: str = "localhost/taskenv-runtime:latest"

@@ -173,11 +173,20 @@ class TaskStore:
     def transition(self, task_id: str, revision: int, expected: str | set[str],
                    new_state: str, **changes: Any) -> Doc | None:
         """Move one revision from an expected state; None if it is elsewhere already."""
+        return self.advance(task_id, revision, expected, lambda doc: (new_state, changes))
+
+    def advance(self, task_id: str, revision: int, expected: str | set[str],
+                decide: Callable[[Doc], tuple[str, dict[str, Any]]]) -> Doc | None:
+        """Like :meth:`transition`, the new state and fields decided from the record itself.
+
+        One read and one compare-and-set: a stage needs no separate read first.
+        """
         allowed = {expected} if isinstance(expected, str) else expected
 
         def change(doc: Doc) -> Doc | None:
             if doc["revision"] != revision or doc["state"] not in allowed:
                 return None
+            new_state, changes = decide(doc)
             assert states.can_move(doc["state"], new_state), (doc["state"], new_state)
             doc.update(changes, state=new_state)
             doc.setdefault("events", []).append(
@@ -244,9 +253,11 @@ class TaskStore:
         self.r.delete(self.keys.beat(task_id, revision))
 
     def append_log(self, task_id: str, revision: int, text: str) -> None:
+        """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept."""
         key = self.keys.log(task_id, revision)
-        if (self.r.strlen(key) or 0) < self.LOG_LIMIT:
-            self.r.append(key, text)
+        if int(self.r.append(key, text)) > self.LOG_LIMIT:  # type: ignore[arg-type]
+            tail = self.r.getrange(key, -(self.LOG_LIMIT // 2), -1)
+            self.r.set(key, tail)
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))

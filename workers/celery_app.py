@@ -31,7 +31,8 @@ def check_timeouts(settings: Settings) -> None:
 
 def make_celery(settings: Settings) -> Celery:
     check_timeouts(settings)
-    app = Celery("taskenv", broker=settings.redis_url, include=["workers.tasks"])
+    app = Celery("taskenv", broker=settings.redis_url,
+                 include=["workers.tasks", "workers.liveness"])
     app.conf.update(
         task_time_limit=launch_time_limit(settings),
         task_ignore_result=True,
@@ -47,6 +48,10 @@ def make_celery(settings: Settings) -> Celery:
             "master_name": settings.redis_master_name,  # used with sentinel:// URLs only
         },
         worker_hijack_root_logger=False,
+        # No remote control: its broadcast channel is a Redis pub/sub connection, and on
+        # kombu 5.x a Redis restart can crash the worker through it.  Stages need none of
+        # it; operators watch queues and task states instead.
+        worker_enable_remote_control=False,
         task_serializer="json",
         accept_content=["json"],
     )

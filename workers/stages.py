@@ -14,15 +14,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis
 
 from shared import envlist, states
 from shared.envlist import Limits
-from shared.errors import PermanentError, TransientError
-from shared.policy import platform_env, resolve
+from shared.errors import NotFound, PermanentError, TransientError
+from shared.policy import Policy, platform_env, resolve
 from shared.secrets import redact
-from shared.store import PolicyStore, TaskStore
+from shared.store import Doc, PolicyStore, TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Launcher
 
@@ -30,56 +31,65 @@ log = logging.getLogger(__name__)
 
 
 def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> bool:
-    doc = tasks.find(task_id)
-    if doc is None or doc["revision"] != revision or doc["state"] != states.PENDING:
-        _skip("validate", task_id, revision, doc)
+    doc = _advance(tasks, task_id, revision, states.PENDING,
+                   lambda doc: decide_validation(doc, limits))
+    if doc is None:
+        _skip("validate", task_id, revision)
         return False
+    if doc["state"] == states.REJECTED:
+        log.info("task %s r%s rejected: %d validation problems", task_id, revision,
+                 len(doc["errors"]))
+        return False
+    return True
+
+
+def decide_validation(doc: Doc, limits: Limits) -> tuple[str, dict[str, Any]]:
     problems = envlist.validate(doc["env"], limits)
     if problems:
-        tasks.transition(task_id, revision, states.PENDING, states.REJECTED,
-                         errors=[p.to_dict() for p in problems])
-        log.info("task %s r%s rejected: %d validation problems", task_id, revision,
-                 len(problems))
-        return False
-    advice = [p.to_dict() for p in envlist.advise(doc["env"])]
-    return _moved(tasks.transition(task_id, revision, states.PENDING, states.VALIDATED,
-                                   warnings=advice),
-                  "validate", task_id, revision)
+        return states.REJECTED, {"errors": [p.to_dict() for p in problems]}
+    return states.VALIDATED, {"warnings": [p.to_dict() for p in envlist.advise(doc["env"])]}
 
 
 def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int) -> bool:
-    doc = tasks.find(task_id)
-    if doc is None or doc["revision"] != revision or doc["state"] != states.VALIDATED:
-        _skip("policy", task_id, revision, doc)
-        return False
     policy = policies.current()
+    doc = _advance(tasks, task_id, revision, states.VALIDATED,
+                   lambda doc: decide_policy(doc, policy))
+    if doc is None:
+        _skip("policy", task_id, revision)
+        return False
+    if doc["state"] == states.REJECTED:
+        log.info("task %s r%s rejected by policy v%s", task_id, revision, policy.version)
+        return False
+    return True
+
+
+def decide_policy(doc: Doc, policy: Policy) -> tuple[str, dict[str, Any]]:
     result = resolve(envlist.parse(doc["env"]), policy,
-                     platform_env(task_id, doc["name"], revision, policy.version))
+                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
     common = {"policy_version": policy.version,
               "warnings": doc["warnings"] + [w.to_dict() for w in result.warnings]}
     if not result.ok:
-        tasks.transition(task_id, revision, states.VALIDATED, states.REJECTED,
-                         errors=[e.to_dict() for e in result.errors], **common)
-        log.info("task %s r%s rejected by policy v%s", task_id, revision, policy.version)
-        return False
-    moved = tasks.transition(task_id, revision, states.VALIDATED, states.RESOLVED,
-                             resolved=[v.to_dict() for v in result.variables], **common)
-    return _moved(moved, "policy", task_id, revision)
+        return states.REJECTED, {"errors": [e.to_dict() for e in result.errors], **common}
+    return states.RESOLVED, {"resolved": [v.to_dict() for v in result.variables], **common}
 
 
 def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
            heartbeat_seconds: int = 5) -> None:
     """Launch one revision; the reconciler relaunches it only if nothing ever started."""
     with keep_alive(tasks, task_id, revision, heartbeat_seconds):
-        doc = tasks.transition(task_id, revision, states.RESOLVED, states.LAUNCHING)
+        doc = _advance(tasks, task_id, revision, states.RESOLVED,
+                       lambda doc: (states.LAUNCHING, {}))
         if doc is None:
-            _skip("launch", task_id, revision, tasks.find(task_id))
+            _skip("launch", task_id, revision)
             return
         workload = Workload.from_doc(doc)
         secrets = [v.value for v in workload.env if v.secret]
+        # Once the workload may be running, no write may fail the launch: each waits out
+        # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
-            started=lambda: _started(tasks, task_id, revision),
-            log=lambda text: tasks.append_log(task_id, revision, redact(text, secrets)),
+            started=lambda: _patiently(lambda: _started(tasks, task_id, revision)),
+            log=lambda text: _patiently(
+                lambda: tasks.append_log(task_id, revision, redact(text, secrets))),
         )
         try:
             outcome = launcher.launch(workload, hooks)
@@ -90,8 +100,7 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
             return
-        # The outcome cannot be had again (the local steps ran once): hold on to it,
-        # heartbeat still beating, until Redis takes it.
+        # The outcome cannot be had again (the local steps ran once): hold on to it.
         _patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                           outcome.exit_code, outcome.reason))
 
@@ -164,14 +173,15 @@ def _started(tasks: TaskStore, task_id: str, revision: int) -> None:
     tasks.transition(task_id, revision, states.LAUNCHING, states.RUNNING)
 
 
-def _moved(doc: object, stage: str, task_id: str, revision: int) -> bool:
-    if doc is None:
-        log.info("%s: task %s r%s changed under us; leaving it", stage, task_id, revision)
-        return False
-    return True
+def _advance(tasks: TaskStore, task_id: str, revision: int, expected: str,
+             decide: Callable[[Doc], tuple[str, dict[str, Any]]]) -> Doc | None:
+    """The task moved on, or None when it is elsewhere or gone (deleted, expired)."""
+    try:
+        return tasks.advance(task_id, revision, expected, decide)
+    except NotFound:
+        return None
 
 
-def _skip(stage: str, task_id: str, revision: int, doc: dict | None) -> None:
-    where = "gone" if doc is None else f"r{doc['revision']} {doc['state']}"
-    log.info("%s: task %s r%s is %s; duplicate or stale message ignored",
-             stage, task_id, revision, where)
+def _skip(stage: str, task_id: str, revision: int) -> None:
+    log.info("%s: task %s r%s is not where this stage expects it (gone, moved on or "
+             "revised): duplicate or stale message ignored", stage, task_id, revision)

@@ -62,27 +62,44 @@ class FaultStack:
             "TASKENV_STUCK_AFTER_SECONDS": "3",
             "TASKENV_RECONCILE_INTERVAL_SECONDS": "1",
             "TASKENV_HEARTBEAT_SECONDS": "1",
+            "TASKENV_CONSUMER_STALL_SECONDS": "6",
             **extra_env,
         }
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.supervising = False
+        self.restarts = 0  # workers that exited on their own and were started again
+        self.lock = threading.Lock()
         self.others: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         self.redis.start()
         for queue in QUEUES:
             self.start_worker(queue)
+        self.supervising = True
+        in_background(self.supervise)
         self.others = [start_reconciler(self.env, self.logs), start_api(self.env, self.logs)]
         wait_http(f"http://127.0.0.1:{self.port}/healthz")
 
     def start_worker(self, queue: str) -> None:
         self.workers[queue] = start_worker(queue, self.env, concurrency=2, logfile=self.logs)
 
+    def supervise(self) -> None:
+        """Start again a worker that exits on its own, as a service manager would."""
+        while self.supervising:
+            with self.lock:
+                for queue, proc in list(self.workers.items()):
+                    if proc.poll() is not None and self.supervising:
+                        self.restarts += 1
+                        self.start_worker(queue)
+            time.sleep(0.5)
+
     def kill_worker(self, queue: str) -> None:
         """SIGKILL the worker and its pool children, then start a fresh one."""
-        proc = self.workers[queue]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        self.start_worker(queue)
+        with self.lock:
+            proc = self.workers[queue]
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self.start_worker(queue)
 
     def restart_redis(self, down_for: float = 1.0) -> None:
         """SIGKILL redis-server and start it again on the same port and AOF file."""
@@ -93,6 +110,7 @@ class FaultStack:
         self.redis.start()
 
     def stop(self) -> None:
+        self.supervising = False
         stop_all([*self.workers.values(), *self.others])
         self.redis.stop()
 

@@ -57,7 +57,7 @@ def test_restarting_redis_loses_no_accepted_task(fault_stack: FaultStack):
 
     report = fault_stack.report(TASKS, ids)
 
-    print("\n" + report.line("redis restart"))
+    print("\n" + report.line("redis restart") + f" worker_self_restarts={fault_stack.restarts}")
     assert len(set(ids)) == len(ids) == TASKS  # retries with a key never made a second task
     assert report.lost == 0
     assert report.launched_twice == 0

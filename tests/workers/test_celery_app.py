@@ -30,3 +30,12 @@ def test_a_message_is_not_redelivered_while_its_first_delivery_may_still_run():
 def test_settings_whose_timeouts_do_not_fit_are_refused_at_startup():
     with pytest.raises(ValueError, match="VISIBILITY_TIMEOUT"):
         make_celery(Settings(step_timeout_seconds=7200, visibility_timeout_seconds=3600))
+
+
+def test_a_consumer_is_stalled_only_when_messages_wait_and_nothing_runs_or_arrives():
+    from workers.liveness import stalled
+
+    assert stalled(waiting=5, active=0, idle_for=61, limit=60)
+    assert not stalled(waiting=0, active=0, idle_for=600, limit=60)  # nothing to do
+    assert not stalled(waiting=5, active=1, idle_for=600, limit=60)  # busy: a long step
+    assert not stalled(waiting=5, active=0, idle_for=30, limit=60)   # just received one
