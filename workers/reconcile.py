@@ -11,7 +11,9 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
 * a ``launching`` task that nobody holds and the backend does not know was never
   started: it goes back to ``resolved`` and is launched again;
 * a ``running`` task that nobody holds and the backend does not know was lost
-  with its worker (local processes die with it): it ends ``failed``, saying so.
+  with its worker (local processes die with it): it ends ``failed``, saying so;
+* a workload whose container cannot start (image not pullable, bad config) ends
+  ``failed`` with the backend's reason, instead of waiting forever.
 
 ``python -m workers.reconcile`` runs passes forever; a Redis lock lets several
 replicas run without acting twice.
@@ -35,6 +37,10 @@ from workers.sync import sync_one
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[str, str, int], None]  # stage, task id, revision
+# Why a container is still waiting, when waiting longer will not help: Kubernetes keeps
+# such a pod pending forever, so past ``stuck_after`` the task ends ``failed``.
+NEVER_STARTS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                          "CreateContainerConfigError", "CreateContainerError"})
 STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESOLVED: "launch"}
 
 
@@ -75,7 +81,11 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
         return "finished"
     if now - doc["updated_at"] <= stuck_after:
         return ""
-    if launcher.observe(Workload.from_doc(doc)) is not None:
+    observed = launcher.observe(Workload.from_doc(doc))
+    if observed is not None and observed.reason in NEVER_STARTS:
+        fail(tasks, task_id, revision, f"the container never started: {observed.reason}")
+        return "never_started"
+    if observed is not None:
         return ""  # the backend runs it; a later pass records the end
     # Act only on a heartbeat missing for longer than it lives: one missed beat (Redis
     # restarting, say) must not make a live launch look dead, or it would run twice.

@@ -200,3 +200,26 @@ def test_a_launching_task_the_backend_reports_running_moves_to_running(tasks):
     sync_one(tasks, backend, task_id)
 
     assert tasks.get(task_id)["state"] == states.RUNNING
+
+
+def test_a_container_that_can_never_start_fails_the_task_with_the_reason(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.view[task_id] = Outcome(states.RUNNING, reason="ImagePullBackOff")
+
+    early = reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + 1)
+    late = reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + STUCK + 1)
+
+    doc = tasks.get(task_id)
+    assert not early and late["never_started"] == 1
+    assert doc["state"] == states.FAILED and "ImagePullBackOff" in doc["reason"]
+
+
+def test_a_container_still_being_created_is_left_to_start(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.view[task_id] = Outcome(states.RUNNING, reason="ContainerCreating")
+
+    reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + STUCK + 1)
+
+    assert tasks.get(task_id)["state"] == states.RUNNING
