@@ -19,6 +19,7 @@ import pytest
 from shared import manifest
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
+from tests.podman_helpers import env_dumps, podman
 from workers.localstack import (
     RedisServer,
 )
@@ -50,18 +51,6 @@ def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
             "SHLVL": "1"}
 
 
-def podman(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120)
-
-
-def env_dumps(logs: str, count: int) -> list[dict[str, str]]:
-    entries = logs.split("\0")
-    assert entries[-1] == "", "output after the last env entry"
-    entries = entries[:-1]
-    assert len(entries) % count == 0, entries
-    size = len(entries) // count
-    return [dict(e.split("=", 1) for e in entries[i * size:(i + 1) * size])
-            for i in range(count)]
 
 
 class PodmanStack(Stack):

@@ -24,6 +24,7 @@ from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.policy import Resolved
 from shared.workload import DEFAULT_IMAGE, Resources, Workload
+from tests.podman_helpers import env_dumps, podman
 from workers.launchers import make_launcher
 from workers.launchers.base import Hooks, Outcome
 from workers.launchers.podman import PodmanLauncher, expand
@@ -60,9 +61,6 @@ HOSTILE = {
     "EQUALS": "a=b=c",
 }
 
-
-def podman(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -124,16 +122,6 @@ def run(launcher: PodmanLauncher, workload: Workload) -> tuple[Outcome, str]:
     outcome = finish(launcher, workload)
     return outcome, launcher.logs(workload) or ""
 
-
-def env_dumps(logs: str, count: int) -> list[dict[str, str]]:
-    """``count`` consecutive ``env -0`` outputs, each as a dict; all must be the same size."""
-    entries = logs.split("\0")
-    assert entries[-1] == "", "output after the last env entry"
-    entries = entries[:-1]
-    assert len(entries) % count == 0, entries
-    size = len(entries) // count
-    chunks = [entries[i * size:(i + 1) * size] for i in range(count)]
-    return [dict(entry.split("=", 1) for entry in chunk) for chunk in chunks]
 
 
 def pods_and_containers(workload: Workload) -> tuple[list[str], list[str]]:
