@@ -32,7 +32,7 @@ from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Launcher
 from workers.stages import fail
-from workers.sync import sync_one
+from workers.sync import record_observed
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,12 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
     if tasks.is_alive(task_id, revision):
         tasks.seen_alive(task_id, revision)
         return ""  # a launch worker holds it
-    if sync_one(tasks, launcher, task_id):
+    workload = Workload.from_doc(doc)
+    observed = launcher.observe(workload)  # asked once per pass: a backend call may be costly
+    if observed is not None and record_observed(tasks, launcher, workload, observed):
         return "finished"
     if now - doc["updated_at"] <= stuck_after:
         return ""
-    observed = launcher.observe(Workload.from_doc(doc))
     if observed is not None and observed.reason in NEVER_STARTS:
         fail(tasks, task_id, revision, f"the container never started: {observed.reason}")
         return "never_started"

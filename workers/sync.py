@@ -6,7 +6,7 @@ workload is started; nothing in the pipeline waits for it to end.
 still ``launching``) and, once the backend says it finished, stores its output
 (once per revision, with secret values redacted) and records the outcome through
 :func:`workers.stages.record_outcome`.  It is plain code over the store and the
-launcher; a periodic Celery task calls it.
+launcher; the reconciler (``workers.reconcile``) calls it on every pass.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from shared import states
 from shared.secrets import redact
 from shared.store import Doc, TaskStore
 from shared.workload import Workload
-from workers.launchers.base import Launcher
+from workers.launchers.base import Launcher, Outcome
 from workers.stages import record_outcome
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,13 @@ def sync_one(tasks: TaskStore, launcher: Launcher, task_id: str) -> bool:
         return False
     workload = Workload.from_doc(doc)
     outcome = launcher.observe(workload)
-    if outcome is None:
-        return False  # the backend has nothing (yet): a launch may still be on its way
-    revision = workload.revision
+    return outcome is not None and record_observed(tasks, launcher, workload, outcome)
+
+
+def record_observed(tasks: TaskStore, launcher: Launcher, workload: Workload,
+                    outcome: Outcome) -> bool:
+    """Record what the backend said of a workload; True if it has finished."""
+    task_id, revision = workload.task_id, workload.revision
     if outcome.state != states.RUNNING and _claim_logs(tasks, task_id, revision):
         text = launcher.logs(workload)
         if text:
