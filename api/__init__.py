@@ -4,6 +4,7 @@ Redis, enqueues the task id and answers.  Everything else happens in workers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +35,10 @@ class Services:
 
 
 def celery_enqueue(settings: Settings) -> Enqueue:
-    from workers.celery_app import make_celery
+    """New revisions start in the validation stage."""
+    from workers.celery_app import stage_sender
 
-    celery = make_celery(settings)
-
-    def enqueue(task_id: str, revision: int) -> None:
-        celery.send_task("taskenv.validate", args=[task_id, revision], queue="validate")
-
-    return enqueue
+    return functools.partial(stage_sender(settings), "validate")
 
 
 def create_app(test_config: Mapping[str, Any] | None = None,

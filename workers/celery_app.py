@@ -8,6 +8,8 @@ delivery is a no-op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from celery import Celery
 
 from shared.config import Settings
@@ -56,6 +58,16 @@ def make_celery(settings: Settings) -> Celery:
         accept_content=["json"],
     )
     return app
+
+
+def stage_sender(settings: Settings) -> Callable[[str, str, int], None]:
+    """``send(stage, task_id, revision)``: one message, carrying ids only, to a stage's queue."""
+    celery = make_celery(settings)
+
+    def send(stage: str, task_id: str, revision: int) -> None:
+        celery.send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
+
+    return send
 
 
 app = make_celery(Settings.from_env())

@@ -103,22 +103,12 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
     return "lost"
 
 
-def celery_enqueue(settings: Settings) -> Enqueue:
-    from workers.celery_app import make_celery
-
-    celery = make_celery(settings)
-
-    def enqueue(stage: str, task_id: str, revision: int) -> None:
-        celery.send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
-
-    return enqueue
-
-
 def run_forever(settings: Settings) -> None:
+    from workers.celery_app import stage_sender
     from workers.context import current
 
     ctx = current()
-    enqueue = celery_enqueue(settings)
+    enqueue = stage_sender(settings)
     lock = f"{settings.key_prefix}:reconciler:lock"
     interval = settings.reconcile_interval_seconds
     while True:
