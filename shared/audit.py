@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from shared.redis_conn import as_text
+
 MAX_ENTRIES = 100_000
 
 
@@ -29,12 +31,8 @@ class AuditLog:
         out = []
         entries: Any = self.r.xrevrange(self.key, max=top, min="-", count=limit)
         for entry_id, fields in entries:
-            f = {_text(k): _text(v) for k, v in fields.items()}
-            out.append({"id": _text(entry_id), "at": float(f["at"]), "actor": f["actor"],
+            f = {as_text(k): as_text(v) for k, v in fields.items()}
+            out.append({"id": as_text(entry_id), "at": float(f["at"]), "actor": f["actor"],
                         "action": f["action"], "target": f["target"],
                         "detail": json.loads(f["detail"])})
         return out
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -17,6 +17,11 @@ from redis.sentinel import Sentinel
 log = logging.getLogger(__name__)
 
 
+def as_text(value: object) -> str:
+    """A Redis reply as text, whether or not the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def warn_if_evicting(client: redis.Redis) -> str | None:
     """Warn when Redis may evict keys: queue messages and task records would vanish."""
     try:

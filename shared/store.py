@@ -22,6 +22,7 @@ import redis
 from shared import states
 from shared.errors import NotFound
 from shared.policy import Policy
+from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
 Doc = dict[str, Any]
@@ -130,7 +131,7 @@ class TaskStore:
                   f"{k.p}:seq"],
             args=[task_id, self._dump(doc), state, self.IDEMPOTENCY_TTL])
         if not created:
-            return self.get(_text(found_id)), False
+            return self.get(as_text(found_id)), False
         return doc, True
 
     def get(self, task_id: str, owner: str | None = None) -> Doc:
@@ -166,7 +167,7 @@ class TaskStore:
             ok = self._update(
                 keys=[key, k.index(state=old_state), k.index(state=new["state"]),
                       k.index(owner, old_state), k.index(owner, new["state"])],
-                args=[_text(v), self._dump(new), new["state"], task_id])
+                args=[as_text(v), self._dump(new), new["state"], task_id])
             if ok:
                 return new
 
@@ -205,7 +206,7 @@ class TaskStore:
         pairs = pairs[:limit]
         pipe = self.r.pipeline(transaction=False)
         for task_id, _ in pairs:
-            pipe.hget(self.keys.task(_text(task_id)), "doc")
+            pipe.hget(self.keys.task(as_text(task_id)), "doc")
         docs = [self._load(raw) for raw in pipe.execute() if raw is not None]
         return Page(docs, int(pairs[-1][1]) if more and pairs else None)
 
@@ -225,7 +226,7 @@ class TaskStore:
         return doc
 
     def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
-        return [_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
+        return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
 
     def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:
         """A launch is alive for ``ttl`` more seconds."""
@@ -261,7 +262,7 @@ class TaskStore:
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))
-        return _text(raw) if raw is not None else ""
+        return as_text(raw) if raw is not None else ""
 
 
 class PolicyStore:
@@ -308,7 +309,3 @@ class PolicyStore:
     def versions(self) -> list[int]:
         n = self.r.get(f"{self.p}:policy:seq")
         return list(range(1, int(n) + 1)) if n is not None else []
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

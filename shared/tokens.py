@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import redis
 
 from shared.errors import NotFound
+from shared.redis_conn import as_text
 
 ROLES = ("user", "admin")
 PREFIX = "tke_"
@@ -73,16 +74,12 @@ class TokenStore:
         if hashed is None:
             raise NotFound(f"no token {token_id}")
         pipe = self.r.pipeline()
-        pipe.delete(f"{self.p}:token:{hashed if isinstance(hashed, str) else hashed.decode()}")
+        pipe.delete(f"{self.p}:token:{as_text(hashed)}")
         pipe.hdel(f"{self.p}:tokens", token_id)
         pipe.execute()
 
     def list(self) -> list[Identity]:
         hashes = list(self.r.hvals(f"{self.p}:tokens"))
-        raws = self.r.mget([f"{self.p}:token:{_text(h)}" for h in hashes]) if hashes else []
+        raws = self.r.mget([f"{self.p}:token:{as_text(h)}" for h in hashes]) if hashes else []
         return sorted((Identity(**json.loads(r)) for r in raws if r),
                       key=lambda i: i.created_at)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
