@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import envlist, records, states
-from shared.errors import EnvInvalid, PolicyConflict, StateConflict
-from shared.policy import platform_env, resolve
+from shared import records, states
+from shared.errors import EnvInvalid, PolicyConflict, Problem, StateConflict
+from shared.resolution import decide_policy, decide_validation
 
 Doc = dict[str, Any]
 
@@ -53,13 +53,12 @@ def revise_task(svc: Any, task_id: str, actor: str, scope: str | None,
 
 def resolved_now(svc: Any, doc: Doc) -> Doc:
     """The record as the workers would resolve it now, for a revision not yet resolved."""
-    problems = envlist.validate(doc["env"], svc.limits)
-    if problems:
-        raise EnvInvalid("the task's env is not valid", problems)
-    policy = svc.policies.current()
-    result = resolve(envlist.parse(doc["env"]), policy,
-                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
-    if not result.ok:
-        raise PolicyConflict("the policy refuses the task's env", result.errors)
-    return {**doc, "resolved": [v.to_dict() for v in result.variables],
-            "policy_version": policy.version}
+    state, checked = decide_validation(doc, svc.limits)
+    if state == states.REJECTED:
+        raise EnvInvalid("the task's env is not valid",
+                         [Problem(**e) for e in checked["errors"]])
+    state, decided = decide_policy({**doc, **checked}, svc.policies.current())
+    if state == states.REJECTED:
+        raise PolicyConflict("the policy refuses the task's env",
+                             [Problem(**e) for e in decided["errors"]])
+    return {**doc, **decided}

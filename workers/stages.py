@@ -18,10 +18,10 @@ from typing import Any
 
 import redis
 
-from shared import envlist, states
+from shared import states
 from shared.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
-from shared.policy import Policy, platform_env, resolve
+from shared.resolution import decide_policy, decide_validation
 from shared.secrets import redact
 from shared.store import Doc, PolicyStore, TaskStore
 from shared.workload import Workload
@@ -43,13 +43,6 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> b
     return True
 
 
-def decide_validation(doc: Doc, limits: Limits) -> tuple[str, dict[str, Any]]:
-    problems = envlist.validate(doc["env"], limits)
-    if problems:
-        return states.REJECTED, {"errors": [p.to_dict() for p in problems]}
-    return states.VALIDATED, {"warnings": [p.to_dict() for p in envlist.advise(doc["env"])]}
-
-
 def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int) -> bool:
     policy = policies.current()
     doc = _advance(tasks, task_id, revision, states.VALIDATED,
@@ -61,16 +54,6 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
         log.info("task %s r%s rejected by policy v%s", task_id, revision, policy.version)
         return False
     return True
-
-
-def decide_policy(doc: Doc, policy: Policy) -> tuple[str, dict[str, Any]]:
-    result = resolve(envlist.parse(doc["env"]), policy,
-                     platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
-    common = {"policy_version": policy.version,
-              "warnings": doc["warnings"] + [w.to_dict() for w in result.warnings]}
-    if not result.ok:
-        return states.REJECTED, {"errors": [e.to_dict() for e in result.errors], **common}
-    return states.RESOLVED, {"resolved": [v.to_dict() for v in result.variables], **common}
 
 
 def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
