@@ -103,26 +103,32 @@ def child_env(settings_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def start_worker(queue: str, env: Mapping[str, str], concurrency: int = 1,
-                 pool: str = "prefork", logfile: Path | None = None) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
+def worker_argv(queue: str, concurrency: int = 1, pool: str = "prefork",
+                app: str = "workers.celery_app") -> list[str]:
+    """The command line of one Celery worker consuming ``queue`` (the benchmark's floor
+    runs its own ``app`` with the same flags)."""
+    return [sys.executable, "-m", "celery", "-A", app, "worker",
             "-Q", queue, "-n", f"{queue}-{os.getpid()}-{time.monotonic_ns()}@%h",
             "-c", str(concurrency), "-P", pool, "-l", "INFO", "--without-gossip",
             "--without-mingle", "--without-heartbeat"]
-    return _spawn(args, env, logfile)
+
+
+def start_worker(queue: str, env: Mapping[str, str], concurrency: int = 1,
+                 pool: str = "prefork", logfile: Path | None = None) -> subprocess.Popen[bytes]:
+    return spawn(worker_argv(queue, concurrency, pool), env, logfile)
 
 
 def start_reconciler(env: Mapping[str, str],
                      logfile: Path | None = None) -> subprocess.Popen[bytes]:
-    return _spawn([sys.executable, "-m", "workers.reconcile"], env, logfile)
+    return spawn([sys.executable, "-m", "workers.reconcile"], env, logfile)
 
 
 def start_api(env: Mapping[str, str], logfile: Path | None = None) -> subprocess.Popen[bytes]:
-    return _spawn([sys.executable, "-m", "api"], env, logfile)
+    return spawn([sys.executable, "-m", "api"], env, logfile)
 
 
-def _spawn(args: list[str], env: Mapping[str, str],
-           logfile: Path | None) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], env: Mapping[str, str],
+          logfile: Path | None) -> subprocess.Popen[bytes]:
     # Each in its own session, so that stopping one (with its pool children) stops only it.
     if logfile is None:
         return subprocess.Popen(args, env=child_env(env), start_new_session=True)
