@@ -18,7 +18,7 @@ from shared.envlist import Limits
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
-from shared.tokens import TokenStore
+from shared.tokens import AuthFailures, TokenStore
 
 Enqueue = Callable[[str, int], None]
 
@@ -32,6 +32,7 @@ class Services:
     enqueue: Enqueue
     tokens: TokenStore
     audit: AuditLog
+    auth_failures: AuthFailures
 
 
 def celery_enqueue(settings: Settings) -> Enqueue:
@@ -75,6 +76,8 @@ def create_app(test_config: Mapping[str, Any] | None = None,
         enqueue=enqueue or celery_enqueue(settings),
         tokens=TokenStore(client, settings.key_prefix),
         audit=AuditLog(client, settings.key_prefix),
+        auth_failures=AuthFailures(client, settings.key_prefix,
+                                   settings.auth_failures_per_minute),
     )
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")

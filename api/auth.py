@@ -30,22 +30,30 @@ def init_app(app: Flask) -> None:
 def authenticate() -> None:
     if request.endpoint in PUBLIC_ENDPOINTS or request.blueprint in SESSION_BLUEPRINTS:
         return
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    found = identify(token.strip() if scheme.lower() == "bearer" else "")
+    if found is None:
+        raise Unauthorized("a valid bearer token is required: Authorization: Bearer <token>")
+    g.identity = found
+    if request.blueprint in ADMIN_BLUEPRINTS and not found.is_admin:
+        raise Forbidden("only an admin may do this")
+
+
+def identify(token: str) -> Identity | None:
+    """The identity behind a token (API header or login form); None counts a failure.
+
+    The API and the pages share one budget of failures per address and minute; past
+    it, this raises :class:`TooManyRequests` before the token is even looked up.
+    """
     svc = current_app.extensions["taskenv"]
-    failures = f"{svc.settings.key_prefix}:authfail:{request.remote_addr}"
-    if int(svc.tasks.r.get(failures) or 0) >= svc.settings.auth_failures_per_minute:
+    address = str(request.remote_addr)
+    if svc.auth_failures.blocked(address):
         raise TooManyRequests("too many failed authentications from this address; "
                               "try again in a minute")
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    identity = svc.tokens.identify(token.strip()) if scheme.lower() == "bearer" else None
-    if identity is None:
-        pipe = svc.tasks.r.pipeline()
-        pipe.incr(failures)
-        pipe.expire(failures, 60)
-        pipe.execute()
-        raise Unauthorized("a valid bearer token is required: Authorization: Bearer <token>")
-    g.identity = identity
-    if request.blueprint in ADMIN_BLUEPRINTS and not identity.is_admin:
-        raise Forbidden("only an admin may do this")
+    found: Identity | None = svc.tokens.identify(token) if token else None
+    if found is None:
+        svc.auth_failures.record(address)
+    return found
 
 
 def identity() -> Identity:

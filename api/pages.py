@@ -42,7 +42,14 @@ from api import actions, auth
 from api import page_forms as forms
 from api.schemas import PolicyIn, TaskQuery
 from shared import records, states
-from shared.errors import EnvInvalid, Forbidden, Problem, StateConflict, TaskenvError
+from shared.errors import (
+    EnvInvalid,
+    Forbidden,
+    Problem,
+    StateConflict,
+    TaskenvError,
+    TooManyRequests,
+)
 from shared.policy import Policy, check_policy
 from shared.secrets import MASK, SecretsUnavailable
 from shared.tokens import Identity, digest
@@ -161,11 +168,6 @@ def redis_error(error: redis.RedisError) -> Any:
 
 # --- login -------------------------------------------------------------------------------
 
-def _failures_key() -> str:
-    # The API's own counter (api/auth.py): pages and the API share one budget per address.
-    return f"{svc().settings.key_prefix}:authfail:{request.remote_addr}"
-
-
 @bp.get("/")
 def index() -> Any:
     return redirect(url_for(".tasks"))
@@ -176,17 +178,13 @@ def login() -> Any:
     next_ = request.values.get("next", "")
     if request.method == "GET":
         return page("login.html", next=next_)
-    r = svc().tasks.r
-    if int(r.get(_failures_key()) or 0) >= svc().settings.auth_failures_per_minute:
+    token = request.form.get("token", "").strip()
+    try:
+        identity = auth.identify(token)  # one budget of failures with the API, per address
+    except TooManyRequests:
         return page("login.html", 429, next=next_,
                     error="Too many failed logins from this address: try again in a minute.")
-    token = request.form.get("token", "").strip()
-    identity = svc().tokens.identify(token) if token else None
     if identity is None:
-        pipe = r.pipeline()
-        pipe.incr(_failures_key())
-        pipe.expire(_failures_key(), 60)
-        pipe.execute()
         return page("login.html", 401, next=next_, error="This token is not known here.")
     session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
     session["who"] = {"id": identity.id, "digest": digest(token)}

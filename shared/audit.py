@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from shared.keys import Keys
 from shared.redis_conn import as_text
 
 MAX_ENTRIES = 100_000
@@ -19,7 +20,7 @@ MAX_ENTRIES = 100_000
 class AuditLog:
     def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
         self.r = client
-        self.key = f"{prefix}:audit"
+        self.key = Keys(prefix).audit()
 
     def record(self, actor: str, action: str, target: str, **detail: Any) -> None:
         entry = {"at": time.time(), "actor": actor, "action": action, "target": target,

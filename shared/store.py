@@ -13,7 +13,7 @@ import builtins
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ import redis
 
 from shared import states
 from shared.errors import NotFound
+from shared.keys import Keys
 from shared.policy import Policy
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
@@ -74,34 +75,6 @@ class Page:
     next_cursor: int | None
 
 
-class Keys:
-    def __init__(self, prefix: str) -> None:
-        self.p = prefix
-
-    def task(self, task_id: str) -> str:
-        return f"{self.p}:task:{task_id}"
-
-    def log(self, task_id: str, revision: int) -> str:
-        return f"{self.p}:task:{task_id}:log:{revision}"
-
-    def beat(self, task_id: str, revision: int) -> str:
-        return f"{self.p}:task:{task_id}:beat:{revision}"
-
-    def suspect(self, task_id: str, revision: int) -> str:
-        return f"{self.p}:task:{task_id}:suspect:{revision}"
-
-    def idem(self, owner: str, key: str) -> str:
-        return f"{self.p}:idem:{owner}:{key}"
-
-    def index(self, owner: str | None = None, state: str | None = None) -> str:
-        parts = [f"{self.p}:tasks"]
-        if owner is not None:
-            parts.append(f"owner:{owner}")
-        if state is not None:
-            parts.append(f"state:{state}")
-        return ":".join(parts)
-
-
 def _env_lists(doc: Doc) -> list[list[dict[str, Any]] | None]:
     """Every list of variables in a record: current and past revisions, as set and resolved."""
     revisions = [doc, *doc.get("history", [])]
@@ -124,15 +97,38 @@ class TaskStore:
         """Store a new task; with a key already used, return that task instead."""
         task_id = doc.setdefault("id", uuid.uuid4().hex)
         owner, state = doc["owner"], doc["state"]
-        k = self.keys
+        idem = self.keys.idempotency(owner, idempotency_key) if idempotency_key else ""
         created, found_id = self._create(
-            keys=[k.task(task_id), k.idem(owner, idempotency_key) if idempotency_key else "",
-                  k.index(), k.index(owner), k.index(state=state), k.index(owner, state),
-                  f"{k.p}:seq"],
+            keys=self._create_keys(task_id, owner, state, idem),
             args=[task_id, self._dump(doc), state, self.IDEMPOTENCY_TTL])
         if not created:
             return self.get(as_text(found_id)), False
         return doc, True
+
+    def load_many(self, docs: Iterable[Doc], batch: int = 1000) -> None:
+        """Store many new tasks, ``batch`` per round trip, without idempotency keys.
+
+        The same script as :meth:`create`, so the records and indexes are exactly what
+        tasks created one by one would leave (benchmarks fill a store this way).
+        """
+        pipe = self.r.pipeline(transaction=False)
+        pending = 0
+        for doc in docs:
+            task_id = doc.setdefault("id", uuid.uuid4().hex)
+            self._create(keys=self._create_keys(task_id, doc["owner"], doc["state"], ""),
+                         args=[task_id, self._dump(doc), doc["state"], 0], client=pipe)
+            pending += 1
+            if pending == batch:
+                pipe.execute()
+                pending = 0
+        if pending:
+            pipe.execute()
+
+    def _create_keys(self, task_id: str, owner: str, state: str, idem: str) -> list[str]:
+        """The keys ``_CREATE`` takes, in its order."""
+        k = self.keys
+        return [k.task(task_id), idem, k.index(), k.index(owner), k.index(state=state),
+                k.index(owner, state), k.task_seq()]
 
     def get(self, task_id: str, owner: str | None = None) -> Doc:
         raw = self.r.hget(self.keys.task(task_id), "doc")
@@ -225,6 +221,13 @@ class TaskStore:
             open_entries(entries, self.cipher)
         return doc
 
+    def ping(self) -> None:
+        """Raise when Redis cannot be reached."""
+        self.r.ping()
+
+    def all_ids(self) -> builtins.list[str]:
+        return [as_text(t) for t in self.r.zrange(self.keys.index(), 0, -1)]
+
     def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
         return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
 
@@ -234,7 +237,7 @@ class TaskStore:
 
     def claim_requeue(self, task_id: str, revision: int, state: str, ttl: int) -> bool:
         """True at most once per ``ttl`` seconds for one task revision in one state."""
-        key = f"{self.keys.task(task_id)}:requeued:{revision}:{state}"
+        key = self.keys.requeue_claim(task_id, revision, state)
         return bool(self.r.set(key, "1", nx=True, ex=max(1, ttl)))
 
     def dead_for(self, task_id: str, revision: int, now: float, forget_after: int) -> float:
@@ -271,7 +274,7 @@ class PolicyStore:
     def __init__(self, client: redis.Redis, prefix: str = "taskenv",
                  cipher: Cipher | None = None) -> None:
         self.r = client
-        self.p = prefix
+        self.keys = Keys(prefix)
         self.cipher = cipher
         self._put = client.register_script(_PUT_POLICY)
         self._versions: dict[int, Policy] = {}
@@ -281,12 +284,13 @@ class PolicyStore:
         body.pop("version")
         seal_entries(body["defaults"], self.cipher)
         seal_entries(body["protected"], self.cipher)
-        n = self._put(keys=[f"{self.p}:policy:seq", f"{self.p}:policy:v:",
-                            f"{self.p}:policy:current"], args=[json.dumps(body)])
+        k = self.keys
+        n = self._put(keys=[k.policy_seq(), k.policy_version(), k.policy_current()],
+                      args=[json.dumps(body)])
         return self.get(int(n))
 
     def current(self) -> Policy:
-        n = self.r.get(f"{self.p}:policy:current")
+        n = self.r.get(self.keys.policy_current())
         return self.get(int(n)) if n is not None else Policy()
 
     def get(self, version: int) -> Policy:
@@ -298,7 +302,7 @@ class PolicyStore:
         return policy
 
     def _read(self, version: int) -> Policy:
-        raw = self.r.get(f"{self.p}:policy:v:{version}")
+        raw = self.r.get(self.keys.policy_version(version))
         if raw is None:
             raise NotFound(f"no policy version {version}")
         body = json.loads(raw)
@@ -307,5 +311,5 @@ class PolicyStore:
         return Policy.from_dict({**body, "version": version})
 
     def versions(self) -> list[int]:
-        n = self.r.get(f"{self.p}:policy:seq")
+        n = self.r.get(self.keys.policy_seq())
         return list(range(1, int(n) + 1)) if n is not None else []

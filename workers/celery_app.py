@@ -13,6 +13,7 @@ from collections.abc import Callable
 from celery import Celery
 
 from shared.config import Settings
+from shared.keys import Keys
 
 QUEUES = ("validate", "policy", "launch")
 
@@ -46,7 +47,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_seconds,
-            "global_keyprefix": f"{settings.key_prefix}:celery:",
+            "global_keyprefix": Keys(settings.key_prefix).celery_prefix(),
             "master_name": settings.redis_master_name,  # used with sentinel:// URLs only
         },
         worker_hijack_root_logger=False,

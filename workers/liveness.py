@@ -22,6 +22,7 @@ from celery import signals
 from celery.worker import state
 
 from shared.config import Settings
+from shared.keys import Keys
 from shared.redis_conn import connect
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ def stalled(waiting: int, active: int, idle_for: float, limit: float) -> bool:
 def _watch(settings: Settings, queues: list[str]) -> None:
     limit = settings.consumer_stall_seconds
     client = connect(settings.redis_url, settings.redis_master_name)
-    keys = [f"{settings.key_prefix}:celery:{q}" for q in queues]
+    keys = [Keys(settings.key_prefix).queue(q) for q in queues]
     while True:
         time.sleep(max(1.0, limit / 4))
         try:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from shared import states
 from shared.config import Settings
+from shared.keys import Keys
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Launcher
@@ -109,7 +110,7 @@ def run_forever(settings: Settings) -> None:
 
     ctx = current()
     enqueue = stage_sender(settings)
-    lock = f"{settings.key_prefix}:reconciler:lock"
+    lock = Keys(settings.key_prefix).reconciler_lock()
     interval = settings.reconcile_interval_seconds
     while True:
         try:

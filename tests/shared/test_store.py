@@ -88,7 +88,7 @@ def test_idempotency_keys_are_per_owner(tasks: TaskStore) -> None:
 
 def test_idempotency_key_expires(tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
     tasks.create(new_doc(), "key")
-    ttl = r.ttl(tasks.keys.idem("alice", "key"))
+    ttl = r.ttl(tasks.keys.idempotency("alice", "key"))
     assert 0 < ttl <= TaskStore.IDEMPOTENCY_TTL
 
 
@@ -252,6 +252,18 @@ def test_list_pages_within_an_owner(tasks: TaskStore) -> None:
         create(tasks, owner=f"other{i}")
     flat = [t for page in all_pages(tasks, limit=2, owner="alice") for t in page]
     assert flat == list(reversed(alice))
+
+
+def test_load_many_leaves_what_creating_one_by_one_leaves(r: fakeredis.FakeRedis) -> None:
+    by_one, loaded = TaskStore(r, prefix="one"), TaskStore(r, prefix="many")
+    docs = [new_doc(owner="alice" if n % 2 else "bob") for n in range(5)]
+    for n, doc in enumerate(docs):
+        by_one.create(dict(doc, id=f"t{n}"))
+    loaded.load_many((dict(doc, id=f"t{n}") for n, doc in enumerate(docs)), batch=2)
+    assert loaded.all_ids() == by_one.all_ids() == [f"t{n}" for n in range(5)]
+    assert ids(loaded.list(owner="bob").items) == ids(by_one.list(owner="bob").items)
+    assert ids(loaded.list(state=states.PENDING, limit=2).items) == ["t4", "t3"]
+    assert loaded.get("t3") == by_one.get("t3")
 
 
 # --- logs --------------------------------------------------------------------------------

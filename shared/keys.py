@@ -1,0 +1,93 @@
+"""Every Redis key taskenv writes, in one place.
+
+All keys live under one prefix (``TASKENV_KEY_PREFIX``, ``taskenv`` by default), so
+several deployments can share a Redis and an operator can tell taskenv's keys from
+others'.  A task's own keys (its log, heartbeat, ...) begin with the task's key, so
+``SCAN prefix:task:<id>*`` finds everything about one task.  No key ever holds a
+secret value: tokens appear only as their SHA-256 digest.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    def __init__(self, prefix: str = "taskenv") -> None:
+        self.prefix = prefix
+
+    # --- tasks ---------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> str:
+        """The task's hash: ``doc`` (JSON record), ``state``, ``v`` (write counter), ``seq``."""
+        return f"{self.prefix}:task:{task_id}"
+
+    def log(self, task_id: str, revision: int) -> str:
+        return f"{self.task(task_id)}:log:{revision}"
+
+    def beat(self, task_id: str, revision: int) -> str:
+        """Exists while a launch worker holds the revision."""
+        return f"{self.task(task_id)}:beat:{revision}"
+
+    def suspect(self, task_id: str, revision: int) -> str:
+        """When a reconciler first found the revision without a heartbeat."""
+        return f"{self.task(task_id)}:suspect:{revision}"
+
+    def requeue_claim(self, task_id: str, revision: int, state: str) -> str:
+        return f"{self.task(task_id)}:requeued:{revision}:{state}"
+
+    def idempotency(self, owner: str, key: str) -> str:
+        return f"{self.prefix}:idem:{owner}:{key}"
+
+    def index(self, owner: str | None = None, state: str | None = None) -> str:
+        """A sorted set of task ids by creation order: all, one owner's, one state's, both."""
+        parts = [f"{self.prefix}:tasks"]
+        if owner is not None:
+            parts.append(f"owner:{owner}")
+        if state is not None:
+            parts.append(f"state:{state}")
+        return ":".join(parts)
+
+    def task_seq(self) -> str:
+        """The counter that orders tasks in the indexes."""
+        return f"{self.prefix}:seq"
+
+    # --- policy --------------------------------------------------------------------------
+
+    def policy_seq(self) -> str:
+        return f"{self.prefix}:policy:seq"
+
+    def policy_version(self, version: int | str = "") -> str:
+        """One immutable version; without a number, the stem the store's script completes."""
+        return f"{self.prefix}:policy:v:{version}"
+
+    def policy_current(self) -> str:
+        return f"{self.prefix}:policy:current"
+
+    # --- tokens, audit, authentication ---------------------------------------------------
+
+    def token(self, digest: str) -> str:
+        """A token's identity, under the token's SHA-256 digest, never the token."""
+        return f"{self.prefix}:token:{digest}"
+
+    def token_ids(self) -> str:
+        """Token id -> digest, so an admin can list and revoke by id."""
+        return f"{self.prefix}:tokens"
+
+    def audit(self) -> str:
+        return f"{self.prefix}:audit"
+
+    def auth_failures(self, address: str) -> str:
+        """Failed authentications from one address in the current minute."""
+        return f"{self.prefix}:authfail:{address}"
+
+    # --- workers -------------------------------------------------------------------------
+
+    def reconciler_lock(self) -> str:
+        return f"{self.prefix}:reconciler:lock"
+
+    def celery_prefix(self) -> str:
+        """What kombu puts before each of its keys (``global_keyprefix``)."""
+        return f"{self.prefix}:celery:"
+
+    def queue(self, name: str) -> str:
+        """The list kombu keeps a Celery queue's waiting messages in."""
+        return f"{self.celery_prefix()}{name}"
