@@ -1,0 +1,434 @@
+"""The Kubernetes deployment (deploy/k8s): schema-valid, least privilege, settings that exist.
+
+The kustomizations use only ``resources`` and ``images``, so reading the first and
+applying the second renders what ``kubectl kustomize`` renders, without a kustomize
+binary.  KEDA's objects are custom resources the validator has no
+schema for: they are checked against what they point at instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import fakeredis
+import kubernetes_validate
+import pytest
+import redis
+import yaml
+
+from shared.config import PREFIX, Settings
+from shared.secrets import Cipher
+from workers.celery_app import QUEUES, make_celery
+from workers.localstack import worker_argv
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+OVERLAYS = {"hpa": K8S, "keda": K8S / "keda"}
+# The oldest Kubernetes minor we support and the newest the validator ships.
+KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")
+CUSTOM_GROUPS = {"keda.sh"}  # custom resources: checked structurally below
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "images"}
+SERVICE_NS, TASK_NS = "taskenv", "taskenv-tasks"
+KUBE_API_ACCOUNTS = {"taskenv-launch", "taskenv-reconciler"}
+IMAGE = "taskenv"  # the name deploy/Dockerfile's image has in the manifests
+
+Doc = dict[str, Any]
+
+
+def kustomization(directory: Path) -> Doc:
+    data = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def render(directory: Path) -> list[Doc]:
+    """Every object ``kubectl apply -k directory`` would apply, read from ``resources``."""
+    docs: list[Doc] = []
+    for entry in kustomization(directory).get("resources", []):
+        path = (directory / entry).resolve()
+        if path.is_dir():
+            docs.extend(render(path))
+        else:
+            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d is not None)
+    for image in kustomization(directory).get("images", []):
+        retag(docs, image)
+    return docs
+
+
+def retag(docs: list[Doc], image: Doc) -> None:
+    """Kustomize's ``images`` entry: a container image named ``name`` gets the new name/tag."""
+    for _, container in containers(docs):
+        if container["image"].split(":")[0] == image["name"]:
+            container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
+
+
+@pytest.fixture(scope="module", params=sorted(OVERLAYS))
+def objects(request: pytest.FixtureRequest) -> list[Doc]:
+    return render(OVERLAYS[request.param])
+
+
+def of_kind(docs: list[Doc], kind: str) -> list[Doc]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def named(docs: list[Doc], kind: str, name: str, namespace: str = SERVICE_NS) -> Doc:
+    found = [d for d in of_kind(docs, kind)
+             if d["metadata"]["name"] == name and d["metadata"].get("namespace") == namespace]
+    assert len(found) == 1, f"{kind} {namespace}/{name}: {len(found)} found"
+    return found[0]
+
+
+def pod_templates(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
+    """(workload, pod spec) for every Deployment and StatefulSet."""
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            yield doc, doc["spec"]["template"]["spec"]
+
+
+def containers(docs: list[Doc]) -> Iterator[tuple[Doc, Doc]]:
+    for workload, spec in pod_templates(docs):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            yield workload, container
+
+
+def pod_labels(workload: Doc) -> dict[str, str]:
+    return dict(workload["spec"]["template"]["metadata"]["labels"])
+
+
+def stage_deployments(docs: list[Doc]) -> dict[str, Doc]:
+    """The Celery worker Deployments, by the queue their command consumes."""
+    out = {}
+    for workload, container in containers(docs):
+        command = container.get("command", [])
+        if "worker" in command and "-Q" in command:
+            out[command[command.index("-Q") + 1]] = workload
+    return out
+
+
+def test_every_file_is_listed_in_its_kustomization_and_nothing_else_is_used():
+    for kfile in K8S.rglob("kustomization.yaml"):
+        directory = kfile.parent
+        data = kustomization(directory)
+        assert set(data) <= KUSTOMIZATION_KEYS, f"{kfile}: patches/generators are not rendered"
+        listed = {(directory / r).resolve() for r in data.get("resources", [])}
+        assert all(p.exists() for p in listed), f"{kfile} lists a missing path"
+        files = {p.resolve() for p in directory.glob("*.yaml") if p.name != "kustomization.yaml"}
+        assert files <= listed, f"{kfile} does not list {sorted(files - listed)}"
+    for path in K8S.rglob("*.yaml"):
+        assert (path.parent / "kustomization.yaml").exists(), f"{path} is in no kustomization"
+
+
+def test_the_overlays_differ_only_in_how_the_stages_scale():
+    hpa, keda = (render(OVERLAYS[name]) for name in ("hpa", "keda"))
+    autoscaling = {"HorizontalPodAutoscaler", "ScaledObject", "TriggerAuthentication"}
+    assert [d for d in hpa if d["kind"] not in autoscaling] == \
+        [d for d in keda if d["kind"] not in autoscaling]
+    # Two autoscalers driving one Deployment fight: KEDA makes its own HPA.
+    assert not of_kind(keda, "HorizontalPodAutoscaler")
+    assert not of_kind(hpa, "ScaledObject")
+
+
+def test_no_object_is_defined_twice(objects):
+    keys = Counter((d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+                   for d in objects)
+    assert [k for k, n in keys.items() if n > 1] == []
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+def test_every_builtin_object_passes_the_strict_schema(objects, version):
+    checked = 0
+    for doc in objects:
+        if doc["apiVersion"].split("/")[0] in CUSTOM_GROUPS:
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        checked += 1
+    assert checked >= 20
+
+
+def test_only_keda_objects_are_custom_resources(objects):
+    custom = {d["kind"] for d in objects if d["apiVersion"].split("/")[0] in CUSTOM_GROUPS}
+    assert custom <= {"ScaledObject", "TriggerAuthentication"}
+
+
+def test_objects_live_in_the_two_namespaces_the_manifests_create(objects):
+    namespaces = {d["metadata"]["name"] for d in of_kind(objects, "Namespace")}
+    assert namespaces == {SERVICE_NS, TASK_NS}
+    for doc in objects:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"].get("namespace") in namespaces, doc["metadata"]["name"]
+
+
+def without_node_name(argv: list[str]) -> list[str]:
+    at = argv.index("-n")
+    return argv[1:at] + argv[at + 2:]
+
+
+def test_there_is_one_worker_deployment_per_queue_started_as_make_run_starts_it(objects):
+    stages = stage_deployments(objects)
+    assert set(stages) == set(QUEUES)
+    for queue, workload in stages.items():
+        command = workload["spec"]["template"]["spec"]["containers"][0]["command"]
+        concurrency, pool = command[command.index("-c") + 1], command[command.index("-P") + 1]
+        assert command[0] == "python"
+        assert without_node_name(command) == \
+            without_node_name(worker_argv(queue, int(concurrency), pool))
+        assert command[command.index("-n") + 1] == f"{queue}@%h"  # %h: the pod's name
+        assert workload["metadata"]["name"] == f"taskenv-{queue}"
+    reconciler = named(objects, "Deployment", "taskenv-reconciler")
+    assert reconciler["spec"]["template"]["spec"]["containers"][0]["command"] == \
+        ["python", "-m", "workers.reconcile"]
+
+
+def test_every_workload_selects_its_own_pods(objects):
+    for workload, _ in pod_templates(objects):
+        selector = workload["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod_labels(workload).items(), workload["metadata"]["name"]
+    selectors = [tuple(sorted(w["spec"]["selector"]["matchLabels"].items()))
+                 for w, _ in pod_templates(objects)]
+    assert len(selectors) == len(set(selectors)), "two workloads select the same pods"
+
+
+def test_a_container_that_serves_http_has_liveness_and_readiness_probes(objects):
+    for workload, container in containers(objects):
+        if not container.get("ports"):
+            assert "readinessProbe" not in container, "a probe on a port nobody serves"
+            continue
+        port_names = {p["name"] for p in container["ports"]}
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert probe in container, f"{workload['metadata']['name']} has no {probe}"
+            check = container[probe].get("httpGet") or container[probe]["tcpSocket"]
+            assert check["port"] in port_names
+    api = named(objects, "Deployment", "taskenv-api")["spec"]["template"]["spec"]
+    assert api["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert api["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_service_reaches_the_api_pods_on_their_http_port(objects):
+    service = named(objects, "Service", "taskenv-api")
+    api = named(objects, "Deployment", "taskenv-api")
+    assert service["spec"]["selector"].items() <= pod_labels(api).items()
+    ports = {p["name"]: p["containerPort"]
+             for p in api["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
+    config = named(objects, "ConfigMap", "taskenv-config")["data"]
+    assert ports["http"] == int(config["TASKENV_PORT"])
+    assert config["TASKENV_HOST"] == "0.0.0.0"  # waitress binds loopback by default
+
+
+def test_no_pod_runs_privileged_or_as_root_and_every_container_is_locked_down(objects):
+    for workload, spec in pod_templates(objects):
+        name = workload["metadata"]["name"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+    for workload, container in containers(objects):
+        context = container["securityContext"]
+        where = f"{workload['metadata']['name']}/{container['name']}"
+        assert context.get("privileged", False) is False, where
+        assert context["allowPrivilegeEscalation"] is False, where
+        assert context["readOnlyRootFilesystem"] is True, where
+        assert context["capabilities"] == {"drop": ["ALL"]}, where
+        assert "add" not in context["capabilities"], where
+
+
+def test_every_container_has_cpu_and_memory_requests_and_limits(objects):
+    for workload, container in containers(objects):
+        for bound in ("requests", "limits"):
+            assert {"cpu", "memory"} <= set(container["resources"][bound]), \
+                f"{workload['metadata']['name']}: {bound}"
+
+
+def test_taskenv_containers_run_the_dockerfile_image_with_the_settings(objects):
+    for workload, container in containers(objects):
+        if container["image"].split(":")[0] != IMAGE:
+            continue
+        sources = [next(iter(s.values()))["name"] for s in container["envFrom"]]
+        assert sources == ["taskenv-config", "taskenv-settings"], workload["metadata"]["name"]
+    names = {w["metadata"]["name"] for w, c in containers(objects)
+             if c["image"].split(":")[0] == IMAGE}
+    assert names == {"taskenv-api", "taskenv-reconciler"} | {f"taskenv-{q}" for q in QUEUES}
+
+
+# --- settings ------------------------------------------------------------------------------
+
+def setting_names() -> set[str]:
+    return {PREFIX + name.upper() for name in Settings.__dataclass_fields__}
+
+
+def test_every_configmap_and_settings_secret_key_is_a_real_setting(objects):
+    config = named(objects, "ConfigMap", "taskenv-config")["data"]
+    secret = named(objects, "Secret", "taskenv-settings")["stringData"]
+    assert set(config) - setting_names() == set()
+    assert set(secret) - setting_names() == set()
+    assert not set(config) & set(secret), "a setting defined twice"
+    settings = Settings.from_env({**config, **secret})  # ints parse, names match fields
+    assert settings.launcher == "kubernetes"
+    assert settings.kube_namespace == TASK_NS
+
+
+def test_the_secrets_hold_the_secret_settings_and_nothing_secret_is_in_the_configmap(objects):
+    secret = named(objects, "Secret", "taskenv-settings")["stringData"]
+    assert set(secret) == {"TASKENV_SECRET_KEYS", "TASKENV_ADMIN_TOKEN",
+                           "TASKENV_SESSION_SECRET", "TASKENV_REDIS_URL"}
+    config = named(objects, "ConfigMap", "taskenv-config")["data"]
+    assert not any(word in key for key in config for word in ("SECRET", "TOKEN", "PASSWORD"))
+    assert "TASKENV_REDIS_URL" not in config  # it carries the password
+
+
+def test_the_placeholders_are_marked_and_the_api_refuses_to_start_on_them(objects):
+    for secret in of_kind(objects, "Secret"):
+        assert "taskenv.io/placeholder" in secret["metadata"]["annotations"]
+        assert all("REPLACE-ME" in value for value in secret["stringData"].values())
+    keys = named(objects, "Secret", "taskenv-settings")["stringData"]["TASKENV_SECRET_KEYS"]
+    with pytest.raises(ValueError):
+        Cipher.from_setting(keys)
+
+
+def test_the_redis_url_has_the_redis_servers_password_and_points_at_its_service(objects):
+    url = urlsplit(named(objects, "Secret", "taskenv-settings")["stringData"]["TASKENV_REDIS_URL"])
+    password = named(objects, "Secret", "taskenv-redis")["stringData"]["password"]
+    assert url.password == password
+    service = named(objects, "Service", "taskenv-redis")
+    assert url.hostname == f"taskenv-redis.{SERVICE_NS}.svc"
+    assert url.port == service["spec"]["ports"][0]["port"]
+    redis_args = named(objects, "StatefulSet", "taskenv-redis")["spec"]["template"]["spec"][
+        "containers"][0]["args"]
+    assert redis_args[redis_args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
+    assert redis_args[redis_args.index("--appendonly") + 1] == "yes"
+    assert redis_args[redis_args.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+# --- RBAC ----------------------------------------------------------------------------------
+
+def test_nothing_is_granted_cluster_wide(objects):
+    assert not of_kind(objects, "ClusterRole")
+    assert not of_kind(objects, "ClusterRoleBinding")
+
+
+def test_roles_live_in_the_task_namespace_and_grant_only_what_the_launcher_uses(objects):
+    roles = of_kind(objects, "Role")
+    assert roles and all(r["metadata"]["namespace"] == TASK_NS for r in roles)
+    granted = {(group, resource): set(rule["verbs"])
+               for role in roles for rule in role["rules"]
+               for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert set(granted) == {("batch", "jobs"), ("", "pods"), ("", "pods/log"), ("", "secrets")}
+    assert granted[("batch", "jobs")] >= {"create", "get", "list", "watch"}
+    assert granted[("", "secrets")] >= {"create", "patch"}  # patch: ownerReferences to the Job
+    assert "create" not in granted[("", "pods")]  # the Job controller makes the pods
+    assert all("*" not in verbs for verbs in granted.values())
+
+
+def test_only_the_launch_worker_and_the_reconciler_are_bound_to_a_role(objects):
+    bindings = of_kind(objects, "RoleBinding")
+    assert bindings and all(b["metadata"]["namespace"] == TASK_NS for b in bindings)
+    subjects = {(s["kind"], s["namespace"], s["name"]) for b in bindings for s in b["subjects"]}
+    assert subjects == {("ServiceAccount", SERVICE_NS, name) for name in KUBE_API_ACCOUNTS}
+    roles = {r["metadata"]["name"] for r in of_kind(objects, "Role")}
+    assert all(b["roleRef"]["kind"] == "Role" and b["roleRef"]["name"] in roles
+               for b in bindings)
+
+
+def test_pods_without_kubernetes_rights_get_no_token(objects):
+    accounts = {a["metadata"]["name"]: a for a in of_kind(objects, "ServiceAccount")}
+    users = {}
+    for workload, spec in pod_templates(objects):
+        account = spec.get("serviceAccountName", "default")
+        users[workload["metadata"]["name"]] = account
+        if account not in KUBE_API_ACCOUNTS:
+            assert spec["automountServiceAccountToken"] is False, workload["metadata"]["name"]
+    assert users["taskenv-launch"] == "taskenv-launch"
+    assert users["taskenv-reconciler"] == "taskenv-reconciler"
+    for name, account in accounts.items():
+        assert account["automountServiceAccountToken"] is (name in KUBE_API_ACCOUNTS), name
+
+
+# --- availability and autoscaling ----------------------------------------------------------
+
+def test_every_taskenv_role_has_a_disruption_budget_that_a_drain_can_satisfy(objects):
+    deployments = of_kind(objects, "Deployment")
+    minimum = {d["metadata"]["name"]: d["spec"].get("replicas") for d in deployments}
+    for scaler in of_kind(objects, "HorizontalPodAutoscaler"):
+        minimum[scaler["spec"]["scaleTargetRef"]["name"]] = scaler["spec"]["minReplicas"]
+    for scaler in of_kind(objects, "ScaledObject"):
+        minimum[scaler["spec"]["scaleTargetRef"]["name"]] = scaler["spec"]["minReplicaCount"]
+    covered = set()
+    for budget in of_kind(objects, "PodDisruptionBudget"):
+        selector = budget["spec"]["selector"]["matchLabels"].items()
+        matched = [d["metadata"]["name"] for d in deployments
+                   if selector <= pod_labels(d).items()]
+        assert len(matched) == 1, budget["metadata"]["name"]
+        assert budget["spec"]["minAvailable"] < minimum[matched[0]], matched[0]
+        covered.add(matched[0])
+    assert covered == set(minimum)
+
+
+def test_each_stage_has_exactly_one_autoscaler_and_does_not_fix_its_replicas(objects):
+    stages = stage_deployments(objects)
+    scalers = of_kind(objects, "HorizontalPodAutoscaler") + of_kind(objects, "ScaledObject")
+    targets = [s["spec"]["scaleTargetRef"]["name"] for s in scalers]
+    assert sorted(targets) == sorted(d["metadata"]["name"] for d in stages.values())
+    for workload in stages.values():
+        assert "replicas" not in workload["spec"], "re-applying would reset the autoscaler"
+
+
+def test_cpu_autoscalers_target_deployments_that_request_cpu(objects):
+    for scaler in of_kind(objects, "HorizontalPodAutoscaler"):
+        target = named(objects, "Deployment", scaler["spec"]["scaleTargetRef"]["name"])
+        assert scaler["spec"]["scaleTargetRef"]["kind"] == "Deployment"
+        assert [m["resource"]["name"] for m in scaler["spec"]["metrics"]] == ["cpu"]
+        assert "cpu" in target["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+
+
+@pytest.fixture(scope="module")
+def queue_keys() -> dict[str, str]:
+    """The Redis key of each queue, as kombu really writes it: send one message per stage."""
+    server = fakeredis.FakeServer()
+    config = yaml.safe_load((K8S / "base" / "configmap.yaml").read_text())["data"]
+
+    def fake_pool(self: object, asynchronous: bool = False) -> redis.ConnectionPool:
+        return redis.ConnectionPool(connection_class=fakeredis.FakeRedisConnection, server=server)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("kombu.transport.redis.Channel._get_pool", fake_pool)
+        celery = make_celery(Settings(key_prefix=config["TASKENV_KEY_PREFIX"]))
+        keys = {}
+        for queue in QUEUES:
+            before = set(fakeredis.FakeRedis(server=server).keys())
+            celery.send_task(f"taskenv.{queue}", args=["0" * 32, 1], queue=queue)
+            lists = [k.decode() for k in set(fakeredis.FakeRedis(server=server).keys()) - before
+                     if fakeredis.FakeRedis(server=server).type(k) == b"list"]
+            assert len(lists) == 1, lists
+            keys[queue] = lists[0]
+    return keys
+
+
+def test_keda_scales_each_stage_on_the_list_kombu_keeps_its_queue_in(queue_keys):
+    docs = render(OVERLAYS["keda"])
+    stages = {w["metadata"]["name"]: q for q, w in stage_deployments(docs).items()}
+    scaled = of_kind(docs, "ScaledObject")
+    assert len(scaled) == len(QUEUES)
+    for scaler in scaled:
+        target = scaler["spec"]["scaleTargetRef"]["name"]
+        named(docs, "Deployment", target, scaler["metadata"]["namespace"])
+        assert target in stages, f"{target} is not a stage"
+        (trigger,) = scaler["spec"]["triggers"]
+        assert trigger["type"] == "redis"
+        assert trigger["metadata"]["listName"] == queue_keys[stages[target]]
+        assert int(trigger["metadata"]["listLength"]) > 0
+        assert scaler["spec"]["minReplicaCount"] >= 1  # /readyz wants a consumer per queue
+
+
+def test_keda_reaches_the_redis_the_stages_use_with_its_password():
+    objects = render(OVERLAYS["keda"])
+    url = urlsplit(named(objects, "Secret", "taskenv-settings")["stringData"]["TASKENV_REDIS_URL"])
+    for scaler in of_kind(objects, "ScaledObject"):
+        (trigger,) = scaler["spec"]["triggers"]
+        assert trigger["metadata"]["address"] == f"{url.hostname}:{url.port}"
+        assert trigger["metadata"]["databaseIndex"] == url.path.strip("/")
+        auth = named(objects, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+        (ref,) = auth["spec"]["secretTargetRef"]
+        assert ref["parameter"] == "password"
+        assert named(objects, "Secret", ref["name"])["stringData"][ref["key"]] == url.password
