@@ -1,4 +1,4 @@
-"""What a caller can do to tasks, shared by the JSON API and the web pages.
+"""What a caller can do to tasks and the policy, shared by the JSON API and the web pages.
 
 Each function takes the services, the caller (owner and visibility scope) and
 plain data; it writes to Redis first and enqueues after, and records an audit
@@ -7,11 +7,16 @@ entry naming the variables it touched (never their values).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from shared import records, states
-from shared.errors import EnvInvalid, PolicyConflict, Problem, StateConflict
+import marshmallow as ma
+
+from shared import records, resolution, states
+from shared.errors import EnvInvalid, PolicyConflict, PolicyInvalid, Problem, StateConflict
+from shared.policy import Policy, check_policy
 from shared.resolution import decide_policy, decide_validation
+from shared.secrets import masked
 
 Doc = dict[str, Any]
 
@@ -62,3 +67,32 @@ def resolved_now(svc: Any, doc: Doc) -> Doc:
         raise PolicyConflict("the policy refuses the task's env",
                              [Problem(**e) for e in decided["errors"]])
     return {**doc, **decided}
+
+
+def preview(svc: Any, data: Doc) -> Doc:
+    """What a task with this env would get, secrets masked; nothing is stored or launched."""
+    version = data["policy_version"]
+    policy = svc.policies.current() if version is None else svc.policies.get(version)
+    shown = resolution.preview(data["env"], data["name"], policy, svc.limits)
+    return {**shown, "variables": [masked(v) for v in shown["variables"]]}
+
+
+def save_policy(svc: Any, data: Doc, actor: str, shape: ma.Schema | None = None) -> Policy:
+    """Check the policy's rules, store it as a new version and audit it.
+
+    The rules come first: they name the variable.  ``shape`` then loads the data with
+    the API's schema, for a caller whose data has not been through it (the page).
+    Tasks already resolved keep the version they were resolved with.
+    """
+    problems = check_policy(data, svc.limits)
+    if problems:
+        raise PolicyInvalid("the policy cannot be saved", problems)
+    if shape is not None:
+        data = shape.load(data)
+    policy: Policy = svc.policies.put(Policy.from_dict(
+        {**data, "author": actor, "created_at": time.time()}))
+    svc.audit.record(actor, "policy.put", f"v{policy.version}",
+                     defaults=[d.name for d in policy.defaults],
+                     protected=[p.name for p in policy.protected],
+                     on_conflict=policy.on_conflict)
+    return policy

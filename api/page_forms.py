@@ -23,6 +23,7 @@ from werkzeug.datastructures import MultiDict
 
 from api.schemas import EnvPatch, TaskCreate
 from shared.policy import Policy
+from shared.secrets import blanked
 
 Row = dict[str, Any]
 Errors = dict[str, Any]
@@ -47,8 +48,8 @@ def blank(count: int, **extra: Any) -> list[Row]:
 
 def shown(typed: list[Row]) -> list[Row]:
     """Rows as a form may show them again: a secret value is never echoed back."""
-    return [{**row, "value": "" if row.get("secret") else row.get("value", ""),
-             "retype": bool(row.get("secret") and row.get("value"))} for row in typed]
+    return [{**blanked(row), "retype": bool(row.get("secret") and row.get("value"))}
+            for row in typed]
 
 
 class Form(ma.Schema):
@@ -132,8 +133,12 @@ def load(schema: ma.Schema, data: Row) -> tuple[Row | None, Errors]:
     try:
         return schema.load(data), {}
     except ma.ValidationError as error:
-        messages = error.messages
-        return None, messages if isinstance(messages, dict) else {"_form": messages}
+        return None, errors_of(error)
+
+
+def errors_of(error: ma.ValidationError) -> Errors:
+    messages = error.messages
+    return messages if isinstance(messages, dict) else {"_form": messages}
 
 
 def read_task(form: MultiDict[str, str]) -> tuple[Row | None, Errors, Row]:
@@ -210,11 +215,8 @@ def read_policy(form: MultiDict[str, str],
 
 def policy_rows(policy: Policy) -> tuple[list[Row], list[Row]]:
     """The current policy as form rows; secret values stay out of the page."""
-    defaults = [{"name": d.name, "value": "" if d.secret else d.value, "secret": d.secret}
-                for d in policy.defaults]
-    protected = [{"name": p.name, "value": "" if p.secret else (p.value or ""),
-                  "reason": p.reason, "secret": p.secret} for p in policy.protected]
-    return defaults, protected
+    rows = policy.to_dict()
+    return ([blanked(d) for d in rows["defaults"]], [blanked(p) for p in rows["protected"]])
 
 
 # --- errors as the templates show them --------------------------------------------------

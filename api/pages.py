@@ -16,7 +16,6 @@ import hmac
 import logging
 import re
 import secrets
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,13 +44,14 @@ from shared import records, states
 from shared.errors import (
     EnvInvalid,
     Forbidden,
+    PolicyInvalid,
     Problem,
     StateConflict,
     TaskenvError,
     TooManyRequests,
 )
-from shared.policy import Policy, check_policy
-from shared.secrets import MASK, SecretsUnavailable
+from shared.policy import Policy
+from shared.secrets import MASK, SecretsUnavailable, blanked
 from shared.tokens import Identity, digest
 
 log = logging.getLogger("taskenv.pages")
@@ -252,9 +252,7 @@ def task_page(doc: dict[str, Any], status: int = 200,
               errors: dict[str, Any] | None = None, error: TaskenvError | None = None) -> Any:
     view = records.public_view(doc, url_for(".task", task_id=doc["id"]))
     if env_rows is None:  # a secret's field starts empty: its value is write-only
-        env_rows = [{"name": e["name"], "value": "" if e.get("secret") else e["value"],
-                     "secret": bool(e.get("secret")), "stored_secret": bool(e.get("secret"))}
-                    for e in view["env"]]
+        env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
     revision = request.args.get("revision", type=int) or view["revision"]
     revision = revision if 1 <= revision <= view["revision"] else view["revision"]
     return page("task.html", status, task=view,
@@ -314,24 +312,20 @@ def policy() -> Any:
                                      "on_conflict": current.on_conflict})
     data, errors, typed = forms.read_policy(request.form, current)
     more = "more" in request.form
-    # The rules first (they name the variable), then the API's shape (PolicyIn).
-    problems = check_policy(data, svc().limits) if data is not None and not more else []
-    if data is not None and not problems:
-        data, errors = forms.load(PolicyIn(), data)
     shown = {**typed, "defaults": forms.shown(typed["defaults"]),
              "protected": forms.shown(typed["protected"])}
-    if more or data is None or problems:
+    if more or data is None:
         return policy_page(current, shown, 200 if more else 422, {} if more else errors,
-                           problems, extra=2 if more else 1)
+                           extra=2 if more else 1)
     try:
-        saved = svc().policies.put(Policy.from_dict(
-            {**data, "author": auth.actor(), "created_at": time.time()}))
+        # The rules first (they name the variable), then the API's shape (PolicyIn).
+        saved = actions.save_policy(svc(), data, auth.actor(), shape=PolicyIn())
+    except PolicyInvalid as error:
+        return policy_page(current, shown, error.status, problems=error.problems)
+    except ma.ValidationError as error:
+        return policy_page(current, shown, 422, forms.errors_of(error))
     except SecretsUnavailable as error:  # a secret row, but no TASKENV_SECRET_KEYS
         return policy_page(current, shown, error.status, {"_schema": [error.message]})
-    svc().audit.record(auth.actor(), "policy.put", f"v{saved.version}",
-                       defaults=[d.name for d in saved.defaults],
-                       protected=[p.name for p in saved.protected],
-                       on_conflict=saved.on_conflict)
     flash(f"Policy version {saved.version} saved: new tasks and new revisions are resolved "
           "with it; tasks already resolved keep their version.", "ok")
     return redirect(url_for(".policy"))

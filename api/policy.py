@@ -6,18 +6,16 @@ resolved with, so an old task can always be explained.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
+from api import actions
 from api.auth import actor
 from api.schemas import PolicyIn, PolicyOut, PolicyVersions
-from shared.errors import PolicyInvalid
-from shared.policy import Policy, check_policy
-from shared.secrets import MASK
+from shared.secrets import masked_policy
 
 blp = Blueprint("policy", __name__, url_prefix="/api/v1/policy",
                 description="Platform-wide defaults and protected variables.")
@@ -27,35 +25,18 @@ def svc() -> Any:
     return current_app.extensions["taskenv"]
 
 
-def shown(policy: Policy) -> dict[str, Any]:
-    out = policy.to_dict()
-    for entry in [*out["defaults"], *out["protected"]]:
-        if entry.get("secret") and "value" in entry:
-            entry["value"] = MASK
-    return out
-
-
 @blp.route("")
 class CurrentPolicy(MethodView):
     @blp.response(200, PolicyOut)
     def get(self) -> dict[str, Any]:
         """The policy new tasks are resolved with."""
-        return shown(svc().policies.current())
+        return masked_policy(svc().policies.current().to_dict())
 
     @blp.arguments(PolicyIn)
     @blp.response(200, PolicyOut)
     def put(self, data: dict[str, Any]) -> dict[str, Any]:
         """Replace the policy: makes a new version; tasks already resolved keep theirs."""
-        problems = check_policy(data, svc().limits)
-        if problems:
-            raise PolicyInvalid("the policy cannot be saved", problems)
-        policy = svc().policies.put(Policy.from_dict(
-            {**data, "author": actor(), "created_at": time.time()}))
-        svc().audit.record(actor(), "policy.put", f"v{policy.version}",
-                           defaults=[d.name for d in policy.defaults],
-                           protected=[p.name for p in policy.protected],
-                           on_conflict=policy.on_conflict)
-        return shown(policy)
+        return masked_policy(actions.save_policy(svc(), data, actor()).to_dict())
 
 
 @blp.route("/versions")
@@ -72,4 +53,4 @@ class Version(MethodView):
     @blp.response(200, PolicyOut)
     def get(self, version: int) -> dict[str, Any]:
         """One version, as it was written."""
-        return shown(svc().policies.get(version))
+        return masked_policy(svc().policies.get(version).to_dict())

@@ -9,7 +9,7 @@ put a new key first, keep the old ones, run ``python -m api.cli rotate-secrets``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -71,12 +71,29 @@ def open_entries(entries: list[dict[str, Any]] | None, cipher: Cipher | None) ->
             entry["value"] = cipher.open(entry.pop("sealed"))
 
 
-def masked(entry: dict[str, Any]) -> dict[str, Any]:
-    out = dict(entry)
-    out.pop("sealed", None)
-    if out.get("secret"):
+def masked(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An env entry or a resolved variable as shown: a secret's value is ``MASK``.
+
+    Its sealed form is left out too.  An entry without a value, clear or sealed (a
+    protected name that is only reserved), stays without one.
+    """
+    out = {k: v for k, v in entry.items() if k != "sealed"}
+    if entry.get("secret") and ("value" in entry or "sealed" in entry):
         out["value"] = MASK
     return out
+
+
+def masked_policy(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy (``Policy.to_dict()``) as shown: secret defaults and protected values masked."""
+    return {**policy, "defaults": [masked(d) for d in policy["defaults"]],
+            "protected": [masked(p) for p in policy["protected"]]}
+
+
+def blanked(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry as a form shows it: a secret's field starts empty, its value is write-only."""
+    secret = bool(entry.get("secret"))
+    out = {k: v for k, v in entry.items() if k != "sealed"}
+    return {**out, "value": "" if secret else (out.get("value") or ""), "secret": secret}
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
