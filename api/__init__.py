@@ -4,42 +4,24 @@ Redis, enqueues the task id and answers.  Everything else happens in workers.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import redis
-from flask import Flask
+from flask import Flask, current_app
 
-from shared.audit import AuditLog
 from shared.config import Settings
-from shared.envlist import Limits
-from shared.redis_conn import connect, warn_if_evicting
-from shared.secrets import Cipher
-from shared.store import PolicyStore, TaskStore
-from shared.tokens import AuthFailures, TokenStore
-
-Enqueue = Callable[[str, int], None]
+from workers.services import Enqueue, Services, build_services
 
 
-@dataclass
-class Services:
-    settings: Settings
-    tasks: TaskStore
-    policies: PolicyStore
-    limits: Limits
-    enqueue: Enqueue
-    tokens: TokenStore
-    audit: AuditLog
-    auth_failures: AuthFailures
+def svc() -> Services:
+    """The services of the app handling the current request."""
+    return services_of(current_app)
 
 
-def celery_enqueue(settings: Settings) -> Enqueue:
-    """New revisions start in the validation stage."""
-    from workers.celery_app import stage_sender
-
-    return functools.partial(stage_sender(settings), "validate")
+def services_of(app: Flask) -> Services:
+    services: Services = app.extensions["taskenv"]
+    return services
 
 
 def create_app(test_config: Mapping[str, Any] | None = None,
@@ -63,22 +45,7 @@ def create_app(test_config: Mapping[str, Any] | None = None,
                 "description": "An API token; admins create them at /api/v1/tokens."}}},
         },
     )
-    client = redis_client
-    if client is None:
-        client = connect(settings.redis_url, settings.redis_master_name)
-        warn_if_evicting(client)
-    cipher = Cipher.from_setting(settings.secret_keys)
-    services = Services(
-        settings=settings,
-        tasks=TaskStore(client, settings.key_prefix, cipher),
-        policies=PolicyStore(client, settings.key_prefix, cipher),
-        limits=Limits.from_settings(settings),
-        enqueue=enqueue or celery_enqueue(settings),
-        tokens=TokenStore(client, settings.key_prefix),
-        audit=AuditLog(client, settings.key_prefix),
-        auth_failures=AuthFailures(client, settings.key_prefix,
-                                   settings.auth_failures_per_minute),
-    )
+    services = build_services(settings, redis_client, enqueue)
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services

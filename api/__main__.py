@@ -6,14 +6,14 @@ import logging
 
 from waitress import serve
 
-from api import create_app
-from shared.config import Settings
+from api import create_app, services_of
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    settings = Settings.from_env()
-    serve(create_app(), host=settings.host, port=settings.port, threads=8, ident="taskenv")
+    app = create_app()
+    settings = services_of(app).settings
+    serve(app, host=settings.host, port=settings.port, threads=8, ident="taskenv")
 
 
 if __name__ == "__main__":

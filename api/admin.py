@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
+from api import svc
 from api.auth import actor
 from api.schemas import Strict
 from shared.tokens import ROLES
@@ -63,10 +63,6 @@ class AuditQuery(Strict):
 
 class AuditPage(ma.Schema):
     items = fields.List(fields.Nested(AuditEntry))
-
-
-def svc() -> Any:
-    return current_app.extensions["taskenv"]
 
 
 @blp.route("/tokens")

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, current_app, g, request
+from flask import Flask, g, request
 
+from api import svc
 from shared.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.tokens import Identity
 
@@ -45,14 +46,14 @@ def identify(token: str) -> Identity | None:
     The API and the pages share one budget of failures per address and minute; past
     it, this raises :class:`TooManyRequests` before the token is even looked up.
     """
-    svc = current_app.extensions["taskenv"]
+    services = svc()
     address = str(request.remote_addr)
-    if svc.auth_failures.blocked(address):
+    if services.auth_failures.blocked(address):
         raise TooManyRequests("too many failed authentications from this address; "
                               "try again in a minute")
-    found: Identity | None = svc.tokens.identify(token) if token else None
+    found = services.tokens.identify(token) if token else None
     if found is None:
-        svc.auth_failures.record(address)
+        services.auth_failures.record(address)
     return found
 
 

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app
+from flask import Blueprint
+
+from api import svc
 
 bp = Blueprint("health", __name__)
 
 
 @bp.get("/healthz")
 def healthz() -> tuple[dict[str, str], int]:
-    services = current_app.extensions["taskenv"]
     try:
-        services.tasks.r.ping()
+        svc().tasks.ping()
     except Exception:  # any failure to reach Redis means not ready
         return {"status": "unavailable", "redis": "unreachable"}, 503
     return {"status": "ok", "redis": "ok"}, 200

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import marshmallow as ma
-from flask import Response, current_app, request, url_for
+from flask import Response, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions
+from api import actions, svc
 from api.auth import actor, scope
 from api.schemas import (
     EnvPatch,
@@ -30,10 +30,6 @@ blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
-
-
-def svc() -> Any:
-    return current_app.extensions["taskenv"]
 
 
 def task_url(task_id: str) -> str:

@@ -8,12 +8,13 @@ delivery is a no-op.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 
 from celery import Celery
 
 from shared.config import Settings
 from shared.keys import Keys
+from workers.services import process_settings
 
 QUEUES = ("validate", "policy", "launch")
 
@@ -61,14 +62,19 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-def stage_sender(settings: Settings) -> Callable[[str, str, int], None]:
-    """``send(stage, task_id, revision)``: one message, carrying ids only, to a stage's queue."""
-    celery = make_celery(settings)
-
-    def send(stage: str, task_id: str, revision: int) -> None:
-        celery.send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
-
-    return send
+@functools.cache
+def celery_for(settings: Settings) -> Celery:
+    """One Celery app per process and settings: the one that sends is the one workers run."""
+    return make_celery(settings)
 
 
-app = make_celery(Settings.from_env())
+def send_to_stage(settings: Settings, stage: str, task_id: str, revision: int) -> None:
+    """One message, carrying ids only, to a stage's queue."""
+    celery_for(settings).send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
+
+
+# The worker's command line (``celery -A workers.celery_app worker``) and the task
+# decorators in ``workers.tasks`` need the app when this module is imported.  Building
+# it only reads this process's settings (the ones ``workers.services.current()`` uses)
+# and connects to nothing, so importing this module needs no Redis.
+app = celery_for(process_settings())

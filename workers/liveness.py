@@ -21,9 +21,7 @@ from typing import Any
 from celery import signals
 from celery.worker import state
 
-from shared.config import Settings
-from shared.keys import Keys
-from shared.redis_conn import connect
+from workers.services import Services, current
 
 log = logging.getLogger(__name__)
 _last_received = time.monotonic()
@@ -37,9 +35,8 @@ def _received(**_: Any) -> None:
 
 @signals.worker_ready.connect
 def _start_watch(sender: Any, **_: Any) -> None:
-    settings = Settings.from_env()
     queues = [q.name for q in sender.app.amqp.queues.consume_from.values()]
-    thread = threading.Thread(target=_watch, args=(settings, queues), daemon=True,
+    thread = threading.Thread(target=_watch, args=(current(), queues), daemon=True,
                               name="consumer-liveness")
     thread.start()
 
@@ -49,14 +46,13 @@ def stalled(waiting: int, active: int, idle_for: float, limit: float) -> bool:
     return waiting > 0 and active == 0 and idle_for > limit
 
 
-def _watch(settings: Settings, queues: list[str]) -> None:
-    limit = settings.consumer_stall_seconds
-    client = connect(settings.redis_url, settings.redis_master_name)
-    keys = [Keys(settings.key_prefix).queue(q) for q in queues]
+def _watch(svc: Services, queues: list[str]) -> None:
+    limit = svc.settings.consumer_stall_seconds
+    keys = [svc.keys.queue(q) for q in queues]
     while True:
         time.sleep(max(1.0, limit / 4))
         try:
-            waiting = sum(int(client.llen(k)) for k in keys)  # type: ignore[arg-type]
+            waiting = sum(int(svc.redis.llen(k)) for k in keys)  # type: ignore[arg-type]
         except Exception:  # Redis away: that is the broker's problem, not a stall
             log.debug("liveness: Redis unavailable; checking again later")
             continue

@@ -28,6 +28,7 @@ from pathlib import Path
 import redis
 
 from workers.celery_app import QUEUES
+from workers.services import process_settings
 
 log = logging.getLogger("taskenv.localstack")
 
@@ -197,6 +198,8 @@ def main() -> int:
         log.info("the admin token is in var/admin.token: "
                  "curl -H \"Authorization: Bearer $(cat var/admin.token)\" ...")
     redis_server = None
+    # Whether a Redis was configured at all, which Settings (with its default URL) cannot
+    # tell: the environment is asked directly, as for the credentials above.
     if not os.environ.get("TASKENV_REDIS_URL"):
         data = Path(tempfile.mkdtemp(prefix="taskenv-redis-"))
         redis_server = RedisServer(data).start()
@@ -208,7 +211,7 @@ def main() -> int:
         "api": functools.partial(start_api, env),
     }
     supervisor = Supervisor(starters)
-    port = os.environ.get("TASKENV_PORT", "8080")
+    port = process_settings().port
     stop = {"now": False}
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -27,11 +27,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from shared import states
-from shared.config import Settings
-from shared.keys import Keys
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Launcher
+from workers.services import Services, current
 from workers.stages import fail
 from workers.sync import record_observed
 
@@ -104,18 +103,14 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
     return "lost"
 
 
-def run_forever(settings: Settings) -> None:
-    from workers.celery_app import stage_sender
-    from workers.context import current
-
-    ctx = current()
-    enqueue = stage_sender(settings)
-    lock = Keys(settings.key_prefix).reconciler_lock()
+def run_forever(svc: Services) -> None:
+    settings = svc.settings
+    lock = svc.keys.reconciler_lock()
     interval = settings.reconcile_interval_seconds
     while True:
         try:
-            if ctx.redis.set(lock, "1", nx=True, ex=max(1, interval)):
-                counts = reconcile_once(ctx.tasks, ctx.launcher, enqueue,
+            if svc.redis.set(lock, "1", nx=True, ex=max(1, interval)):
+                counts = reconcile_once(svc.tasks, svc.launcher, svc.send,
                                         settings.stuck_after_seconds,
                                         heartbeat_ttl=3 * settings.heartbeat_seconds)
                 if counts:
@@ -127,7 +122,7 @@ def run_forever(settings: Settings) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_forever(Settings.from_env())
+    run_forever(current())
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from celery import Task
 from shared.errors import TransientError
 from workers import stages
 from workers.celery_app import app
-from workers.context import current
+from workers.services import current
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,107 @@
+"""What every taskenv process runs on, built in one place from :class:`Settings`.
+
+The API (``create_app``), the stage workers, the reconciler and the operator
+commands all call :func:`build_services`, so a setting means the same thing in
+every process.  The module lives in ``workers/`` rather than ``shared/`` because
+it builds the launcher and the Celery sender, which are the workers' own:
+``shared/`` stays the domain core and its stores, and imports nothing from here.
+
+Nothing connects at import time, and the launcher and Celery are loaded only when
+first used: the API never needs a launcher, and a tool that only reads records
+never loads Celery.  In a worker, :func:`current` builds the services once per
+process, so each prefork child has its own connections.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import redis
+
+from shared.audit import AuditLog
+from shared.config import Settings
+from shared.envlist import Limits
+from shared.keys import Keys
+from shared.redis_conn import connect, warn_if_evicting
+from shared.secrets import Cipher
+from shared.store import PolicyStore, TaskStore
+from shared.tokens import AuthFailures, TokenStore
+
+if TYPE_CHECKING:
+    from workers.launchers.base import Launcher
+
+RedisClient = redis.Redis  # the field below is named ``redis`` too
+Enqueue = Callable[[str, int], None]  # task id, revision: a new revision's first stage
+SendToStage = Callable[[str, str, int], None]  # stage, task id, revision
+
+
+@dataclass
+class Services:
+    settings: Settings
+    # For the workers' own coordination (the reconciler's lock, queue lengths); the API
+    # reaches Redis only through the stores.
+    redis: RedisClient
+    keys: Keys
+    tasks: TaskStore
+    policies: PolicyStore
+    tokens: TokenStore
+    audit: AuditLog
+    auth_failures: AuthFailures
+    limits: Limits
+    send: SendToStage
+    enqueue: Enqueue
+
+    @functools.cached_property
+    def launcher(self) -> Launcher:
+        from workers.launchers import make_launcher
+
+        return make_launcher(self.settings)
+
+
+def build_services(settings: Settings, redis_client: RedisClient | None = None,
+                   enqueue: Enqueue | None = None) -> Services:
+    """Tests hand in a Redis client (fakeredis) and an enqueue spy."""
+    client = redis_client
+    if client is None:
+        client = connect(settings.redis_url, settings.redis_master_name)
+        warn_if_evicting(client)
+    cipher = Cipher.from_setting(settings.secret_keys)
+    prefix = settings.key_prefix
+    send = stage_sender(settings)
+    return Services(
+        settings=settings, redis=client, keys=Keys(prefix),
+        tasks=TaskStore(client, prefix, cipher),
+        policies=PolicyStore(client, prefix, cipher),
+        tokens=TokenStore(client, prefix),
+        audit=AuditLog(client, prefix),
+        auth_failures=AuthFailures(client, prefix, settings.auth_failures_per_minute),
+        limits=Limits.from_settings(settings),
+        send=send,
+        enqueue=enqueue or functools.partial(send, "validate"),
+    )
+
+
+def stage_sender(settings: Settings) -> SendToStage:
+    """``send(stage, task_id, revision)``, loading Celery on the first message only."""
+
+    def send(stage: str, task_id: str, revision: int) -> None:
+        from workers.celery_app import send_to_stage
+
+        send_to_stage(settings, stage, task_id, revision)
+
+    return send
+
+
+@functools.cache
+def process_settings() -> Settings:
+    """This process's settings, read from the environment once."""
+    return Settings.from_env()
+
+
+@functools.cache
+def current() -> Services:
+    """This worker process's services, built on first use."""
+    return build_services(process_settings())
