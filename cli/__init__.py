@@ -1,0 +1,1 @@
+"""``taskenv``: the command-line client of the taskenv HTTP API."""

@@ -1,0 +1,148 @@
+"""A thin client of the taskenv HTTP API (``/api/v1``): one method per call the CLI makes.
+
+Every failure surfaces as :class:`cli.errors.ApiError`, carrying the API's error
+shape, or a ``network`` error that names the URL it could not reach.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from cli.errors import ApiError
+
+API_PREFIX = "/api/v1"
+TIMEOUT_SECONDS = 30.0
+
+
+def api_root(url: str) -> str:
+    """``http://host:8080``, with or without a trailing ``/api/v1``, as the API's root."""
+    root = url.rstrip("/")
+    if root.endswith(API_PREFIX):
+        root = root[: -len(API_PREFIX)]
+    return root + API_PREFIX
+
+
+def segment(value: str | int) -> str:
+    """A path segment: an id typed by a user never reaches another path."""
+    return quote(str(value), safe="")
+
+
+def error_from(resp: requests.Response) -> ApiError:
+    """The API's ``{code, message, errors}``, or the best a non-API answer allows."""
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        problems = [p for p in data.get("errors") or [] if isinstance(p, dict)]
+        return ApiError(resp.url, resp.status_code, str(data.get("code", "error")),
+                        data["message"], problems)
+    text = resp.text.strip()[:300] or resp.reason or "no details"
+    return ApiError(resp.url, resp.status_code, f"http_{resp.status_code}", text)
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, session: requests.Session | None = None,
+                 timeout: float = TIMEOUT_SECONDS) -> None:
+        self.root = api_root(url)
+        self.session = session or requests.Session()
+        self.timeout = timeout
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def __repr__(self) -> str:
+        return f"Client({self.root!r})"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        url = self.root + path
+        try:
+            resp = self.session.request(method, url, timeout=self.timeout, **kwargs)
+        except requests.RequestException as exc:
+            raise ApiError(url, None, "network",
+                           f"cannot reach {url}: {self.describe(exc)}") from exc
+        if resp.status_code >= 400:
+            raise error_from(resp)
+        return resp
+
+    def describe(self, exc: requests.RequestException) -> str:
+        if isinstance(exc, requests.Timeout):
+            return f"no answer within {self.timeout:g} s"
+        if isinstance(exc, requests.ConnectionError):
+            return "connection failed (is the server running, and is the URL right?)"
+        if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                            requests.exceptions.InvalidSchema)):
+            return "not a valid http(s) URL"
+        return type(exc).__name__
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        resp = self.call(method, path, **kwargs)
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ApiError(resp.url, resp.status_code, "bad_response",
+                           f"{resp.url} did not answer with JSON") from exc
+
+    # tasks
+    def create_task(self, body: dict[str, Any],
+                    idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self.json("POST", "/tasks", json=body, headers=headers)
+
+    def task(self, task_id: str) -> dict[str, Any]:
+        return self.json("GET", f"/tasks/{segment(task_id)}")
+
+    def tasks_page(self, status: str | None, cursor: int | None,
+                   limit: int = 100) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if cursor is not None:
+            params["cursor"] = cursor
+        return self.json("GET", "/tasks", params=params)
+
+    def logs(self, task_id: str, revision: int | None = None) -> str:
+        params = {"revision": revision} if revision else {}
+        resp = self.call("GET", f"/tasks/{segment(task_id)}/logs", params=params)
+        resp.encoding = resp.encoding or "utf-8"
+        return resp.text
+
+    def patch_env(self, task_id: str, set_: list[dict[str, Any]],
+                  unset: list[str]) -> dict[str, Any]:
+        return self.json("PATCH", f"/tasks/{segment(task_id)}/env",
+                         json={"set": set_, "unset": unset})
+
+    def env_diff(self, task_id: str, old: int, new: int) -> dict[str, Any]:
+        path = f"/tasks/{segment(task_id)}/revisions/{segment(old)}/diff/{segment(new)}"
+        return self.json("GET", path)
+
+    def preview(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.json("POST", "/env/preview", json=body)
+
+    # policy
+    def policy(self) -> dict[str, Any]:
+        return self.json("GET", "/policy")
+
+    def put_policy(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.json("PUT", "/policy", json=body)
+
+    def policy_versions(self) -> dict[str, Any]:
+        return self.json("GET", "/policy/versions")
+
+    def policy_version(self, version: int) -> dict[str, Any]:
+        return self.json("GET", f"/policy/versions/{segment(version)}")
+
+    def policy_impact(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.json("POST", "/policy/impact", json=body)
+
+    # tokens
+    def create_token(self, owner: str, role: str) -> dict[str, Any]:
+        return self.json("POST", "/tokens", json={"owner": owner, "role": role})
+
+    def tokens(self) -> list[dict[str, Any]]:
+        return self.json("GET", "/tokens")["items"]
+
+    def revoke_token(self, token_id: str) -> None:
+        self.call("DELETE", f"/tokens/{segment(token_id)}")

@@ -1,0 +1,1 @@
+"""The ``taskenv`` subcommands, one module per resource."""

@@ -1,0 +1,136 @@
+"""``policy get|set|history|impact`` and ``tokens create|list|revoke`` (admins)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.text import Text
+
+from cli import render, taskfile
+from cli.app import App, pass_app
+from cli.errors import UsageProblem
+from cli.outcome import Exit
+
+# What ``policy get --json`` adds to a policy and ``PUT /policy`` does not take.
+WRITTEN_BY_SERVER = ("version", "author", "created_at")
+MASK = "********"  # how the API shows a secret value
+existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+@click.group()
+def policy() -> None:
+    """The platform policy: defaults for every task, protected variables (admins)."""
+
+
+def print_policy(app: App, data: dict[str, Any]) -> None:
+    for part in render.policy_tables(data):
+        app.out.print(part)
+
+
+@policy.command("get")
+@click.option("--version", type=click.IntRange(min=0), help="A past version, as written.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON; edit it and pass it to `policy set`.")
+@pass_app
+def get_policy(app: App, version: int | None, as_json: bool) -> int:
+    """Show the current policy (or one version)."""
+    client = app.client()
+    data = client.policy() if version is None else client.policy_version(version)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        print_policy(app, data)
+    return Exit.SUCCEEDED
+
+
+def draft(path: Path) -> dict[str, Any]:
+    """A policy file (YAML or JSON) as the API takes it; masked secrets are refused."""
+    data = {k: v for k, v in taskfile.load_mapping(path).items() if k not in WRITTEN_BY_SERVER}
+    entries = [*(data.get("defaults") or []), *(data.get("protected") or [])]
+    masked = [str(e.get("name")) for e in entries
+              if isinstance(e, dict) and e.get("secret") and e.get("value") == MASK]
+    if masked:
+        raise UsageProblem(f"{path}: the value of secret {', '.join(masked)} is the mask "
+                           f"{MASK!r}, not the secret; write the real value")
+    return data
+
+
+@policy.command("set")
+@click.argument("policy_file", type=existing_file)
+@pass_app
+def set_policy(app: App, policy_file: Path) -> int:
+    """Replace the policy with POLICY_FILE (YAML or JSON): a new, immutable version."""
+    saved = app.client().put_policy(draft(policy_file))
+    app.err.print(Text(f"policy version {saved['version']} saved; tasks already resolved "
+                       "keep the version they were resolved with"))
+    print_policy(app, saved)
+    return Exit.SUCCEEDED
+
+
+@policy.command("history")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many of the latest versions to show.")
+@pass_app
+def policy_history(app: App, limit: int) -> int:
+    """The latest policy versions, newest first."""
+    client = app.client()
+    listing = client.policy_versions()
+    numbers = sorted(listing.get("versions") or [], reverse=True)[:limit]
+    versions = [client.policy_version(n) for n in numbers]
+    app.out.print(render.history_table(versions, listing.get("current")))
+    return Exit.SUCCEEDED
+
+
+@policy.command("impact")
+@click.argument("policy_file", type=existing_file)
+@click.option("--json", "as_json", is_flag=True, help="Print the API's answer as JSON.")
+@pass_app
+def policy_impact(app: App, policy_file: Path, as_json: bool) -> int:
+    """What saving POLICY_FILE would do to existing tasks; nothing is saved."""
+    impact = app.client().policy_impact(draft(policy_file))
+    if as_json:
+        click.echo(json.dumps(impact, indent=2, ensure_ascii=False))
+        return Exit.SUCCEEDED
+    for part in render.impact_parts(impact):
+        app.out.print(part)
+    return Exit.SUCCEEDED
+
+
+@click.group()
+def tokens() -> None:
+    """API tokens (admins). A token is shown once, when it is created."""
+
+
+@tokens.command("create")
+@click.argument("owner")
+@click.option("--role", type=click.Choice(["user", "admin"]), default="user",
+              show_default=True)
+@pass_app
+def create_token(app: App, owner: str, role: str) -> int:
+    """Create a token for OWNER and print it: the only time it is shown."""
+    made = app.client().create_token(owner, role)
+    app.err.print(Text(f"token {made['id']} for {made['owner']} ({made['role']}); "
+                       "store it now, it is not shown again:"))
+    click.echo(made["token"])
+    return Exit.SUCCEEDED
+
+
+@tokens.command("list")
+@pass_app
+def list_tokens(app: App) -> int:
+    """Every token's id, owner and role (never the token itself)."""
+    app.out.print(render.tokens_table(app.client().tokens()))
+    return Exit.SUCCEEDED
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@pass_app
+def revoke_token(app: App, token_id: str) -> int:
+    """Revoke a token by its id: it stops working at once."""
+    app.client().revoke_token(token_id)
+    app.err.print(Text(f"token {token_id} revoked"))
+    return Exit.SUCCEEDED

@@ -1,0 +1,128 @@
+"""``env get|set|unset|diff|export``: a task's env, changed only as new revisions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.text import Text
+
+from cli import envfile, render
+from cli.app import App, pass_app
+from cli.errors import UsageProblem
+from cli.outcome import Exit
+
+REVISION_NOTE = ("a running container's env cannot change: the new revision is validated, "
+                 "resolved and launched anew")
+
+
+@click.group()
+def env() -> None:
+    """Read and change a task's env; every change makes a new revision."""
+
+
+def variables_of(doc: dict[str, Any], as_set: bool) -> tuple[list[dict[str, Any]], str]:
+    """The resolved env when there is one (and it is asked for), else the env as set."""
+    if not as_set and doc.get("resolved_env") is not None:
+        return doc["resolved_env"], "resolved"
+    return [{**v, "source": "user"} for v in doc.get("env") or []], "as set"
+
+
+@env.command("get")
+@click.argument("task_id")
+@click.option("--as-set", is_flag=True, help="The env as the user set it, not as resolved.")
+@click.option("--json", "as_json", is_flag=True, help="Print the variables as JSON.")
+@pass_app
+def get_env(app: App, task_id: str, as_set: bool, as_json: bool) -> int:
+    """The task's env with each variable's source; secrets stay masked."""
+    doc = app.client().task(task_id)
+    variables, which = variables_of(doc, as_set)
+    if as_json:
+        click.echo(json.dumps(variables, indent=2, ensure_ascii=False))
+        return Exit.SUCCEEDED
+    title = (f"task {doc['id']} revision {doc['revision']} ({doc['status']}), env {which}, "
+             f"policy version {doc.get('policy_version') or '-'}")
+    app.out.print(render.env_table(variables, title=title))
+    return Exit.SUCCEEDED
+
+
+def parse_assignment(text: str) -> tuple[str, str | None]:
+    """``NAME=VALUE`` (the value may hold ``=``), or a bare ``NAME`` to be prompted for."""
+    name, sep, value = text.partition("=")
+    if not name:
+        raise UsageProblem(f"{text!r} is not NAME=VALUE")
+    return name, value if sep else None
+
+
+def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The ``set`` list; a secret named without a value is asked for, unechoed."""
+    entries: dict[str, dict[str, Any]] = {}
+    for name, value in map(parse_assignment, pairs):
+        if value is None and name not in secrets:
+            raise UsageProblem(f"{name!r} has no value: write {name}=VALUE")
+        if name in entries:
+            raise UsageProblem(f"{name} is given twice")
+        entries[name] = {"name": name, "value": value}
+    for name in secrets:
+        entry = entries.setdefault(name, {"name": name, "value": None})
+        if entry["value"] is None:
+            entry["value"] = click.prompt(f"value of secret {name}", hide_input=True)
+        entry["secret"] = True
+    return list(entries.values())
+
+
+def print_accepted(app: App, accepted: dict[str, Any]) -> None:
+    app.err.print(Text(f"task {accepted['id']}: revision {accepted['revision']} "
+                       f"{accepted['status']} ({REVISION_NOTE})"))
+
+
+@env.command("set")
+@click.argument("task_id")
+@click.argument("pairs", nargs=-1, metavar="NAME=VALUE...")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME",
+              help="Store NAME as a secret; without NAME=VALUE its value is prompted for.")
+@pass_app
+def set_env(app: App, task_id: str, pairs: tuple[str, ...], secrets: tuple[str, ...]) -> int:
+    """Add or change variables (a new revision)."""
+    entries = assignments(pairs, secrets)
+    if not entries:
+        raise UsageProblem("nothing to set: give NAME=VALUE or --secret NAME")
+    print_accepted(app, app.client().patch_env(task_id, entries, []))
+    return Exit.SUCCEEDED
+
+
+@env.command("unset")
+@click.argument("task_id")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+@pass_app
+def unset_env(app: App, task_id: str, names: tuple[str, ...]) -> int:
+    """Delete variables (a new revision)."""
+    print_accepted(app, app.client().patch_env(task_id, [], list(names)))
+    return Exit.SUCCEEDED
+
+
+@env.command("diff")
+@click.argument("task_id")
+@click.argument("old", type=click.IntRange(min=1))
+@click.argument("new", type=click.IntRange(min=1))
+@pass_app
+def diff_env(app: App, task_id: str, old: int, new: int) -> int:
+    """What changed in the resolved env from revision OLD to revision NEW."""
+    app.out.print(Text(f"task {task_id}: revision {old} -> {new}"))
+    for line in render.diff_lines(app.client().env_diff(task_id, old, new)):
+        app.out.print(line)
+    return Exit.SUCCEEDED
+
+
+@env.command("export")
+@click.argument("task_id")
+@click.option("--as-set", is_flag=True, help="The env as the user set it, not as resolved.")
+@pass_app
+def export_env(app: App, task_id: str, as_set: bool) -> int:
+    """Print the env as a .env file; secrets are left out, each with a comment."""
+    doc = app.client().task(task_id)
+    variables, which = variables_of(doc, as_set)
+    click.echo(envfile.export(variables, f"task {doc['id']} revision {doc['revision']}, "
+                                         f"env {which}"), nl=False)
+    return Exit.SUCCEEDED

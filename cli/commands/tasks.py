@@ -1,0 +1,132 @@
+"""``submit``, ``logs``, ``tasks`` and ``preview``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.text import Text
+
+from cli import render, taskfile
+from cli.app import App, pass_app
+from cli.follow import Follower
+from cli.outcome import TABLE, Exit, for_status
+
+STATES = ["pending", "validated", "resolved", "launching", "running", "succeeded", "failed",
+          "rejected", "cancelled"]
+existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def write_stdout(text: str) -> None:
+    click.echo(text, nl=False)
+
+
+def report(app: App, doc: dict[str, Any]) -> Exit:
+    """The outcome of a final revision, on stderr; its exit code."""
+    render.print_problems(app.err, "warnings:", doc.get("warnings") or [], style="yellow")
+    status = doc["status"]
+    if status == "rejected":
+        render.print_problems(app.err, f"task {doc['id']} was rejected:", doc.get("errors") or [])
+        return Exit.REJECTED
+    detail = [f"exit code {doc['exit_code']}" if doc.get("exit_code") is not None else "",
+              render.shown(doc.get("reason") or "")]
+    extra = "; ".join(d for d in detail if d)
+    style = "green" if status == "succeeded" else "red"
+    app.err.print(Text(f"task {doc['id']} {status}" + (f": {extra}" if extra else ""),
+                       style=f"bold {style}"))
+    return for_status(status)
+
+
+def follow_to_end(app: App, task_id: str, revision: int) -> Exit:
+    follower = Follower(app.client(), app.err)
+    doc = follower.until_final(task_id, revision)
+    if doc["status"] != "rejected":
+        write_stdout(follower.logs(task_id, doc["revision"]))
+    return report(app, doc)
+
+
+@click.command(epilog="\b\n" + TABLE)
+@click.argument("task_file", type=existing_file)
+@click.option("--env-file", type=existing_file,
+              help="A .env file whose variables are added to the task's env (never evaluated).")
+@click.option("--secret", "secrets", multiple=True, metavar="NAME",
+              help="Store this variable as a secret (repeatable).")
+@click.option("--follow", is_flag=True,
+              help="Follow the task until it is final, print its output, exit with its outcome.")
+@click.option("--idempotency-key", help="Retries with the same key return the same task.")
+@pass_app
+def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str, ...],
+           follow: bool, idempotency_key: str | None) -> int:
+    """Create a task from TASK_FILE (YAML: name, image, workdir, steps, env, resources).
+
+    Without --follow, prints the new task's id and exits 0 once the API accepted it.
+    """
+    body = taskfile.body(task_file, env_file, secrets)
+    accepted = app.client().create_task(body, idempotency_key)
+    if not follow:
+        click.echo(accepted["id"])
+        return Exit.SUCCEEDED
+    app.err.print(Text(f"task {accepted['id']} accepted (revision {accepted['revision']})"))
+    return follow_to_end(app, accepted["id"], accepted["revision"])
+
+
+@click.command()
+@click.argument("task_id")
+@click.option("--revision", type=click.IntRange(min=1), help="Another revision than the latest.")
+@click.option("--follow", is_flag=True, help="Keep printing new output until the task is final.")
+@pass_app
+def logs(app: App, task_id: str, revision: int | None, follow: bool) -> int:
+    """Print the output of a task's steps (secret values appear as [secret])."""
+    if not follow:
+        write_stdout(app.client().logs(task_id, revision))
+        return Exit.SUCCEEDED
+    follower = Follower(app.client(), app.err)
+    revision = revision or follower.task(task_id)["revision"]
+    doc = follower.stream_logs(task_id, revision, write_stdout)
+    return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
+
+
+def all_tasks(app: App, status: str | None) -> list[dict[str, Any]]:
+    """Every page, following ``next_cursor`` until there is none."""
+    items: list[dict[str, Any]] = []
+    cursor: int | None = None
+    while True:
+        page = app.client().tasks_page(status, cursor)
+        items += page.get("items") or []
+        cursor = page.get("next_cursor")
+        if cursor is None:
+            return items
+
+
+@click.command("tasks")
+@click.option("--status", type=click.Choice(STATES), help="Only tasks in this state.")
+@pass_app
+def list_tasks(app: App, status: str | None) -> int:
+    """List your tasks (an admin sees everyone's), newest first."""
+    items = all_tasks(app, status)
+    app.out.print(render.tasks_table(items))
+    app.err.print(Text(f"{len(items)} task(s)"))
+    return Exit.SUCCEEDED
+
+
+@click.command()
+@click.argument("task_file", type=existing_file)
+@click.option("--env-file", type=existing_file, help="A .env file added to the task's env.")
+@click.option("--policy-version", type=click.IntRange(min=0),
+              help="Preview against this policy version instead of the current one.")
+@pass_app
+def preview(app: App, task_file: Path, env_file: Path | None,
+            policy_version: int | None) -> int:
+    """Show the env a task from TASK_FILE would get; nothing is created.
+
+    Exits 2 when validation or the policy would reject the env.
+    """
+    body = taskfile.body(task_file, env_file)
+    result = app.client().preview({"name": body.get("name") or "preview", "env": body["env"],
+                                   "policy_version": policy_version})
+    app.out.print(render.env_table(result.get("variables") or [],
+                                   title=f"policy version {result.get('policy_version')}"))
+    render.print_problems(app.err, "warnings:", result.get("warnings") or [], style="yellow")
+    render.print_problems(app.err, "the env would be rejected:", result.get("errors") or [])
+    return Exit.SUCCEEDED if result.get("ok") else Exit.REJECTED

@@ -1,0 +1,34 @@
+"""The two ways a command fails before any task outcome: misuse, or the API said no."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class UsageProblem(Exception):
+    """The command line, a file it names or the configuration is wrong (exit code 4)."""
+
+
+@dataclass
+class ApiError(Exception):
+    """The API answered with an error, or could not be reached (exit code 5).
+
+    Carries the API's one error shape: ``{code, message, errors: [problem...]}``,
+    each problem ``{variable?, field?, rule, limit?, message}``.  ``status`` is
+    None when no answer came back at all.
+    """
+
+    url: str
+    status: int | None
+    code: str
+    message: str
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def transient(self) -> bool:
+        """Worth asking again: no answer, or the server said it is briefly unavailable."""
+        return self.status is None or self.status in (429, 502, 503, 504)

@@ -1,0 +1,184 @@
+"""Everything the CLI shows: error lines per variable, tables, diffs, impact summaries.
+
+Data from the API is always wrapped in ``rich.text.Text``: a value such as
+``[bold]`` or ``$(HOME)`` is printed as typed, never read as markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+# Wide enough that a table piped to a file or a test keeps names on one line.
+PIPE_WIDTH = 200
+
+
+def console(stderr: bool = False) -> Console:
+    """Made per command (never at import), so it writes to the streams of that moment."""
+    out = Console(stderr=stderr, highlight=False, soft_wrap=False)
+    if not out.is_terminal:
+        out.width = max(out.width, PIPE_WIDTH)
+    return out
+
+
+def shown(value: Any) -> str:
+    """A value on one table line: control characters escaped, everything else as is."""
+    text = "" if value is None else str(value)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def when(timestamp: Any) -> str:
+    if not isinstance(timestamp, int | float):
+        return ""
+    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def problem_line(problem: dict[str, Any]) -> str:
+    """``VARIABLE: message (rule, limit N)``: who, what and which rule, on one line."""
+    who = problem.get("variable") or problem.get("field") or "request"
+    rule = str(problem.get("rule") or "error")
+    if problem.get("limit") is not None:
+        rule += f", limit {problem['limit']}"
+    message = shown(problem.get("message", ""))
+    message = message.removeprefix(f"{who}: ")  # schema messages start with their field
+    return f"{who}: {message} ({rule})"
+
+
+def print_problems(out: Console, heading: str, problems: Iterable[dict[str, Any]],
+                   style: str = "red") -> None:
+    lines = [problem_line(p) for p in problems]
+    if not lines:
+        return
+    out.print(Text(heading, style=f"bold {style}"))
+    for line in lines:
+        out.print(Text(f"  {line}", style=style))
+
+
+def print_api_error(out: Console, code: str, message: str, url: str,
+                    status: int | None, problems: Sequence[dict[str, Any]]) -> None:
+    # A network error's message names the URL already; an answer says who gave it.
+    where = f"; {status} from {url}" if status else ""
+    out.print(Text(f"error: {shown(message)} [{code}{where}]", style="bold red"))
+    for problem in problems:
+        out.print(Text(f"  {problem_line(problem)}", style="red"))
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    # A title wraps at the table's width: keep the table at least as wide as its title.
+    grid = Table(title=title, title_justify="left", header_style="bold",
+                 min_width=len(title) + 4 if title else None)
+    for column in columns:
+        grid.add_column(column, overflow="fold")
+    return grid
+
+
+def row(grid: Table, *cells: Any) -> None:
+    grid.add_row(*(Text(shown(c)) for c in cells))
+
+
+def env_table(variables: Iterable[dict[str, Any]], title: str | None = None) -> Table:
+    """Resolved variables: value (masked by the API when secret), source, what it overrode."""
+    grid = table("name", "value", "source", "overrode", "secret", title=title)
+    for v in variables:
+        row(grid, v.get("name"), v.get("value"), v.get("source", ""),
+            ", ".join(v.get("overrode") or []), "yes" if v.get("secret") else "")
+    return grid
+
+
+def tasks_table(items: Iterable[dict[str, Any]]) -> Table:
+    grid = table("id", "name", "status", "revision", "owner", "updated")
+    for t in items:
+        row(grid, t.get("id"), t.get("name"), t.get("status"), t.get("revision"),
+            t.get("owner"), when(t.get("updated_at")))
+    return grid
+
+
+def tokens_table(items: Iterable[dict[str, Any]]) -> Table:
+    grid = table("id", "owner", "role", "created", "created by")
+    for t in items:
+        row(grid, t.get("id"), t.get("owner"), t.get("role"), when(t.get("created_at")),
+            t.get("created_by"))
+    return grid
+
+
+def policy_tables(policy: dict[str, Any]) -> list[Table | Text]:
+    head = Text(f"policy version {policy.get('version')}, on conflict: "
+                f"{policy.get('on_conflict')}, by {policy.get('author') or '-'} "
+                f"at {when(policy.get('created_at')) or '-'}")
+    defaults = table("name", "value", "secret", title="defaults (injected into every task)")
+    for d in policy.get("defaults") or []:
+        row(defaults, d.get("name"), d.get("value"), "yes" if d.get("secret") else "")
+    protected = table("name", "value", "reason", "secret",
+                      title="protected (tasks may not set these)")
+    for p in policy.get("protected") or []:
+        value = p.get("value") if p.get("value") is not None else "(reserved, no value)"
+        row(protected, p.get("name"), value, p.get("reason"), "yes" if p.get("secret") else "")
+    return [head, defaults, protected]
+
+
+def history_table(versions: Iterable[dict[str, Any]], current: int | None) -> Table:
+    grid = table("version", "author", "created", "defaults", "protected", "on conflict")
+    for p in versions:
+        mark = " (current)" if p.get("version") == current else ""
+        row(grid, f"{p.get('version')}{mark}", p.get("author") or "-", when(p.get("created_at")),
+            len(p.get("defaults") or []), len(p.get("protected") or []), p.get("on_conflict"))
+    return grid
+
+
+def secret_or(entry: dict[str, Any], value: Any) -> str:
+    return "(secret)" if entry.get("secret") else shown(value)
+
+
+def diff_lines(diff: dict[str, Any]) -> list[Text]:
+    """``+ NAME=value``, ``- NAME=value``, ``~ NAME: old -> new``, each with its source."""
+    lines: list[Text] = []
+    for entry in diff.get("added") or []:
+        lines.append(Text(f"+ {entry.get('name')}={secret_or(entry, entry.get('value'))}"
+                          f"  [{entry.get('source', '')}]", style="green"))
+    for entry in diff.get("removed") or []:
+        lines.append(Text(f"- {entry.get('name')}={secret_or(entry, entry.get('value'))}"
+                          f"  [{entry.get('source', '')}]", style="red"))
+    for entry in diff.get("changed") or []:
+        change = ("(secret) changed" if entry.get("secret") else
+                  f"{shown(entry.get('old'))} -> {shown(entry.get('new'))}")
+        lines.append(Text(f"~ {entry.get('name')}: {change}  [{entry.get('source', '')}]",
+                          style="yellow"))
+    return lines or [Text("no differences")]
+
+
+def or_unset(value: Any) -> str:
+    return "(unset)" if value is None else shown(value)
+
+
+def impact_parts(impact: dict[str, Any]) -> list[Table | Text]:
+    """A draft policy's predicted effect: rejections, changed values, who is touched.
+
+    Reads ``{considered, rejected, changed?, rejections: [{variable, rule, message,
+    tasks, owners}], changes: [{name, old, new, secret?, tasks, owners}]}``; a secret
+    shows only as changed.
+    """
+    parts: list[Table | Text] = [Text(
+        f"tasks considered: {impact.get('considered', '?')}, "
+        f"would be rejected: {impact.get('rejected', 0)}, "
+        f"would change: {impact.get('changed', len(impact.get('changes') or []))}")]
+    rejections = impact.get("rejections") or []
+    if rejections:
+        grid = table("variable", "rule", "message", "tasks", "owners", title="rejections")
+        for r in rejections:
+            row(grid, r.get("variable"), r.get("rule"), r.get("message"), r.get("tasks"),
+                r.get("owners"))
+        parts.append(grid)
+    changes = impact.get("changes") or []
+    if changes:
+        grid = table("variable", "old", "new", "tasks", "owners", title="value changes")
+        for c in changes:
+            old, new = (("(secret)", "(changed)") if c.get("secret")
+                        else (or_unset(c.get("old")), or_unset(c.get("new"))))
+            row(grid, c.get("name"), old, new, c.get("tasks"), c.get("owners"))
+        parts.append(grid)
+    return parts

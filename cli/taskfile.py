@@ -1,0 +1,66 @@
+"""A task file: YAML holding what ``POST /api/v1/tasks`` takes, plus an optional ``.env``.
+
+The file is the request body (``name``, ``image``, ``workdir``, ``steps``,
+``env``, ``resources``); the API checks its shape.  Values from an ``.env``
+file are appended to ``env``; a name in both is an error that names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cli import envfile
+from cli.errors import UsageProblem
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageProblem(f"cannot read {path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise UsageProblem(f"{path} is not valid YAML: {exc}") from exc
+
+
+def load_mapping(path: Path) -> dict[str, Any]:
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise UsageProblem(f"{path} must hold a mapping (name: ..., steps: ...)")
+    return data
+
+
+def env_names(env: Any, origin: str) -> list[str]:
+    if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
+        raise UsageProblem(f"{origin}: env must be a list of {{name, value, secret?}} entries")
+    return [str(e.get("name")) for e in env]
+
+
+def merge_env(env: list[dict[str, Any]], extra: dict[str, str], origin: str,
+              extra_origin: str) -> list[dict[str, Any]]:
+    """``env`` followed by ``extra``; a name in both is refused, naming it."""
+    both = [name for name in env_names(env, origin) if name in extra]
+    if both:
+        raise UsageProblem(f"set both in {origin} and in {extra_origin}: {', '.join(both)}")
+    return [*env, *({"name": name, "value": value} for name, value in extra.items())]
+
+
+def mark_secret(env: list[dict[str, Any]], secrets: tuple[str, ...]) -> list[dict[str, Any]]:
+    unknown = sorted(set(secrets) - {str(e.get("name")) for e in env})
+    if unknown:
+        raise UsageProblem(f"--secret names a variable the task does not set: "
+                           f"{', '.join(unknown)}")
+    return [{**e, "secret": True} if e.get("name") in secrets else e for e in env]
+
+
+def body(task_file: Path, env_file: Path | None,
+         secrets: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The request body for ``POST /tasks``."""
+    data = load_mapping(task_file)
+    env = data.get("env") or []
+    env_names(env, str(task_file))
+    if env_file is not None:
+        env = merge_env(env, envfile.load(env_file), str(task_file), str(env_file))
+    return {**data, "env": mark_secret(env, secrets)}

@@ -1,0 +1,287 @@
+"""Every command against the fake API: what it sends, what it prints, how it exits."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from dotenv import dotenv_values
+
+from tests.cli.fake_api import Answer, FakeApi, api_error
+
+TASK_YAML = "name: demo\nsteps:\n  - [sh, -c, 'echo hi']\nenv:\n  - {name: LR, value: '0.01'}\n"
+PROTECTED = {"variable": "DATA_ROOT", "rule": "policy.protected",
+             "message": "DATA_ROOT is protected by the platform and cannot be set: shared storage"}
+
+
+def task(status: str, revision: int = 1, **extra: Any) -> Answer:
+    return Answer(200, {"id": "t1", "status": status, "revision": revision, "errors": [],
+                        "warnings": [], **extra})
+
+
+@pytest.fixture
+def task_file(tmp_path: Path) -> Path:
+    path = tmp_path / "task.yaml"
+    path.write_text(TASK_YAML, encoding="utf-8")
+    return path
+
+
+def accept(api: FakeApi) -> None:
+    api.on("POST", "/tasks", Answer(202, {"id": "t1", "url": "/api/v1/tasks/t1", "revision": 1,
+                                          "status": "pending"}))
+
+
+def test_submit_without_follow_prints_the_id(api: FakeApi, run, task_file: Path):
+    accept(api)
+
+    result = run("submit", str(task_file))
+
+    assert (result.code, result.out) == (0, "t1\n")
+    assert api.seen[0].body == {"name": "demo", "steps": [["sh", "-c", "echo hi"]],
+                                "env": [{"name": "LR", "value": "0.01"}]}
+
+
+def test_submit_follow_passes_each_state_and_prints_the_logs(api: FakeApi, run,
+                                                             task_file: Path):
+    accept(api)
+    api.on("GET", "/tasks/t1", task("pending"), task("running"),
+           task("succeeded", exit_code=0))
+    api.on("GET", "/tasks/t1/logs", Answer(200, "hi\n"))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == 0
+    assert result.out == "hi\n"
+    seen_at = [result.err.index(f"revision 1: {s}") for s in ("pending", "running", "succeeded")]
+    assert seen_at == sorted(seen_at)
+    assert "task t1 succeeded: exit code 0" in result.err
+    assert api.requests_to("GET", "/tasks/t1/logs")[0].query == {"revision": "1"}
+
+
+@pytest.mark.parametrize(("status", "code"), [("failed", 1), ("cancelled", 3)])
+def test_submit_follow_exits_with_the_outcome(api: FakeApi, run, task_file: Path,
+                                              status: str, code: int):
+    accept(api)
+    api.on("GET", "/tasks/t1", task(status, exit_code=None, reason="stopped by alice"))
+    api.on("GET", "/tasks/t1/logs", Answer(200, "partial\n"))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == code
+    assert result.out == "partial\n"
+    assert f"task t1 {status}: stopped by alice" in result.err
+
+
+def test_a_rejected_task_exits_2_and_prints_each_error_with_its_variable(
+        api: FakeApi, run, task_file: Path):
+    accept(api)
+    api.on("GET", "/tasks/t1", task("rejected", errors=[PROTECTED]))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == 2
+    assert f"DATA_ROOT: {PROTECTED['message']} (policy.protected)" in result.err
+    assert not api.requests_to("GET", "/tasks/t1/logs")
+
+
+def test_follow_rides_out_a_brief_outage(api: FakeApi, run, task_file: Path):
+    accept(api)
+    api.on("GET", "/tasks/t1", api_error(503, "unavailable", "retry shortly"),
+           task("succeeded", exit_code=0))
+    api.on("GET", "/tasks/t1/logs", Answer(200, ""))
+
+    assert run("submit", str(task_file), "--follow").code == 0
+
+
+def test_submit_refuses_a_name_in_both_files_before_calling_the_api(
+        api: FakeApi, run, task_file: Path, tmp_path: Path):
+    (tmp_path / ".env").write_text("LR=0.5\n", encoding="utf-8")
+
+    result = run("submit", str(task_file), "--env-file", str(tmp_path / ".env"))
+
+    assert result.code == 4
+    assert "LR" in result.err
+    assert api.seen == []
+
+
+def test_usage_errors_exit_4(run):
+    assert run("submit", "/no/such/file.yaml").code == 4
+    assert run("tasks", "--status", "bogus").code == 4
+    assert run("env", "set", "t1", "=x").code == 4
+
+
+def test_logs_follow_prints_only_new_output_until_final(api: FakeApi, run):
+    # The first read finds the revision to follow; then one read before each log read.
+    api.on("GET", "/tasks/t1", task("running"), task("running"), task("running"),
+           task("succeeded"))
+    api.on("GET", "/tasks/t1/logs", Answer(200, "a\n"), Answer(200, "a\nb\n"),
+           Answer(200, "a\nb\nc\n"))
+
+    result = run("logs", "t1", "--follow")
+
+    assert (result.code, result.out) == (0, "a\nb\nc\n")
+
+
+def test_tasks_follows_next_cursor_through_every_page(api: FakeApi, run):
+    api.on("GET", "/tasks",
+           Answer(200, {"items": [{"id": "t2", "name": "b", "status": "running",
+                                   "revision": 1}], "next_cursor": 7}),
+           Answer(200, {"items": [{"id": "t1", "name": "a", "status": "failed",
+                                   "revision": 2}], "next_cursor": None}))
+
+    result = run("tasks", "--status", "running")
+
+    assert result.code == 0
+    assert "t2" in result.out and "t1" in result.out
+    assert [s.query.get("cursor") for s in api.seen] == [None, "7"]
+    assert all(s.query["status"] == "running" for s in api.seen)
+
+
+def test_env_get_shows_sources_and_masked_secrets(api: FakeApi, run):
+    api.on("GET", "/tasks/t1", task("succeeded", policy_version=3, resolved_env=[
+        {"name": "TASK_ID", "value": "t1", "source": "platform", "overrode": []},
+        {"name": "HF_TOKEN", "value": "********", "source": "user", "secret": True},
+        {"name": "NCCL_DEBUG", "value": "INFO", "source": "user", "overrode": ["default"]}]))
+
+    result = run("env", "get", "t1")
+
+    assert result.code == 0
+    lines = result.out.splitlines()
+    assert any("HF_TOKEN" in line and "********" in line and "yes" in line for line in lines)
+    assert any("NCCL_DEBUG" in line and "default" in line for line in lines)
+    assert "policy version 3" in result.out
+
+
+def test_env_set_and_unset_send_a_patch(api: FakeApi, run, monkeypatch: pytest.MonkeyPatch):
+    api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
+                                                  "status": "pending", "url": "/x"}))
+    monkeypatch.setattr(click, "prompt", lambda text, hide_input: "typed-secret")
+
+    set_result = run("env", "set", "t1", "LR=0.5", "EXPR=a=b", "--secret", "KEY")
+    unset_result = run("env", "unset", "t1", "LR", "EXPR")
+
+    assert set_result.code == unset_result.code == 0
+    assert "revision 2 pending" in set_result.err
+    assert [s.body for s in api.seen] == [
+        {"set": [{"name": "LR", "value": "0.5"}, {"name": "EXPR", "value": "a=b"},
+                 {"name": "KEY", "value": "typed-secret", "secret": True}], "unset": []},
+        {"set": [], "unset": ["LR", "EXPR"]}]
+
+
+def test_env_set_with_a_running_task_shows_the_conflict(api: FakeApi, run):
+    api.on("PATCH", "/tasks/t1/env", api_error(409, "conflict", "task t1 is running"))
+
+    result = run("env", "set", "t1", "LR=1")
+
+    assert result.code == 5
+    assert "task t1 is running" in result.err
+
+
+def test_env_diff_calls_the_revisions_endpoint_and_renders_it(api: FakeApi, run):
+    api.on("GET", "/tasks/t1/revisions/1/diff/2", Answer(200, {
+        "added": [{"name": "NEW", "value": "x", "source": "user"}],
+        "removed": [],
+        "changed": [{"name": "LR", "old": "0.01", "new": "0.5", "source": "user"}]}))
+
+    result = run("env", "diff", "t1", "1", "2")
+
+    assert result.code == 0
+    assert "+ NEW=x  [user]" in result.out
+    assert "~ LR: 0.01 -> 0.5  [user]" in result.out
+
+
+def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi, run):
+    values = {"Q": "it's \"quoted\" $HOME = # x\nline 2", "U": "ünïcode ✓"}
+    api.on("GET", "/tasks/t1", task("succeeded", resolved_env=[
+        *({"name": k, "value": v, "source": "user"} for k, v in values.items()),
+        {"name": "HF_TOKEN", "value": "********", "source": "user", "secret": True}]))
+
+    result = run("env", "export", "t1")
+
+    assert result.code == 0
+    assert "# secret HF_TOKEN not exported" in result.out
+    assert dotenv_values(stream=io.StringIO(result.out), interpolate=False) == values
+
+
+def test_preview_shows_the_env_and_exits_2_when_it_would_be_rejected(
+        api: FakeApi, run, task_file: Path):
+    api.on("POST", "/env/preview", Answer(200, {"ok": False, "policy_version": 4,
+                                                "variables": [], "warnings": [],
+                                                "errors": [PROTECTED]}))
+
+    result = run("preview", str(task_file))
+
+    assert result.code == 2
+    assert "DATA_ROOT:" in result.err
+    assert api.seen[0].body == {"name": "demo", "env": [{"name": "LR", "value": "0.01"}],
+                                "policy_version": None}
+
+
+def test_policy_impact_posts_the_draft_and_renders_the_answer(api: FakeApi, run,
+                                                              tmp_path: Path):
+    draft = tmp_path / "policy.json"
+    draft.write_text('{"version": 3, "author": "admin", "created_at": 1.0, '
+                     '"defaults": [{"name": "NCCL_DEBUG", "value": "INFO"}], "protected": [], '
+                     '"on_conflict": "reject"}', encoding="utf-8")
+    api.on("POST", "/policy/impact", Answer(200, {
+        "considered": 3, "rejected": 0, "rejections": [],
+        "changes": [{"name": "NCCL_DEBUG", "old": "WARN", "new": "INFO", "tasks": 3,
+                     "owners": 2}]}))
+
+    result = run("policy", "impact", str(draft))
+
+    assert result.code == 0
+    assert api.seen[0].body == {"defaults": [{"name": "NCCL_DEBUG", "value": "INFO"}],
+                                "protected": [], "on_conflict": "reject"}
+    assert "tasks considered: 3" in result.out
+    assert any("NCCL_DEBUG" in line and "WARN" in line and "INFO" in line
+               for line in result.out.splitlines())
+
+
+def test_policy_set_refuses_a_masked_secret(api: FakeApi, run, tmp_path: Path):
+    draft = tmp_path / "policy.yaml"
+    draft.write_text("defaults: [{name: KEY, value: '********', secret: true}]\nprotected: []\n",
+                     encoding="utf-8")
+
+    result = run("policy", "set", str(draft))
+
+    assert result.code == 4
+    assert "secret KEY" in result.err
+    assert api.seen == []
+
+
+def test_policy_history_lists_the_latest_versions_first(api: FakeApi, run):
+    api.on("GET", "/policy/versions", Answer(200, {"current": 2, "versions": [0, 1, 2]}))
+    for n in (0, 1, 2):
+        api.on("GET", f"/policy/versions/{n}", Answer(200, {
+            "version": n, "author": "admin", "defaults": [], "protected": [],
+            "on_conflict": "reject"}))
+
+    result = run("policy", "history", "--limit", "2")
+
+    assert result.code == 0
+    assert "2 (current)" in result.out
+    assert [s.path for s in api.seen[1:]] == ["/api/v1/policy/versions/2",
+                                              "/api/v1/policy/versions/1"]
+
+
+def test_tokens_create_prints_the_new_token_once_and_list_never(api: FakeApi, run):
+    api.on("POST", "/tokens", Answer(201, {"id": "k1", "owner": "bob", "role": "admin",
+                                           "token": "tok_new-one"}))
+    api.on("GET", "/tokens", Answer(200, {"items": [{"id": "k1", "owner": "bob",
+                                                     "role": "admin"}]}))
+    api.on("DELETE", "/tokens/k1", Answer(204, ""))
+
+    created = run("tokens", "create", "bob", "--role", "admin")
+    listed = run("tokens", "list")
+    revoked = run("tokens", "revoke", "k1")
+
+    assert created.code == listed.code == revoked.code == 0
+    assert created.out == "tok_new-one\n"
+    assert "tok_new-one" not in created.err + listed.out + listed.err
+    assert "bob" in listed.out
+    assert "token k1 revoked" in revoked.err
+    assert api.seen[0].body == {"owner": "bob", "role": "admin"}

@@ -1,0 +1,70 @@
+"""Server and token: flags, then TASKENV_URL/TASKENV_TOKEN, then the config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli import config
+from cli.errors import UsageProblem
+from cli.main import main
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path):
+    path = write(tmp_path / "c.toml", 'url = "http://file:1"\ntoken = "file-token"\n')
+    env = {"TASKENV_URL": "http://env:2", "TASKENV_TOKEN": "env-token"}
+
+    assert config.load("http://flag:3", "flag-token", env, path) == config.Settings(
+        "http://flag:3", "flag-token")
+    assert config.load(None, None, env, path) == config.Settings("http://env:2", "env-token")
+    assert config.load(None, None, {}, path) == config.Settings("http://file:1", "file-token")
+    assert config.load(None, None, {}, tmp_path / "missing.toml") == config.Settings(
+        config.DEFAULT_URL, None)
+
+
+def test_the_default_file_lives_under_xdg_config_home(tmp_path: Path):
+    write(tmp_path / "taskenv" / "config.toml", 'token = "from-xdg"\n')
+
+    assert config.load(None, None, {"XDG_CONFIG_HOME": str(tmp_path)}).token == "from-xdg"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('url = "x"\ntokn = "y"\n', "unknown keys tokn"),
+    ("url = 8080\n", "url must be a string"),
+    ("url = \n", "cannot read the config file"),
+])
+def test_a_bad_config_file_is_a_usage_problem(tmp_path: Path, text: str, problem: str):
+    path = write(tmp_path / "c.toml", text)
+
+    with pytest.raises(UsageProblem, match=problem):
+        config.load(None, None, {}, path)
+
+
+def test_settings_never_show_the_token():
+    assert "s3cret" not in repr(config.Settings("http://x", "s3cret"))
+
+
+def test_no_token_anywhere_exits_4_and_says_where_to_put_one(
+        capsys: pytest.CaptureFixture[str], isolated_settings: Path):
+    code = main(["tasks"])
+
+    err = capsys.readouterr().err
+    assert code == 4
+    assert "no API token" in err and "TASKENV_TOKEN" in err and "config.toml" in err
+
+
+def test_the_config_file_is_used_by_commands(
+        capsys: pytest.CaptureFixture[str], isolated_settings: Path):
+    write(isolated_settings, 'url = "http://127.0.0.1:9"\ntoken = "t"\n')
+
+    code = main(["tasks"])
+
+    assert code == 5
+    assert "cannot reach http://127.0.0.1:9/api/v1/tasks" in capsys.readouterr().err

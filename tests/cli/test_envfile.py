@@ -1,0 +1,102 @@
+"""Reading .env files without evaluating them, and exporting values that read back intact."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from dotenv import dotenv_values
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cli import envfile
+from cli.errors import UsageProblem
+
+HOSTILE = {
+    "DOUBLE_QUOTES": 'say "hi"',
+    "SINGLE_QUOTES": "it's 'quoted'",
+    "BACKSLASHES": "C:\\path\\n not a newline \\\\",
+    "DOLLAR": "$HOME ${HOME} $(id) `id`",
+    "EQUALS": "a=b==c",
+    "NEWLINES": "line one\nline two\n",
+    "CARRIAGE": "dos\r\nline\r",
+    "HASH": "# not a comment # really",
+    "TRAILING_SPACE": "  padded  ",
+    "NON_ASCII": "数据集/训练 — ünïcode ✓",
+    "EMPTY": "",
+    "TAB": "a\tb",
+}
+
+
+def as_variables(values: dict[str, str]) -> list[dict[str, object]]:
+    return [{"name": k, "value": v, "source": "user"} for k, v in values.items()]
+
+
+def test_exported_hostile_values_parse_back_identically_from_a_stream():
+    text = envfile.export(as_variables(HOSTILE), "task t1 revision 1")
+
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == HOSTILE
+
+
+def test_exported_hostile_values_parse_back_identically_from_a_file(tmp_path: Path):
+    path = tmp_path / "task.env"
+    path.write_text(envfile.export(as_variables(HOSTILE), "t"), encoding="utf-8")
+
+    assert dotenv_values(path, interpolate=False) == HOSTILE
+    assert envfile.load(path) == HOSTILE  # and our own reader agrees
+
+
+@given(st.dictionaries(
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True),
+    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")),
+    max_size=8))
+def test_any_value_round_trips(values: dict[str, str]):
+    text = envfile.export(as_variables(values), "t")
+
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == values
+
+
+def test_secrets_are_left_out_with_a_comment_naming_them():
+    text = envfile.export([{"name": "HF_TOKEN", "value": "********", "secret": True},
+                           {"name": "LR", "value": "0.01"}], "t")
+
+    assert "# secret HF_TOKEN not exported" in text
+    assert "********" not in text
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {"LR": "0.01"}
+
+
+def test_a_name_dotenv_cannot_hold_unquoted_is_single_quoted():
+    text = envfile.export([{"name": "has space#x", "value": "v"}], "t")
+
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {"has space#x": "v"}
+
+
+def test_reading_never_expands_or_runs_anything():
+    text = 'A=$HOME\nB="${HOME}"\nC=$(id)\nexport D=`id`\nE=\'single $x\'\n'
+
+    assert envfile.parse(text, ".env") == {"A": "$HOME", "B": "${HOME}", "C": "$(id)",
+                                           "D": "`id`", "E": "single $x"}
+
+
+def test_a_name_set_twice_is_an_error_naming_it_and_its_lines():
+    with pytest.raises(UsageProblem, match=r"LR is set twice \(lines 1 and 3\)"):
+        envfile.parse("LR=1\nX=2\nLR=3\n", ".env")
+
+
+def test_an_unparseable_line_is_an_error_with_its_line_number():
+    with pytest.raises(UsageProblem, match=r"\.env, line 3: not a NAME=value"):
+        envfile.parse("A=1\n\nthis is not a statement\n", ".env")
+
+
+def test_a_name_without_value_is_an_error_naming_it():
+    with pytest.raises(UsageProblem, match="BARE has no value"):
+        envfile.parse("A=1\nBARE\n", ".env")
+
+
+def test_an_unreadable_file_is_a_usage_problem(tmp_path: Path):
+    path = tmp_path / "latin1.env"
+    path.write_bytes(b"A=\xe9\n")
+
+    with pytest.raises(UsageProblem, match="cannot read"):
+        envfile.load(path)
