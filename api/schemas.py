@@ -13,6 +13,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from shared import states
+from workers.launchers.sandbox import workdir_problem
 
 
 class Strict(ma.Schema):
@@ -27,6 +28,13 @@ class StrictBool(fields.Boolean):
         if not isinstance(value, bool):
             raise ma.ValidationError("Not a valid boolean (use true or false).")
         return value
+
+
+def relative_workdir(value: str) -> None:
+    """The launchers check again: a task's files stay inside its own home."""
+    problem = workdir_problem(value)
+    if problem:
+        raise ma.ValidationError(f"workdir {problem}.")
 
 
 class EnvEntry(Strict):
@@ -46,7 +54,11 @@ class ResourcesSchema(Strict):
 class TaskCreate(Strict):
     name = fields.String(required=True, validate=validate.Length(min=1, max=200))
     image = fields.String(load_default=None, validate=validate.Length(max=500))
-    workdir = fields.String(load_default=None, validate=validate.Length(max=4096))
+    workdir = fields.String(
+        load_default=None, validate=relative_workdir,
+        metadata={"description": "A directory inside the task's home, relative to it "
+                                 "(no absolute path, no '..'); created if missing.",
+                  "example": "runs/exp1"})
     steps = fields.List(
         fields.List(fields.String(), validate=validate.Length(min=1, max=1000)),
         required=True, validate=validate.Length(min=1, max=100),

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from shared.workload import DEFAULT_IMAGE
+
 PREFIX = "TASKENV_"
 
 
@@ -27,6 +29,9 @@ class Settings:
     max_env_bytes: int = 1024 * 1024  # a ConfigMap's limit
     max_request_bytes: int = 4 * 1024 * 1024
     work_dir: str = "var/tasks"
+    # The local launcher runs each step in a bubblewrap sandbox ("bwrap"); "off-unsafe-dev"
+    # runs steps as plain processes that can read the worker's keys: development only.
+    local_sandbox: str = "bwrap"
     step_timeout_seconds: int = 3600
     visibility_timeout_seconds: int = 7200
     key_prefix: str = "taskenv"
@@ -39,7 +44,7 @@ class Settings:
     consumer_stall_seconds: int = 60
     # Sentinel: with a sentinel:// URL, the name of the monitored master.
     redis_master_name: str = "mymaster"
-    podman_image: str = "localhost/taskenv-runtime:latest"
+    podman_image: str = DEFAULT_IMAGE
     kube_namespace: str = "default"
     kube_backoff_limit: int = 0
     # Fernet keys, comma-separated; the first encrypts. Empty: secret variables are refused.

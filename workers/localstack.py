@@ -206,7 +206,11 @@ def main() -> int:
         env["TASKENV_REDIS_URL"] = redis_server.url
         log.info("started redis-server at %s (data in %s)", redis_server.url, data)
     starters: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
-        **{f"worker {q}": functools.partial(start_worker, q, env) for q in QUEUES},
+        # A local task runs outside the launch worker, so a launch takes a moment: four at
+        # once keep several users' tasks starting while a slow backend call waits.
+        **{f"worker {q}": functools.partial(start_worker, q, env,
+                                            concurrency=4 if q == "launch" else 1)
+           for q in QUEUES},
         "reconciler": functools.partial(start_reconciler, env),
         "api": functools.partial(start_api, env),
     }

@@ -63,11 +63,11 @@ def test_the_record_is_in_redis_before_it_is_enqueued(client: FlaskClient,
 
 def test_create_stores_what_was_sent(client: FlaskClient, tasks: TaskStore) -> None:
     env = [{"name": "DATA", "value": "数据/路径 $(HOME) `id`;x\ny", "secret": False}]
-    task_id = client.post(TASKS, json=body(env=env, workdir="/work")).get_json()["id"]
+    task_id = client.post(TASKS, json=body(env=env, workdir="runs/1")).get_json()["id"]
     doc = tasks.get(task_id)
     assert doc["env"] == env
     assert doc["steps"] == [["python3", "train.py"]]
-    assert doc["workdir"] == "/work" and doc["owner"] == "admin"
+    assert doc["workdir"] == "runs/1" and doc["owner"] == "admin"
 
 
 def test_env_rules_are_checked_by_the_worker_not_the_api(client: FlaskClient,

@@ -1,24 +1,51 @@
-"""Run each step as a child process of the worker: the embedded default.
+"""Run a task's steps on the worker's machine, each in a bubblewrap sandbox.
 
-The child's environment is exactly the resolved env plus a minimal PATH and
-HOME when the env does not set them: nothing leaks from the worker's own
-environment.  argv is handed to the kernel as a list, never to a shell, so a
-value such as ``$(HOME)`` or ``a;b`` arrives as typed.
+Like podman and Kubernetes, ``launch`` only starts the task: it hands the
+workload to a detached runner process (``workers.launchers.local_runner``) and
+returns ``running`` at once, so a long task never holds a launch worker.  The
+runner runs the steps one after another, streams their output into the task's
+log, keeps the revision's heartbeat alive and records the outcome.  Its pid and
+start time are kept in the revision's directory, so :meth:`LocalLauncher.observe`
+can tell a live runner from a dead one (and a redelivered launch adopts it).
+
+Each step sees exactly the resolved env plus a minimal ``PATH`` and ``HOME``
+when the env does not set them, and of the host only the system directories
+and its own home (see ``workers.launchers.sandbox``).  ``TASKENV_LOCAL_SANDBOX=
+off-unsafe-dev`` runs steps as plain processes instead: for development only,
+since a step can then read everything the worker can.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
-import signal
+import shutil
 import subprocess
-import threading
+import sys
 from pathlib import Path
+from typing import Any
 
 from shared.config import Settings
+from shared.errors import LaunchFailed
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Outcome
+from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
+
+log = logging.getLogger(__name__)
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+SANDBOXED = "bwrap"
+UNSAFE = "off-unsafe-dev"
+SANDBOX_MODES = (SANDBOXED, UNSAFE)
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# What the runner needs of the settings; handed over on its stdin, never on argv or env.
+RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
+                   "heartbeat_seconds", "step_timeout_seconds")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox was asked for and cannot be had: refuse rather than run unsandboxed."""
 
 
 class LocalLauncher:
@@ -26,55 +53,143 @@ class LocalLauncher:
 
     def __init__(self, settings: Settings) -> None:
         self.root = Path(settings.work_dir).resolve()
-        self.timeout = settings.step_timeout_seconds
-
-    def child_env(self, workload: Workload, home: Path) -> dict[str, str]:
-        env = workload.env_dict()
-        env.setdefault("PATH", MINIMAL_PATH)
-        env.setdefault("HOME", str(home))
-        return env
+        self.settings = settings
+        self.bwrap = sandbox_binary(settings.local_sandbox)
+        self.runners: list[subprocess.Popen[bytes]] = []  # kept to reap them once they end
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
-        home = self.root / workload.task_id / f"r{workload.revision}"
-        home.mkdir(parents=True, exist_ok=True)
-        cwd = Path(workload.workdir) if workload.workdir else home
-        env = self.child_env(workload, home)
-        hooks.started()
-        for number, argv in enumerate(workload.steps, start=1):
-            hooks.log(f"==> step {number}/{len(workload.steps)}: {argv[0]}\n")
-            outcome = self._run_step(number, argv, env, cwd, hooks)
-            if outcome is not None:
-                return outcome
-        return Outcome("succeeded", exit_code=0)
-
-    def _run_step(self, number: int, argv: tuple[str, ...], env: dict[str, str],
-                  cwd: Path, hooks: Hooks) -> Outcome | None:
+        run_dir = self.run_dir(workload)
+        if runner_alive(run_dir):  # a redelivered launch: the task already runs
+            return Outcome("running")
         try:
-            proc = subprocess.Popen(
-                list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        except OSError as exc:
-            return Outcome("failed", reason=f"step {number} could not start: {exc.strerror}")
-        # A watchdog, because reading the output blocks until the step closes it.
-        watchdog = threading.Timer(self.timeout, os.killpg, (proc.pid, signal.SIGKILL))
-        watchdog.start()
-        with proc:
-            try:
-                assert proc.stdout is not None
-                for line in iter(proc.stdout.readline, b""):
-                    hooks.log(line.decode(errors="replace"))
-                code = proc.wait()
-            finally:
-                timed_out = not watchdog.is_alive()
-                watchdog.cancel()
-        if timed_out:
-            return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
-        if code != 0:
-            return Outcome("failed", exit_code=code, reason=f"step {number} exited with {code}")
-        return None
+            workdir_inside(workload.workdir)
+        except BadWorkdir as exc:
+            raise LaunchFailed(str(exc)) from exc
+        home = prepare_home(run_dir, workload.workdir)
+        pid = self._start_runner(run_dir, runner_spec(self.settings, workload, home, self.bwrap))
+        write_pid_file(run_dir, pid)
+        how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
+        hooks.log(f"local: started the steps {how}\n")
+        hooks.started()
+        return Outcome("running")
 
     def observe(self, workload: Workload) -> Outcome | None:
-        return None  # the process lived inside a worker; its outcome is already recorded
+        """``running`` while the runner lives; None once it is gone (it recorded the end)."""
+        self.reap()
+        return Outcome("running") if runner_alive(self.run_dir(workload)) else None
+
+    def reap(self) -> None:
+        """Collect the exit status of the runners this process started that have ended."""
+        self.runners = [proc for proc in self.runners if proc.poll() is None]
 
     def logs(self, workload: Workload) -> str | None:
-        return None  # written to the task's log as the steps ran
+        return None  # the runner writes the task's log as the steps run
+
+    def run_dir(self, workload: Workload) -> Path:
+        return self.root / workload.task_id / f"r{workload.revision}"
+
+    def _start_runner(self, run_dir: Path, spec: dict[str, Any]) -> int:
+        runner_log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                             0o600)
+        env = {"PATH": MINIMAL_PATH, "PYTHONPATH": str(PROJECT_ROOT)}
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "workers.launchers.local_runner"], stdin=subprocess.PIPE,
+                stdout=runner_log, stderr=runner_log, env=env, cwd=run_dir,
+                start_new_session=True)  # its own session: stopping the worker spares it
+        finally:
+            os.close(runner_log)
+        assert proc.stdin is not None
+        with proc.stdin:
+            proc.stdin.write(json.dumps(spec).encode())
+        self.reap()
+        self.runners.append(proc)
+        return proc.pid
+
+
+def sandbox_binary(mode: str) -> str | None:
+    """bwrap's path, or None in the unsafe development mode; refuses a missing bwrap."""
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"TASKENV_LOCAL_SANDBOX must be one of {', '.join(SANDBOX_MODES)}, "
+                         f"not {mode!r}")
+    if mode == UNSAFE:
+        log.warning("TASKENV_LOCAL_SANDBOX=%s: local task steps run UNSANDBOXED, as the "
+                    "worker's own user, and can read its keys, tokens and Redis; never use "
+                    "this where more than one person submits tasks", UNSAFE)
+        return None
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(
+            "the local launcher runs every step in a bubblewrap sandbox, and no bwrap is "
+            "installed: install it (Debian: apt-get install bubblewrap), or choose another "
+            f"launcher (TASKENV_LAUNCHER); TASKENV_LOCAL_SANDBOX={UNSAFE} runs steps "
+            "unsandboxed, for development only")
+    return found
+
+
+def step_env(workload: Workload, home: str) -> dict[str, str]:
+    env = workload.env_dict()
+    env.setdefault("PATH", MINIMAL_PATH)
+    env.setdefault("HOME", home)
+    return env
+
+
+def runner_spec(settings: Settings, workload: Workload, home: Path,
+                bwrap: str | None) -> dict[str, Any]:
+    return {
+        "settings": {name: getattr(settings, name) for name in RUNNER_SETTINGS},
+        "workload": workload_doc(workload),
+        "env": step_env(workload, TASK_HOME if bwrap else str(home)),
+        "home": str(home),
+        "bwrap": bwrap,
+    }
+
+
+def workload_doc(workload: Workload) -> dict[str, Any]:
+    """The record fields :meth:`Workload.from_doc` reads back."""
+    res = workload.resources
+    return {
+        "id": workload.task_id, "revision": workload.revision, "name": workload.name,
+        "steps": [list(step) for step in workload.steps],
+        "resolved": [{"name": v.name, "value": v.value, "source": v.source,
+                      "overrode": list(v.overrode), "secret": v.secret} for v in workload.env],
+        "policy_version": workload.policy_version, "image": workload.image,
+        "workdir": workload.workdir,
+        "resources": {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus},
+    }
+
+
+def prepare_home(run_dir: Path, workdir: str | None) -> Path:
+    """A fresh home for the revision, with the workdir made inside it."""
+    home = run_dir / "home"
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if workdir:  # already checked: relative, no '..'; the home holds no links yet
+        (home / workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
+    return home
+
+
+def write_pid_file(run_dir: Path, pid: int) -> None:
+    started = process_start_time(pid)
+    tmp = run_dir / "runner.pid.tmp"
+    tmp.write_text(f"{pid} {started}\n")
+    tmp.replace(run_dir / "runner.pid")  # whole or absent, never half-written
+
+
+def runner_alive(run_dir: Path) -> bool:
+    """True if the runner recorded in ``run_dir`` still runs (not a reused pid, not a zombie)."""
+    try:
+        pid, started = (run_dir / "runner.pid").read_text().split()
+    except (OSError, ValueError):
+        return False
+    return process_start_time(int(pid)) == started
+
+
+def process_start_time(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot), or None if it is dead or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)", which may hold spaces
+    state, start_time = fields[0], fields[19]
+    return None if state in ("Z", "X") else start_time

@@ -1,0 +1,153 @@
+"""Run one local task to its end, outside any worker: ``python -m workers.launchers.local_runner``.
+
+Started detached by :class:`workers.launchers.local.LocalLauncher`, which hands it,
+on stdin as JSON, the workload, the step env, the task's home, the bwrap binary
+(or null when unsandboxed) and the few settings it needs to reach Redis; nothing
+of it is on a command line or in this process's environment.  It runs the steps
+one after another, each in its sandbox, streams their output into the task's
+log with secret values redacted, keeps the revision's heartbeat alive so the
+reconciler leaves the task alone, kills a step that runs over
+``step_timeout_seconds`` and records the outcome.  Redis being away never loses
+the outcome: each write is retried until Redis is back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from shared.config import Settings
+from shared.redis_conn import connect
+from shared.secrets import Cipher, redact
+from shared.store import TaskStore
+from shared.workload import Workload
+from workers.launchers.base import Outcome
+from workers.launchers.sandbox import bwrap_argv
+from workers.stages import keep_alive, record_outcome
+
+log = logging.getLogger("taskenv.local_runner")
+
+OUTCOME_PATIENCE = 24 * 3600.0  # the steps ran once: their outcome is worth a long wait
+LOG_PATIENCE = 300.0
+Write = Callable[[str], None]
+
+
+class Runner:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.workload = Workload.from_doc(spec["workload"])
+        self.env: dict[str, str] = spec["env"]
+        self.home = Path(spec["home"])
+        self.bwrap: str | None = spec["bwrap"]
+        self.timeout = int(spec["settings"]["step_timeout_seconds"])
+
+    def run(self, write_log: Write) -> Outcome:
+        steps = self.workload.steps
+        for number, step in enumerate(steps, start=1):
+            write_log(f"==> step {number}/{len(steps)}: {step[0]}\n")
+            outcome = self.run_step(number, step, write_log)
+            if outcome is not None:
+                return outcome
+        return Outcome("succeeded", exit_code=0)
+
+    def argv(self, step: tuple[str, ...]) -> list[str]:
+        if self.bwrap is None:
+            return list(step)
+        return bwrap_argv(step, self.home, self.workload.workdir, binary=self.bwrap,
+                          env_sets_pwd="PWD" in self.env)
+
+    def cwd(self) -> Path:
+        # Sandboxed, bwrap changes into the workdir itself, inside the sandbox.
+        return self.home / self.workload.workdir if self.bwrap is None and self.workload.workdir \
+            else self.home
+
+    def run_step(self, number: int, step: tuple[str, ...], write_log: Write) -> Outcome | None:
+        try:
+            proc = subprocess.Popen(
+                self.argv(step), env=self.env, cwd=self.cwd(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return Outcome("failed", reason=f"step {number} could not start: {exc.strerror}")
+        # A watchdog, because reading the output blocks until the step closes it.  Killing
+        # bwrap's process group ends the sandbox's PID namespace, and everything in it.
+        watchdog = threading.Timer(self.timeout, os.killpg, (proc.pid, signal.SIGKILL))
+        watchdog.start()
+        with proc:
+            try:
+                assert proc.stdout is not None
+                for line in iter(proc.stdout.readline, b""):
+                    write_log(line.decode(errors="replace"))
+                code = proc.wait()
+            finally:
+                timed_out = not watchdog.is_alive()
+                watchdog.cancel()
+        if timed_out:
+            return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
+        if code != 0:
+            return Outcome("failed", exit_code=code, reason=f"step {number} exited with {code}")
+        return None
+
+
+def patiently(write: Callable[[], None], give_up_after: float) -> bool:
+    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s."""
+    deadline = time.monotonic() + give_up_after
+    delay = 0.2
+    while True:
+        try:
+            write()
+            return True
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                return False
+            log.warning("Redis unavailable; retrying in %.1fs", delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def log_writer(tasks: TaskStore, workload: Workload) -> Write:
+    secrets = [v.value for v in workload.env if v.secret]
+
+    def write(text: str) -> None:
+        clean = redact(text, secrets)
+        if not patiently(lambda: tasks.append_log(workload.task_id, workload.revision, clean),
+                         LOG_PATIENCE):
+            log.error("task %s r%s: output lost, Redis stayed away", workload.task_id,
+                      workload.revision)
+
+    return write
+
+
+def store_for(settings: dict[str, Any]) -> TaskStore:
+    config = Settings(**settings)
+    client = connect(config.redis_url, config.redis_master_name)
+    return TaskStore(client, config.key_prefix, Cipher.from_setting(config.secret_keys))
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    spec = json.loads(sys.stdin.read())
+    runner = Runner(spec)
+    tasks = store_for(spec["settings"])
+    task_id, revision = runner.workload.task_id, runner.workload.revision
+    with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
+        outcome = runner.run(log_writer(tasks, runner.workload))
+        recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
+                                                    outcome.exit_code, outcome.reason),
+                             OUTCOME_PATIENCE)
+    log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
+             "recorded" if recorded else "NOT recorded: Redis stayed away")
+    return 0 if recorded else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

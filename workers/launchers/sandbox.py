@@ -1,0 +1,78 @@
+"""The bubblewrap command line that runs one step in its own sandbox.
+
+Pure functions: what a step may see is decided here, from the workload and the
+host path of the task's home, and nothing is executed.  The sandbox has its own
+user, PID, network, mount, IPC and UTS namespaces; the step runs as uid 65534
+with no capabilities, sees the system directories read-only, a private ``/tmp``
+and ``/proc``, and of the host's files only its own home, bound read-write at
+:data:`TASK_HOME`.  PID 1 inside is bwrap itself: when a step ends (or its
+runner dies) every process it started dies with it.
+
+No value of the env is ever put on bwrap's command line (a command line is
+readable by anyone in ``/proc``): bwrap is started with the step's env as its
+own environment, which it hands on unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+TASK_HOME = "/home/task"
+NOBODY = 65534
+MAX_WORKDIR_CHARS = 1024
+# Read-only system directories; on merged-/usr systems the others are links into /usr.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# The few files of /etc a program needs to load libraries and check certificates.
+ETC_ENTRIES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives",
+               "/etc/ssl", "/etc/ca-certificates", "/etc/localtime")
+ISOLATION = ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+             "--uid", str(NOBODY), "--gid", str(NOBODY))
+
+# bwrap always sets PWD to the working directory; a step whose env does not set PWD gets
+# it removed again.  The step's argv follows as the script's arguments: data, never code.
+DROP_PWD = ("/bin/sh", "-c", 'unset PWD; exec "$@"', "sh")
+
+
+class BadWorkdir(ValueError):
+    """A workdir that is not a relative path inside the task's home."""
+
+
+def workdir_problem(workdir: str) -> str | None:
+    """Why ``workdir`` cannot be a directory inside the task's home; None if it can."""
+    if len(workdir) > MAX_WORKDIR_CHARS:
+        return f"must be at most {MAX_WORKDIR_CHARS} characters"
+    if "\0" in workdir:
+        return "must not contain a NUL character"
+    if workdir.startswith("/"):
+        return "must be a relative path inside the task's home, not an absolute path"
+    if ".." in PurePosixPath(workdir).parts:
+        return "must not contain a '..' component"
+    return None
+
+
+def workdir_inside(workdir: str | None) -> str:
+    """The step's working directory as the sandbox sees it."""
+    if not workdir:
+        return TASK_HOME
+    problem = workdir_problem(workdir)
+    if problem:
+        raise BadWorkdir(f"workdir {problem}")
+    return str(PurePosixPath(TASK_HOME, workdir))
+
+
+def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
+               binary: str = "bwrap", env_sets_pwd: bool = False) -> list[str]:
+    """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed."""
+    return [binary, *ISOLATION, *system_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp", "--bind",  # noqa: S108 - a private, empty /tmp in the sandbox str(home), TASK_HOME,
+            "--chdir", workdir_inside(workdir), "--",
+            *([] if env_sets_pwd else DROP_PWD), *step]
+
+
+def system_binds() -> list[str]:
+    # --ro-bind-try: a directory this system lacks (/lib32, /libx32) is simply left out.
+    args = ["--ro-bind", "/usr", "/usr"]
+    for path in (*SYSTEM_DIRS[1:], *ETC_ENTRIES):
+        args += ["--ro-bind-try", path, path]
+    return args
