@@ -41,6 +41,6 @@ image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuild
 .PHONY: image
 
 bench: install ## Benchmark the pipeline against a bare Celery pipeline (BENCH_ARGS=--quick for a short run)
-	$(PY) -m pip install -q -r bench/requirements.txt && $(PY) bench/run.py $(BENCH_ARGS)
+	$(PY) -m pip install -q -r bench/requirements.txt && $(PY) -m bench $(BENCH_ARGS)
 
 .PHONY: bench

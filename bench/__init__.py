@@ -1,1 +1,1 @@
-"""Benchmarks: ``make bench`` runs ``bench/run.py``; see docs/performance.md."""
+"""Benchmarks: ``make bench`` runs ``python -m bench``; see docs/performance.md."""

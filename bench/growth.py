@@ -3,61 +3,43 @@
 * :func:`merge_cost` times ``shared.envlist.validate`` + ``shared.policy.resolve``
   in-process (timeit, best of several repeats) for env lists of growing size
   against a policy of 20 defaults and 20 protected variables.
-* :func:`listing_cost` loads task records straight into Redis with taskenv's own
-  creation script (pipelined, so 100,000 take seconds) and times
-  ``GET /api/v1/tasks?limit=50`` over HTTP at two store sizes; it also reports
-  Redis memory per stored task from ``INFO memory``.
+* :func:`listing_cost` loads task records straight into Redis with
+  ``TaskStore.load_many`` (taskenv's own creation script, pipelined, so 100,000
+  take seconds) and times ``GET /api/v1/tasks?limit=50`` over HTTP at two store
+  sizes; it also reports Redis memory per stored task from ``INFO memory``.
 
-``python bench/growth.py`` runs the in-process part alone.
+``python -m bench.growth`` runs the in-process part alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import http.client
 import json
-import sys
 import time
 import timeit
 import uuid
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import redis
 
-import redis  # noqa: E402
+from bench.inputs import policy_body, user_env
+from bench.measure import summarize
+from bench.processes import Processes
+from bench.report import say
+from shared import envlist
+from shared.envlist import Limits
+from shared.keys import Keys
+from shared.policy import Policy, platform_env, resolve
+from shared.store import TaskStore
+from shared.tokens import PREFIX as TOKEN_PREFIX
+from workers.localstack import free_port, start_api, wait_http
 
-from bench.measure import summarize  # noqa: E402
-from shared import envlist  # noqa: E402
-from shared.envlist import Limits  # noqa: E402
-from shared.policy import Policy, platform_env, resolve  # noqa: E402
-from shared.store import _CREATE, Keys  # noqa: E402
-
+PREFIX = "growth"
 SIZES = (10, 100, 1_000, 10_000)
 LINEARITY_FACTOR = 2.0  # per-variable cost at 10k may be at most this times that at 100
-
-
-def policy_body(defaults: int = 20, protected: int = 20) -> dict[str, Any]:
-    """A policy as an admin PUTs it: half the protected entries carry a value."""
-    return {
-        "defaults": [{"name": f"PLATFORM_DEFAULT_{i}", "value": f"default-{i}"}
-                     for i in range(defaults)],
-        "protected": [{"name": f"LOCKED_{i}", "reason": "set by the platform",
-                       **({"value": f"locked-{i}"} if i % 2 == 0 else {})}
-                      for i in range(protected)],
-        "on_conflict": "reject",
-    }
-
-
-def user_env(n: int, overrides: int = 2) -> list[dict[str, Any]]:
-    """``n`` user variables; the first ``overrides`` override policy defaults."""
-    env = [{"name": f"PLATFORM_DEFAULT_{i}", "value": f"user-{i}"}
-           for i in range(min(overrides, n))]
-    env += [{"name": f"USER_VAR_{i}", "value": f"value-{i}-{'x' * 16}"}
-            for i in range(n - len(env))]
-    return env
 
 
 def validate_and_merge(env: list[dict[str, Any]], policy: Policy, limits: Limits) -> int:
@@ -93,31 +75,18 @@ def merge_cost(sizes: tuple[int, ...] = SIZES, repeats: int = 15,
             "linear": ratio is not None and ratio <= LINEARITY_FACTOR}
 
 
-class Loader:
-    """Writes task records with taskenv's own creation script, many per round trip."""
+def copies(template: dict[str, Any], n: int) -> Iterator[dict[str, Any]]:
+    """``n`` copies of a task record, each under a new id."""
+    text = json.dumps(template)
+    for _ in range(n):
+        yield json.loads(text.replace(template["id"], uuid.uuid4().hex))
 
-    def __init__(self, client: redis.Redis, prefix: str, template: str, template_id: str,
-                 owner: str, state: str) -> None:
-        self.r, self.keys = client, Keys(prefix)
-        self.template, self.template_id = template, template_id
-        self.owner, self.state = owner, state
-        self.script = client.register_script(_CREATE)
 
-    def load(self, n: int, batch: int = 1000) -> float:
-        started = time.perf_counter()
-        k = self.keys
-        while n > 0:
-            pipe = self.r.pipeline(transaction=False)
-            for _ in range(min(batch, n)):
-                task_id = uuid.uuid4().hex
-                self.script(keys=[k.task(task_id), "", k.index(), k.index(self.owner),
-                                  k.index(state=self.state), k.index(self.owner, self.state),
-                                  f"{k.p}:seq"],
-                            args=[task_id, self.template.replace(self.template_id, task_id),
-                                  self.state, 0], client=pipe)
-            pipe.execute()
-            n -= min(batch, n)
-        return time.perf_counter() - started
+def load(store: TaskStore, template: dict[str, Any], n: int) -> float:
+    """Seconds to store ``n`` copies of ``template``."""
+    started = time.perf_counter()
+    store.load_many(copies(template, n))
+    return time.perf_counter() - started
 
 
 def _get_latency(port: int, token: str, requests: int) -> dict[str, Any]:
@@ -143,16 +112,16 @@ def used_memory(client: redis.Redis) -> int:
     return int(client.info("memory")["used_memory"])
 
 
-def listing_cost(client: redis.Redis, port: int, token: str, prefix: str, template: str,
-                 template_id: str, owner: str, state: str, small: int = 1_000,
-                 large: int = 100_000, requests: int = 100) -> dict[str, Any]:
+def listing_cost(client: redis.Redis, port: int, token: str, prefix: str,
+                 template: dict[str, Any], small: int = 1_000, large: int = 100_000,
+                 requests: int = 100) -> dict[str, Any]:
     """GET latency at ``small`` and ``large`` stored tasks, and memory per task."""
-    loader = Loader(client, prefix, template, template_id, owner, state)
+    store = TaskStore(client, prefix)
     mem0 = used_memory(client)
-    load_small = loader.load(small)
+    load_small = load(store, template, small)
     mem1 = used_memory(client)
     at_small = _get_latency(port, token, requests)
-    load_large = loader.load(large - small)
+    load_large = load(store, template, large - small)
     mem2 = used_memory(client)
     at_large = _get_latency(port, token, requests)
     stored = client.zcard(Keys(prefix).index())
@@ -165,15 +134,39 @@ def listing_cost(client: redis.Redis, port: int, token: str, prefix: str, templa
         "memory": {"used_memory_before": mem0, "after_small": mem1, "after_large": mem2,
                    "bytes_per_task": (mem2 - mem0) / large,
                    "bytes_per_task_small": (mem1 - mem0) / small,
-                   "record_json_bytes": len(template.encode())},
+                   "record_json_bytes": len(json.dumps(template).encode())},
     }
+
+
+def listing_phase(procs: Processes, client: redis.Redis, template: dict[str, Any],
+                  args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`listing_cost` against an API of its own, on a key prefix of its own."""
+    port = free_port()
+    token = TOKEN_PREFIX + uuid.uuid4().hex
+    env = {"TASKENV_REDIS_URL": procs.redis_url, "TASKENV_PORT": str(port),
+           "TASKENV_ADMIN_TOKEN": token, "TASKENV_KEY_PREFIX": PREFIX}
+    api = procs.add(start_api(env, procs.logs))
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz")
+        listing = listing_cost(client, port, token, PREFIX, template, small=1_000,
+                               large=args.stored, requests=30 if args.quick else 100)
+    finally:
+        procs.stop([api])
+    get = listing["get_list_limit_50"]
+    say(f"  p50 {get['small']['p50'] * 1e3:.1f} ms at 1,000, "
+        f"{get['large']['p50'] * 1e3:.1f} ms at {args.stored:,}; "
+        f"{listing['memory']['bytes_per_task']:.0f} bytes per task")
+    return listing
+
+
+def merge_lines(result: dict[str, Any]) -> list[str]:
+    return [f"{row['variables']:>6} variables: {row['seconds'] * 1e3:8.3f} ms "
+            f"({row['per_variable_us']:.2f} µs/variable)" for row in result["rows"]]
 
 
 def main() -> None:
     result = merge_cost()
-    for row in result["rows"]:
-        print(f"{row['variables']:>6} variables: {row['seconds'] * 1e3:8.3f} ms "
-              f"({row['per_variable_us']:.2f} µs/variable)")
+    print("\n".join(merge_lines(result)))
     print(f"per-variable cost, 10k vs 100: x{result['per_variable_ratio_10k_vs_100']:.2f}")
 
 

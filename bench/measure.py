@@ -249,3 +249,47 @@ def wait_until(done: Callable[[], int], target: int, timeout: float,
             return False
         time.sleep(interval)
     return True
+
+
+# --- one measured load -----------------------------------------------------------------------
+
+def in_ms(summary: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`summarize` of seconds, in milliseconds."""
+    return {k: (v * 1e3 if k != "n" else v) for k, v in summary.items()}
+
+
+def measured(name: str, sender: SenderFactory, count: int, threads: int,
+             finished: Callable[[], int], already: int, timeout: float,
+             counter: RedisCounter, cpu: CpuMeter, rate: float | None = None) -> dict[str, Any]:
+    """Submit ``count`` items and wait until the finished count has grown by ``count``."""
+    counter.reset()
+    cpu.start()
+    started = time.perf_counter()
+    sub = submit(sender, count, threads, rate)
+    complete = wait_until(finished, already + len(sub.ids), timeout)
+    wall = time.perf_counter() - started
+    out = {"name": name, "count": count, "accepted": len(sub.ids), "errors": sub.errors,
+           "complete": complete, "wall_seconds": wall,
+           "offered_rate": rate, "submit_rate": sub.rate,
+           "submit_response_ms": in_ms(summarize(sub.response_seconds)),
+           "cpu": cpu.stop(max(1, len(sub.ids))),
+           "redis_commands": counter.snapshot(max(1, len(sub.ids)))}
+    out["_sub"] = sub
+    return out
+
+
+def latency_report(sub: Submitted, marks: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """Latency from the client's submit time to each mark, throughput to the last mark."""
+    out: dict[str, Any] = {}
+    for mark, times in marks.items():
+        lat = [times[i] - t for i, t in zip(sub.ids, sub.submitted_at, strict=True)
+               if i in times]
+        out[f"submit_to_{mark}_ms"] = in_ms(summarize(lat))
+        if times:
+            out[f"throughput_to_{mark}"] = len(times) / (max(times.values()) - sub.first)
+    return out
+
+
+def best(rounds: list[dict[str, Any]], key: str = "throughput") -> dict[str, Any]:
+    """The least disturbed of several rounds on a shared machine: the fastest."""
+    return max(rounds, key=lambda r: r[key])

@@ -1,89 +1,48 @@
-"""Ratios, targets, the table and the plot, from one run's results."""
+"""What a run shows: progress lines, then the table, the targets, the plot and the
+results files."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
-TARGETS = {
-    "throughput": 0.85,  # pipeline throughput >= 0.85 x bare
-    "p99": 1.3,  # pipeline p99 <= 1.3 x bare p99 (same offered load)
-    "post": 0.5,  # POST /api/v1/tasks throughput >= 0.5 x no-op endpoint
-    "merge_1000_ms": 5.0,  # validation + merge of 1,000 variables < 5 ms
-}
-LISTING_FACTOR = 1.5  # GET ?limit=50 p50 at the large store <= this x at 1,000 tasks
+from bench import targets
+from bench.targets import paced_at
 
 
-def _paced(rows: list[dict[str, Any]], fraction: float) -> dict[str, Any] | None:
-    return next((r for r in rows if abs(r["fraction"] - fraction) < 1e-9), None)
+def say(text: str = "") -> None:
+    """One line of progress, at once: a run takes minutes."""
+    print(text, flush=True)
 
 
-def judge(results: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    base, pipe = results["baseline"], results["pipeline"]
-    at = results["meta"]["settings"]["p99_judged_at"]
-    post = results["post"]
-    bb, pb = base["burst"], pipe["burst"]
-    base_at, pipe_at = _paced(base["paced"], at), _paced(pipe["paced"], at)
-    ratios = {
-        "throughput": pb["throughput"] / bb["throughput"],
-        "throughput_to_launching": pb["throughput_to_launching"] / bb["throughput"],
-        "p99_at_judged_load": (pipe_at["latency_ms"]["p99"] / base_at["latency_ms"]["p99"]
-                               if pipe_at and base_at else None),
-        "p99_burst": pb["latency_ms"]["p99"] / bb["latency_ms"]["p99"],
-        "post": post["api"]["throughput"] / post["noop"]["throughput"],
-        "post_vs_noop_enqueue": post["api"]["throughput"] / post["noop_enqueue"]["throughput"],
-        "noop_enqueue_vs_noop": post["noop_enqueue"]["throughput"] / post["noop"]["throughput"],
-        "redis_commands_per_task": (pb["redis_commands"]["per_item"]
-                                    / bb["redis_commands"]["per_item"]),
-        "cpu_per_task": pb["cpu"]["cpu_ms_per_item_total"] / bb["cpu"]["cpu_ms_per_item_total"],
-        "p99_by_load": {
-            str(b["fraction"]): p["latency_ms"]["p99"] / b["latency_ms"]["p99"]
-            for b in base["paced"] if (p := _paced(pipe["paced"], b["fraction"]))},
-    }
-    merge = {r["variables"]: r for r in results["growth"]["merge"]["rows"]}
-    listing = results["growth"]["listing"]["get_list_limit_50"]
-    merge_1000 = merge[1000]["seconds"] * 1e3
-    targets = [
-        _target("pipeline throughput >= 0.85 x bare", ratios["throughput"], ">=",
-                TARGETS["throughput"],
-                f"{pb['throughput']:.1f} vs {bb['throughput']:.1f} /s"),
-        _target(f"p99 <= 1.3 x bare p99 (both offered {at:.0%} of bare throughput)",
-                ratios["p99_at_judged_load"], "<=", TARGETS["p99"],
-                f"{pipe_at['latency_ms']['p99']:.1f} vs {base_at['latency_ms']['p99']:.1f} ms"
-                if pipe_at and base_at else "not measured"),
-        _target("POST /api/v1/tasks throughput >= 0.5 x no-op endpoint", ratios["post"], ">=",
-                TARGETS["post"],
-                f"{post['api']['throughput']:.0f} vs {post['noop']['throughput']:.0f} /s"),
-        _target("validation + merge of 1,000 variables < 5 ms", merge_1000, "<",
-                TARGETS["merge_1000_ms"], f"{merge_1000:.3f} ms"),
-        _target("check: per-variable cost, 10k vs 100 variables (linear)",
-                results["growth"]["merge"]["per_variable_ratio_10k_vs_100"], "<=",
-                results["growth"]["merge"]["linearity_factor"],
-                f"{merge[100]['per_variable_us']:.2f} -> "
-                f"{merge[10000]['per_variable_us']:.2f} µs/variable"),
-        _target(f"check: GET /tasks?limit=50 p50, "
-                f"{results['growth']['listing']['stored']['large']:,} vs 1,000 stored",
-                listing["p50_ratio_large_vs_small"], "<=", LISTING_FACTOR,
-                f"{listing['large']['p50'] * 1e3:.1f} vs {listing['small']['p50'] * 1e3:.1f} ms"),
-    ]
-    return ratios, targets
+def publish(results: dict[str, Any], out: Path, began: float) -> None:
+    """Judge the run, write ``latest.json``, a timestamped copy and the plot, and print
+    the table and the verdicts."""
+    results = strip_private(results)
+    results["ratios"], results["targets"] = targets.judge(results)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(began))
+    text = json.dumps(results, indent=2, default=str)
+    (out / "latest.json").write_text(text)
+    (out / f"{stamp}.json").write_text(text)
+    drawn = plot(results, out / "latency-vs-load.png")
+    say()
+    say(table(results))
+    say()
+    say(targets.verdicts(results))
+    say()
+    say(f"results: {out / 'latest.json'} (and {stamp}.json); plot: {drawn}; "
+        f"took {results['meta']['duration_seconds']:.0f} s")
 
 
-def _target(name: str, value: float | None, op: str, limit: float, detail: str) -> dict[str, Any]:
-    met = value is not None and {"<": value < limit, "<=": value <= limit,
-                                 ">=": value >= limit}[op]
-    return {"target": name, "value": value, "op": op, "limit": limit, "met": met,
-            "detail": detail}
-
-
-def verdicts(results: dict[str, Any]) -> str:
-    lines = []
-    for t in results["targets"]:
-        value = "n/a" if t["value"] is None else f"{t['value']:.3g}"
-        lines.append(f"{'MET   ' if t['met'] else 'MISSED'} {t['target']}: {value} "
-                     f"(limit {t['op']} {t['limit']}; {t['detail']})")
-    return "\n".join(lines)
-
+def strip_private(value: Any) -> Any:
+    """Without the ``_``-prefixed entries the run keeps for itself (ids, submissions)."""
+    if isinstance(value, dict):
+        return {k: strip_private(v) for k, v in value.items() if not k.startswith("_")}
+    if isinstance(value, list):
+        return [strip_private(v) for v in value]
+    return value
 
 def _lat(row: dict[str, Any]) -> str:
     m = row["latency_ms"]
@@ -102,7 +61,7 @@ def table(results: dict[str, Any]) -> str:
         ("latency p50/p95/p99, burst (ms)", _lat(pb), _lat(bb), f"p99 {r['p99_burst']:.2f}"),
     ]
     for b in base["paced"]:
-        p = _paced(pipe["paced"], b["fraction"])
+        p = paced_at(pipe["paced"], b["fraction"])
         if p:
             rows.append((f"latency p50/p95/p99 at {b['fraction']:.0%} ({b['offered_rate']:.0f}/s)"
                          " (ms)", _lat(p), _lat(b),

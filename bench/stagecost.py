@@ -23,6 +23,7 @@ from shared.envlist import Limits
 from shared.policy import Policy
 from shared.redis_conn import connect
 from shared.store import PolicyStore, TaskStore
+from shared.tokens import PREFIX as TOKEN_PREFIX
 
 PREFIX = "stagecost"
 
@@ -56,7 +57,7 @@ def stage_costs(redis_url: str, body: dict[str, Any], policy: dict[str, Any],
     policies.put(Policy.from_dict(policy))
     limits, launcher = Limits(), DryRunLauncher()
     celery = make_celery(Settings.from_env(redis_url=redis_url, key_prefix=PREFIX))
-    token = "tke_" + uuid.uuid4().hex
+    token = TOKEN_PREFIX + uuid.uuid4().hex
     app = _api(redis_url, client, token)
     api_client, noop_client = app.test_client(), noop_api.create_app().test_client()
     headers = {"Authorization": f"Bearer {token}"}
