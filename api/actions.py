@@ -17,11 +17,12 @@ from shared.errors import EnvInvalid, PolicyConflict, PolicyInvalid, Problem, St
 from shared.policy import Policy, check_policy
 from shared.resolution import decide_policy, decide_validation
 from shared.secrets import masked
+from workers.services import Services
 
 Doc = dict[str, Any]
 
 
-def create_task(svc: Any, data: dict[str, Any], actor: str,
+def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
     doc, created = svc.tasks.create(records.new_task(data, actor), idempotency_key)
     if created:
@@ -34,7 +35,7 @@ def create_task(svc: Any, data: dict[str, Any], actor: str,
     return doc
 
 
-def revise_task(svc: Any, task_id: str, actor: str, scope: str | None,
+def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
                 set_: list[dict[str, Any]], unset: list[str], action: str) -> Doc:
     """A new revision with the env changed: validated, resolved and launched anew."""
     svc.tasks.get(task_id, scope)  # 404 before anything else for tasks not yours
@@ -49,14 +50,15 @@ def revise_task(svc: Any, task_id: str, actor: str, scope: str | None,
             raise EnvInvalid("the change cannot be applied", problems)
         return records.new_revision(doc, env)
 
-    doc: Doc = svc.tasks.update(task_id, change)
+    doc = svc.tasks.update(task_id, change)
+    assert doc is not None  # ``change`` never declines: it returns a revision or raises
     svc.audit.record(actor, action, task_id, revision=doc["revision"],
                      set=[e.get("name") for e in set_], unset=unset)
     svc.enqueue(doc["id"], doc["revision"])
     return doc
 
 
-def resolved_now(svc: Any, doc: Doc) -> Doc:
+def resolved_now(svc: Services, doc: Doc) -> Doc:
     """The record as the workers would resolve it now, for a revision not yet resolved."""
     state, checked = decide_validation(doc, svc.limits)
     if state == states.REJECTED:
@@ -69,7 +71,7 @@ def resolved_now(svc: Any, doc: Doc) -> Doc:
     return {**doc, **decided}
 
 
-def preview(svc: Any, data: Doc) -> Doc:
+def preview(svc: Services, data: Doc) -> Doc:
     """What a task with this env would get, secrets masked; nothing is stored or launched."""
     version = data["policy_version"]
     policy = svc.policies.current() if version is None else svc.policies.get(version)
@@ -77,7 +79,7 @@ def preview(svc: Any, data: Doc) -> Doc:
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
 
 
-def save_policy(svc: Any, data: Doc, actor: str, shape: ma.Schema | None = None) -> Policy:
+def save_policy(svc: Services, data: Doc, actor: str, shape: ma.Schema | None = None) -> Policy:
     """Check the policy's rules, store it as a new version and audit it.
 
     The rules come first: they name the variable.  ``shape`` then loads the data with

@@ -25,7 +25,6 @@ from flask import (
     Blueprint,
     Flask,
     abort,
-    current_app,
     flash,
     g,
     redirect,
@@ -37,7 +36,7 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from api import actions, auth
+from api import actions, auth, svc
 from api import page_forms as forms
 from api.schemas import PolicyIn, TaskQuery
 from shared import records, states
@@ -79,10 +78,6 @@ def init_app(app: Flask) -> None:
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
     app.register_blueprint(bp)
-
-
-def svc() -> Any:
-    return current_app.extensions["taskenv"]
 
 
 def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions
+from api import actions, svc
 from api.auth import actor
 from api.schemas import PolicyIn, PolicyOut, PolicyVersions
 from shared.secrets import masked_policy
 
 blp = Blueprint("policy", __name__, url_prefix="/api/v1/policy",
                 description="Platform-wide defaults and protected variables.")
-
-
-def svc() -> Any:
-    return current_app.extensions["taskenv"]
 
 
 @blp.route("")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions
+from api import actions, svc
 from api.schemas import PreviewIn, PreviewOut
 
 blp = Blueprint("preview", __name__, url_prefix="/api/v1/env",
@@ -25,4 +24,4 @@ class Preview(MethodView):
     @blp.response(200, PreviewOut)
     def post(self, data: dict[str, Any]) -> dict[str, Any]:
         """Validate the env list and apply the policy; nothing is stored or launched."""
-        return actions.preview(current_app.extensions["taskenv"], data)
+        return actions.preview(svc(), data)
