@@ -38,8 +38,20 @@ def call(method: str, path: str, body: object | None = None) -> tuple[int, str]:
 
 
 def load(name: str) -> dict:
-    text = (HERE / "linear-regression" / name).read_text()
-    return json.loads(text.replace("{EXAMPLES}", str(HERE)))
+    """One of the example's JSON files; a step argument ``{file:NAME}`` becomes NAME's text.
+
+    Steps run in a sandbox that sees none of this machine's files: scripts travel in the task.
+    """
+    body = json.loads((HERE / "linear-regression" / name).read_text())
+    for step in body.get("steps", []):
+        step[:] = [inline(arg) for arg in step]
+    return body
+
+
+def inline(arg: str) -> str:
+    if arg.startswith("{file:") and arg.endswith("}"):
+        return (HERE / "linear-regression" / arg[len("{file:"):-1]).read_text()
+    return arg
 
 
 def run(task: dict) -> dict:

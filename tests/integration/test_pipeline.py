@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -15,11 +14,11 @@ pytestmark = pytest.mark.integration
 
 # /proc/self/environ is the environment exactly as the process received it, before the
 # interpreter adds anything of its own (Python sets LC_CTYPE when it coerces a C locale).
+# Steps run sandboxed, away from this machine's files: what they saw comes back in the log.
 DUMP_ENV = """
-import json, sys
+import json
 raw = open('/proc/self/environ', 'rb').read().split(b'\\0')
-env = dict(item.decode().split('=', 1) for item in raw if item)
-json.dump(env, open(sys.argv[1], 'w'))
+print('ENV=' + json.dumps(dict(item.decode().split('=', 1) for item in raw if item)))
 """
 POLICY = {
     "defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
@@ -33,15 +32,19 @@ POLICY = {
 }
 
 
-def dump_steps(tmp: Path) -> tuple[list[list[str]], list[Path]]:
-    files = [tmp / "step1.json", tmp / "step2.json"]
-    return [["python3", "-c", DUMP_ENV, str(f)] for f in files], files
+def dump_steps() -> list[list[str]]:
+    return [["python3", "-c", DUMP_ENV], ["python3", "-c", DUMP_ENV]]
 
 
-def test_task_runs_every_step_with_exactly_the_resolved_env(stack: Stack, tmp_path: Path,
+def envs_seen(stack: Stack, task_id: str, revision: int = 1) -> list[dict[str, str]]:
+    logs = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision={revision}").text
+    return [json.loads(line[4:]) for line in logs.splitlines() if line.startswith("ENV=")]
+
+
+def test_task_runs_every_step_with_exactly_the_resolved_env(stack: Stack,
                                                            monkeypatch: pytest.MonkeyPatch):
     policy = stack.set_policy(POLICY)
-    steps, files = dump_steps(tmp_path)
+    steps = dump_steps()
     user_env = [{"name": k, "value": v} for k, v in HOSTILE.items()]
     user_env.append({"name": "OMP_NUM_THREADS", "value": "8"})
     created = stack.create({"name": "hostile-values", "steps": steps, "env": user_env})
@@ -59,19 +62,19 @@ def test_task_runs_every_step_with_exactly_the_resolved_env(stack: Stack, tmp_pa
     assert resolved["TASK_ID"]["value"] == created["id"]
     assert "CUDA_VISIBLE_DEVICES" not in resolved
     expected = {name: v["value"] for name, v in resolved.items()}
-    for f in files:
-        seen = json.loads(f.read_text())
-        home = seen.pop("HOME")
+    seen_by_steps = envs_seen(stack, created["id"])
+    assert len(seen_by_steps) == 2
+    for seen in seen_by_steps:
+        assert seen.pop("HOME") == "/home/task"  # the task's own home, in its sandbox
         assert seen.pop("PATH") == "/usr/local/bin:/usr/bin:/bin"
-        assert Path(home).is_dir()
         assert seen == expected  # nothing missing, nothing from the worker's environment
     for name, value in HOSTILE.items():
         assert expected[name] == value
 
 
-def test_protected_variable_rejects_the_task_with_name_and_reason(stack: Stack, tmp_path: Path):
+def test_protected_variable_rejects_the_task_with_name_and_reason(stack: Stack):
     stack.set_policy(POLICY)
-    steps, files = dump_steps(tmp_path)
+    steps = dump_steps()
     created = stack.create({"name": "sets-locked", "steps": steps,
                             "env": [{"name": "DATA_ROOT", "value": "/home/me/data"}]})
 
@@ -82,12 +85,12 @@ def test_protected_variable_rejects_the_task_with_name_and_reason(stack: Stack, 
     assert error["variable"] == "DATA_ROOT"
     assert error["rule"] == "policy.protected"
     assert "datasets live on shared storage" in error["message"]
-    assert not any(f.exists() for f in files)  # nothing ran
+    assert envs_seen(stack, created["id"]) == []  # nothing ran
 
 
-def test_drop_mode_leaves_the_variable_out_with_a_warning(stack: Stack, tmp_path: Path):
+def test_drop_mode_leaves_the_variable_out_with_a_warning(stack: Stack):
     stack.set_policy({**POLICY, "on_conflict": "drop"})
-    steps, files = dump_steps(tmp_path)
+    steps = dump_steps()
     created = stack.create({"name": "dropped", "steps": steps,
                             "env": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0,1"},
                                     {"name": "LR", "value": "0.1"}]})
@@ -96,12 +99,12 @@ def test_drop_mode_leaves_the_variable_out_with_a_warning(stack: Stack, tmp_path
 
     assert doc["status"] == "succeeded"
     assert [w["variable"] for w in doc["warnings"]] == ["CUDA_VISIBLE_DEVICES"]
-    seen = json.loads(files[0].read_text())
+    seen = envs_seen(stack, created["id"])[0]
     assert "CUDA_VISIBLE_DEVICES" not in seen and seen["LR"] == "0.1"
 
 
-def test_invalid_env_is_rejected_with_every_problem(stack: Stack, tmp_path: Path):
-    steps, _ = dump_steps(tmp_path)
+def test_invalid_env_is_rejected_with_every_problem(stack: Stack):
+    steps = dump_steps()
     created = stack.create({"name": "bad-env", "steps": steps, "env": [
         {"name": "1BAD", "value": "x"},
         {"name": "BIG", "value": "x" * (128 * 1024 + 1)},
@@ -129,10 +132,8 @@ def test_failing_step_fails_the_task_and_keeps_its_output(stack: Stack):
     assert "preparing" in logs and "never" not in logs
 
 
-def test_redelivered_messages_never_run_a_revision_twice(stack: Stack, tmp_path: Path):
-    marker = tmp_path / "runs.txt"
-    body = {"name": "once", "steps": [["sh", "-c", 'echo run >> "$MARKER"']],
-            "env": [{"name": "MARKER", "value": str(marker)}]}
+def test_redelivered_messages_never_run_a_revision_twice(stack: Stack):
+    body = {"name": "once", "steps": [["echo", "ran-once"]]}
     created = stack.create(body)
     broker = Celery(broker=stack.env["TASKENV_REDIS_URL"])
     broker.conf.broker_transport_options = {
@@ -146,7 +147,8 @@ def test_redelivered_messages_never_run_a_revision_twice(stack: Stack, tmp_path:
     time.sleep(2)  # let the duplicates drain through all three queues
 
     assert doc["status"] == "succeeded"
-    assert marker.read_text() == "run\n"
+    logs = stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert logs.count("ran-once\n") == 1
     assert stack.task(created["id"])["status"] == "succeeded"
 
 
@@ -159,10 +161,9 @@ def test_idempotency_key_makes_a_retry_return_the_same_task(stack: Stack):
     assert stack.wait(first["id"])["status"] == "succeeded"
 
 
-def test_changing_the_env_makes_a_new_revision_that_runs(stack: Stack, tmp_path: Path):
+def test_changing_the_env_makes_a_new_revision_that_runs(stack: Stack):
     stack.set_policy(POLICY)
-    out = tmp_path / "env.json"
-    created = stack.create({"name": "revised", "steps": [["python3", "-c", DUMP_ENV, str(out)]],
+    created = stack.create({"name": "revised", "steps": [["python3", "-c", DUMP_ENV]],
                             "env": [{"name": "LR", "value": "0.1"},
                                     {"name": "BATCH", "value": "32"}]})
     stack.wait(created["id"])
@@ -175,6 +176,6 @@ def test_changing_the_env_makes_a_new_revision_that_runs(stack: Stack, tmp_path:
     doc = stack.wait(created["id"], revision=2)
 
     assert doc["status"] == "succeeded"
-    seen = json.loads(out.read_text())
+    [seen] = envs_seen(stack, created["id"], revision=2)
     assert (seen["LR"], seen["EPOCHS"], seen["TASK_ENV_REVISION"]) == ("0.05", "3", "2")
     assert "BATCH" not in seen
