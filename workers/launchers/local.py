@@ -60,6 +60,7 @@ class LocalLauncher:
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
         if runner_alive(run_dir):  # a redelivered launch: the task already runs
+            hooks.started()
             return Outcome("running")
         try:
             workdir_inside(workload.workdir)

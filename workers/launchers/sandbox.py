@@ -65,7 +65,8 @@ def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
                binary: str = "bwrap", env_sets_pwd: bool = False) -> list[str]:
     """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed."""
     return [binary, *ISOLATION, *system_binds(), "--proc", "/proc", "--dev", "/dev",
-            "--tmpfs", "/tmp", "--bind",  # noqa: S108 - a private, empty /tmp in the sandbox str(home), TASK_HOME,
+            "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own empty /tmp
+            "--bind", str(home), TASK_HOME,
             "--chdir", workdir_inside(workdir), "--",
             *([] if env_sets_pwd else DROP_PWD), *step]
 
