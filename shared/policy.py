@@ -176,7 +176,8 @@ def resolve(user_env: Iterable[EnvVar], policy: Policy,
     for var in accepted:
         overrode = ("default",) if var.name in default_names else ()
         result.variables.append(Resolved(var.name, var.value, "user", overrode, var.secret))
-    # Platform variables go first so that a $(TASK_ID) reference in any later value resolves.
+    # Platform variables go first, where a reader looks for the task's identity.  The order
+    # carries no meaning for values: references are never expanded (see shared.manifest).
     result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
     return result
 

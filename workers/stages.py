@@ -83,6 +83,8 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
             return
+        if outcome.state == states.RUNNING:
+            return  # the started hook moved it to running; its end is recorded later
         # The outcome cannot be had again (the local steps ran once): hold on to it.
         _patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                           outcome.exit_code, outcome.reason))
@@ -144,6 +146,8 @@ def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
 
 def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
                    exit_code: int | None, reason: str | None) -> None:
+    """What a launcher or the backend reported: a final state ends the revision; ``running``
+    moves it on from ``launching`` (a start the launch worker did not live to record)."""
     if state == states.RUNNING:
         _started(tasks, task_id, revision)
         return

@@ -1,4 +1,4 @@
-"""The reconciler and status sync, one pass at a time, on fakeredis."""
+"""The reconciler, one pass at a time, on fakeredis."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Outcome
 from workers.reconcile import reconcile_once
-from workers.sync import sync_one, sync_running
 
 STUCK = 10.0
 TTL = 3.0
@@ -160,14 +159,15 @@ def test_a_workload_the_backend_still_runs_is_left_running(tasks):
     assert tasks.get(task_id)["state"] == states.RUNNING
 
 
-def test_sync_records_the_backends_outcome_and_copies_redacted_logs_once(tasks):
+def test_a_finished_workload_is_recorded_with_its_logs_redacted_and_copied_once(tasks):
     task_id = task_in(tasks, states.RUNNING, secret="s3cr3t-token-value")
     backend = Backend()
     backend.view[task_id] = Outcome(states.FAILED, exit_code=137, reason="OOMKilled")
     backend.output[task_id] = "loading with s3cr3t-token-value\n"
+    now = age(tasks, task_id) + 1
 
-    assert sync_one(tasks, backend, task_id) is True
-    assert sync_one(tasks, backend, task_id) is False  # already final
+    assert reconcile_once(tasks, backend, Queue(), STUCK, now=now)["finished"] == 1
+    assert not reconcile_once(tasks, backend, Queue(), STUCK, now=now)  # already final
 
     doc = tasks.get(task_id)
     assert (doc["state"], doc["exit_code"], doc["reason"]) == (states.FAILED, 137, "OOMKilled")
@@ -175,14 +175,15 @@ def test_sync_records_the_backends_outcome_and_copies_redacted_logs_once(tasks):
     assert backend.log_reads == 1
 
 
-def test_two_racing_syncs_copy_the_logs_once(tasks):
+def test_two_racing_passes_copy_the_logs_once(tasks):
     ids = [task_in(tasks, states.RUNNING) for _ in range(5)]
     backend = Backend()
     for task_id in ids:
         backend.view[task_id] = Outcome(states.SUCCEEDED, exit_code=0)
         backend.output[task_id] = "done\n"
 
-    passes = [threading.Thread(target=sync_running, args=(tasks, backend)) for _ in range(2)]
+    passes = [threading.Thread(target=reconcile_once, args=(tasks, backend, Queue(), STUCK))
+              for _ in range(2)]
     for t in passes:
         t.start()
     for t in passes:
@@ -197,7 +198,7 @@ def test_a_launching_task_the_backend_reports_running_moves_to_running(tasks):
     backend = Backend()
     backend.view[task_id] = Outcome(states.RUNNING)
 
-    sync_one(tasks, backend, task_id)
+    reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + 1)
 
     assert tasks.get(task_id)["state"] == states.RUNNING
 

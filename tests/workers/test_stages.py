@@ -339,11 +339,21 @@ def test_failed_outcome_records_exit_code_and_reason(tasks: TaskStore,
         states.FAILED, 3, "step 2 exited with 3")
 
 
-def test_running_outcome_leaves_the_task_running(tasks: TaskStore,
-                                                 policies: PolicyStore) -> None:
+def test_running_outcome_leaves_the_task_running_after_one_transition(
+        tasks: TaskStore, policies: PolicyStore, monkeypatch: pytest.MonkeyPatch) -> None:
     task_id = submit(tasks)
-    run_all(tasks, policies, FakeLauncher(outcome=Outcome(states.RUNNING), start=False), task_id)
+    moves: list[str] = []
+    transition = tasks.transition
+
+    def recorded(task_id: str, revision: int, expected: Any, new_state: str,
+                 **changes: Any) -> Any:
+        moves.append(new_state)
+        return transition(task_id, revision, expected, new_state, **changes)
+
+    monkeypatch.setattr(tasks, "transition", recorded)
+    run_all(tasks, policies, FakeLauncher(outcome=Outcome(states.RUNNING)), task_id)
     assert tasks.get(task_id)["state"] == states.RUNNING
+    assert moves == [states.RUNNING]  # the started hook's; the outcome adds none
 
 
 def test_launcher_that_never_reports_start_still_succeeds(tasks: TaskStore,

@@ -2,8 +2,9 @@
 
 ``launch`` renders a Pod manifest (``shared.manifest.pod_spec``: one container
 running the steps in order) and hands it to ``podman kube play --start``; it
-returns ``running`` at once, and :func:`workers.sync.sync_running` later asks
-``observe`` how the container ended and copies its ``logs``.
+returns ``running`` at once.  The reconciler later asks ``observe`` how the
+container ended and hands the answer to :func:`workers.sync.record_observed`,
+which copies its ``logs``.
 
 What podman 4.3 does differently from Kubernetes, and what this module does about it:
 
