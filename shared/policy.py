@@ -1,24 +1,43 @@
-"""The admin's policy and the merge that applies it to a user's env list.
+"""The admins' policies and the merge that applies them to a user's env list.
 
-Precedence, highest first: platform identity variables > protected (admin) >
-user > defaults (admin).  ``resolve`` is pure: the preview endpoint and the
-policy worker call the same function, so they can never disagree.
+A policy is one layer: the platform's, or a project's (``scope`` ``"platform"`` or
+``"project:<name>"``).  Precedence, highest first: platform identity variables >
+platform protected > project protected > the task's own variables > project
+defaults > platform defaults.  ``resolve_layers`` is pure: the preview endpoint and
+the policy worker call the same function, so they can never disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared import envlist
+from shared.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
 from shared.envlist import EnvVar, Limits
 from shared.errors import Problem
+from shared.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
+from shared.secrets import MASK
 
 PLATFORM_NAMES = ("TASK_ID", "TASK_NAME", "TASK_ENV_REVISION", "TASK_POLICY_VERSION")
 ON_CONFLICT = ("reject", "drop")
 # Layers from lowest to highest precedence; a resolved variable names one of them.
 LAYERS = ("default", "user", "protected", "platform")
+PLATFORM_SCOPE = "platform"
+
+
+@dataclass(frozen=True)
+class Default(EnvVar):
+    """A default value, injected unless the task sets the name; maybe only for some tasks."""
+
+    when: When | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        if self.when is not None:
+            out["when"] = self.when.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -27,6 +46,7 @@ class Protected:
     reason: str
     value: str | None = None  # None: the name is reserved, nothing is injected
     secret: bool = False
+    when: When | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "reason": self.reason}
@@ -34,31 +54,44 @@ class Protected:
             out["value"] = self.value
         if self.secret:
             out["secret"] = True
+        if self.when is not None:
+            out["when"] = self.when.to_dict()
         return out
 
 
 @dataclass(frozen=True)
 class Policy:
     version: int = 0
-    defaults: tuple[EnvVar, ...] = ()
+    defaults: tuple[Default, ...] = ()
     protected: tuple[Protected, ...] = ()
     on_conflict: str = "reject"
     author: str | None = None
     created_at: float | None = None
+    scope: str = PLATFORM_SCOPE
+    rules: tuple[Rule, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Plain EnvVar defaults (no condition) are accepted and kept as Default values.
+        object.__setattr__(self, "defaults", tuple(_as_default(d) for d in self.defaults))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+        """A stored or checked policy; versions written before scopes and rules still load."""
         return cls(
             version=int(data.get("version", 0)),
-            defaults=tuple(envlist.parse(data.get("defaults", []))),
+            defaults=tuple(Default(d["name"], d["value"], bool(d.get("secret", False)),
+                                   When.from_dict(d.get("when")))
+                           for d in data.get("defaults", [])),
             protected=tuple(
                 Protected(p["name"], p.get("reason", ""), p.get("value"),
-                          bool(p.get("secret", False)))
+                          bool(p.get("secret", False)), When.from_dict(p.get("when")))
                 for p in data.get("protected", [])
             ),
             on_conflict=data.get("on_conflict", "reject"),
             author=data.get("author"),
             created_at=data.get("created_at"),
+            scope=data.get("scope") or PLATFORM_SCOPE,
+            rules=tuple(Rule.from_dict(r) for r in data.get("rules") or []),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +102,25 @@ class Policy:
             "on_conflict": self.on_conflict,
             "author": self.author,
             "created_at": self.created_at,
+            "scope": self.scope,
+            "rules": [r.to_dict() for r in self.rules],
         }
+
+
+def _as_default(entry: EnvVar) -> Default:
+    return entry if isinstance(entry, Default) else Default(entry.name, entry.value, entry.secret)
+
+
+@dataclass(frozen=True)
+class Shadowed:
+    """A layer a resolved variable took precedence over; ``value`` is masked if secret."""
+
+    source: str
+    scope: str | None
+    value: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "scope": self.scope, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -79,12 +130,36 @@ class Resolved:
     name: str
     value: str
     source: str
-    overrode: tuple[str, ...] = ()
+    overrode: tuple[str, ...] = ()  # the sources in ``shadowed``, as older records hold them
     secret: bool = False
+    scope: str | None = None
+    policy_version: int | None = None
+    when: str | None = None
+    shadowed: tuple[Shadowed, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Resolved:
+        """A stored entry; ``overrode`` holds layer names in older records, and may hold
+        ``{source, scope, value}`` objects like ``shadowed``."""
+        overrode = list(data.get("overrode") or [])
+        detailed = data.get("shadowed") or [o for o in overrode if isinstance(o, Mapping)]
+        return cls(data["name"], data["value"], data["source"],
+                   tuple(o["source"] if isinstance(o, Mapping) else o for o in overrode),
+                   bool(data.get("secret", False)), data.get("scope"),
+                   data.get("policy_version"), data.get("when"),
+                   tuple(Shadowed(s["source"], s.get("scope"), s.get("value", ""))
+                         for s in detailed))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "source": self.source,
-                "overrode": list(self.overrode), "secret": self.secret}
+        """The keys every record has, then the provenance that says something: a user's
+        variable that shadowed nothing reads as it did before layers existed."""
+        out: dict[str, Any] = {"name": self.name, "value": self.value, "source": self.source,
+                               "overrode": list(self.overrode), "secret": self.secret}
+        extra = {"scope": self.scope, "policy_version": self.policy_version, "when": self.when}
+        out.update({key: value for key, value in extra.items() if value is not None})
+        if self.shadowed:
+            out["shadowed"] = [s.to_dict() for s in self.shadowed]
+        return out
 
 
 @dataclass
@@ -93,6 +168,7 @@ class Resolution:
     variables: list[Resolved] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     errors: list[Problem] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)  # scope -> policy version
 
     @property
     def ok(self) -> bool:
@@ -108,16 +184,13 @@ def platform_env(task_id: str, task_name: str, revision: int, policy_version: in
     return [EnvVar(n, v) for n, v in zip(PLATFORM_NAMES, values, strict=True)]
 
 
+# --- checking one policy -----------------------------------------------------------------
+
 def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
-    """Every reason an admin's policy cannot be saved."""
+    """Every reason one policy (any layer) cannot be saved, all at once."""
     defaults = list(data.get("defaults", []))
     protected = list(data.get("protected", []))
-    problems = envlist.validate(defaults, limits, where="defaults")
-    # A protected entry without a value still needs a valid name; "" stands in for its value
-    # so that every entry is checked at its own position.
-    problems += envlist.validate(
-        [{"name": p.get("name"), "value": "" if p.get("value") is None else p.get("value")}
-         for p in protected], limits, where="protected")
+    problems = _check_lists(defaults, protected, limits)
     default_names = {d.get("name") for d in defaults if isinstance(d.get("name"), str)}
     for entry in [*defaults, *protected]:
         name = entry.get("name")
@@ -127,69 +200,213 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                 message=f"{name} is set by the platform for every task; "
                         "a policy cannot default or protect it"))
     for entry in protected:
-        name = entry.get("name")
-        label = name if isinstance(name, str) else None
-        if label in default_names:
-            problems.append(Problem(
-                rule="policy.ambiguous", variable=label,
-                message=f"{label} is both a default and protected; keep it in one list "
-                        "(a protected entry with a value is injected into every task)"))
-        if not str(entry.get("reason") or "").strip():
-            problems.append(Problem(
-                rule="policy.reason_required", variable=label,
-                message=f"{label or 'a protected entry'}: a protected variable needs a reason "
-                        "users can read"))
+        problems += _check_protected_entry(entry, default_names)
     if data.get("on_conflict", "reject") not in ON_CONFLICT:
         problems.append(Problem(
             rule="policy.on_conflict", field="on_conflict",
             message=f"on_conflict must be one of {', '.join(ON_CONFLICT)}"))
+    problems += check_rule_entries(data.get("rules"))
+    return problems + values_against_rules(data, valid_rules(data.get("rules")), "this policy's")
+
+
+def _check_lists(defaults: list[Any], protected: list[Any], limits: Limits) -> list[Problem]:
+    problems = envlist.validate(defaults, limits, where="defaults")
+    # A protected entry without a value still needs a valid name; "" stands in for its value
+    # so that every entry is checked at its own position.
+    problems += envlist.validate(
+        [{"name": p.get("name"), "value": "" if p.get("value") is None else p.get("value")}
+         for p in protected], limits, where="protected")
+    # Two entries of one name are fine when no task can match both of their conditions.
+    problems = [p for p in problems if p.rule != "name.duplicate"]
+    for where, entries in (("defaults", defaults), ("protected", protected)):
+        problems += _duplicates(entries, where)
+        problems += [p for i, e in enumerate(entries)
+                     for p in check_when(e.get("when"), f"{where}[{i}].when")]
     return problems
 
 
-def resolve(user_env: Iterable[EnvVar], policy: Policy,
-            platform: Iterable[EnvVar]) -> Resolution:
-    """Merge defaults, the user's list, protected values and platform variables."""
-    result = Resolution(policy_version=policy.version)
+def _duplicates(entries: list[Any], where: str) -> list[Problem]:
+    seen: dict[str, list[tuple[int, When | None]]] = {}
+    problems: list[Problem] = []
+    for index, entry in enumerate(entries):
+        name = entry.get("name")
+        if not isinstance(name, str):
+            continue
+        when = _when_of(entry)
+        first = next((i for i, w in seen.get(name, []) if may_overlap(w, when)), None)
+        if first is not None:
+            problems.append(Problem(
+                rule="name.duplicate", variable=name, field=f"{where}[{index}].name",
+                message=f"{name} is set twice ({where}[{first}] and {where}[{index}]) for the "
+                        "same tasks; set each variable once, or give the entries conditions "
+                        "no task can match both of"))
+        seen.setdefault(name, []).append((index, when))
+    return problems
+
+
+def _when_of(entry: Mapping[str, Any]) -> When | None:
+    """An entry's condition; an invalid one counts as none (it is reported on its own)."""
+    raw = entry.get("when")
+    return When.from_dict(raw) if not check_when(raw, "when") else None
+
+
+def _check_protected_entry(entry: Mapping[str, Any], default_names: set[Any]) -> list[Problem]:
+    name = entry.get("name")
+    label = name if isinstance(name, str) else None
+    problems: list[Problem] = []
+    if label in default_names:
+        problems.append(Problem(
+            rule="policy.ambiguous", variable=label,
+            message=f"{label} is both a default and protected; keep it in one list "
+                    "(a protected entry with a value is injected into every task)"))
+    if not str(entry.get("reason") or "").strip():
+        problems.append(Problem(
+            rule="policy.reason_required", variable=label,
+            message=f"{label or 'a protected entry'}: a protected variable needs a reason "
+                    "users can read"))
+    return problems
+
+
+def values_against_rules(data: Mapping[str, Any], rules: Sequence[Rule], whose: str,
+                         scope: str | None = None) -> list[Problem]:
+    """The policy's default and protected values that break ``rules`` (``whose`` names the
+    rules' layer in messages) for some task both could apply to."""
+    problems: list[Problem] = []
+    for where, kind in (("defaults", "default"), ("protected", "protected value")):
+        for index, entry in enumerate(data.get(where, [])):
+            if _is_plain_value(entry):
+                var = EnvVar(entry["name"], entry["value"], bool(entry.get("secret")))
+                problems += entry_problems(var, _when_of(entry), rules, f"{where}[{index}].value",
+                                           f"{kind} breaks {whose} rule:", scope)
+    return problems
+
+
+def _is_plain_value(entry: Any) -> bool:
+    return (isinstance(entry, Mapping) and isinstance(entry.get("name"), str)
+            and isinstance(entry.get("value"), str))
+
+
+# --- resolving a task's env through the layers ---------------------------------------------
+
+@dataclass(frozen=True)
+class _Entry:
+    """One layer's active entry for a name."""
+
+    layer: Policy
+    value: str | None
+    secret: bool
+    when: When | None
+    reason: str = ""
+
+    def resolved(self, name: str, source: str, shadowed: list[Shadowed]) -> Resolved:
+        return Resolved(name, self.value or "", source, _sources(shadowed), self.secret,
+                        self.layer.scope, self.layer.version, when_text(self.when),
+                        tuple(shadowed))
+
+    def as_shadowed(self, source: str) -> Shadowed:
+        return Shadowed(source, self.layer.scope, MASK if self.secret else self.value or "")
+
+
+def resolve(user_env: Iterable[EnvVar], policy: Policy, platform: Iterable[EnvVar],
+            task: TaskFacts | None = None) -> Resolution:
+    """One layer only: the platform's policy, as before projects existed."""
+    return resolve_layers(user_env, [policy], platform, task or TaskFacts())
+
+
+def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
+                   platform: Iterable[EnvVar], task: TaskFacts) -> Resolution:
+    """Merge the layers' defaults and protected values, the task's own list and the platform
+    variables, then check every layer's rules.  ``layers`` go highest scope first."""
+    result = Resolution(policy_version=layers[0].version if layers else 0,
+                        versions={layer.scope: layer.version for layer in layers})
     platform = list(platform)
-    platform_names = {v.name for v in platform}
-    protected = {p.name: p for p in policy.protected}
+    protected = _active(layers, task, protected=True)
+    defaults = _active(layers, task, protected=False)
+    accepted, dropped = _admit(user_env, {v.name for v in platform}, protected, result)
+    for name, entries in protected.items():
+        top = entries[0]
+        if top.value is not None:
+            shadowed = _user_shadow(dropped.get(name)) + [e.as_shadowed("protected")
+                                                          for e in entries[1:] if e.value]
+            shadowed += [e.as_shadowed("default") for e in defaults.get(name, [])]
+            result.variables.append(top.resolved(name, "protected", shadowed))
+    user_names = {v.name for v in accepted}
+    for name, entries in defaults.items():
+        if name not in protected and name not in user_names:
+            shadowed = [e.as_shadowed("default") for e in entries[1:]]
+            result.variables.append(entries[0].resolved(name, "default", shadowed))
+    for var in accepted:
+        shadowed = [e.as_shadowed("default") for e in defaults.get(var.name, [])]
+        result.variables.append(Resolved(var.name, var.value, "user", _sources(shadowed),
+                                         var.secret, shadowed=tuple(shadowed)))
+    # Platform variables go first, where a reader looks for the task's identity.  The order
+    # carries no meaning for values: references are never expanded (see shared.manifest).
+    result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
+    for layer in layers:
+        result.errors += check_rules(result.variables, layer.rules, task, _scope_name(layer))
+    return result
+
+
+def _active(layers: Sequence[Policy], task: TaskFacts, protected: bool) -> dict[str, list[_Entry]]:
+    """Per name, the entries whose condition matches the task, highest precedence first:
+    a higher scope's protected entry wins, a lower scope's default (closer to the task) wins."""
+    found: dict[str, list[_Entry]] = {}
+    for layer in (layers if protected else reversed(layers)):
+        if protected:
+            entries = [(p.name, _Entry(layer, p.value, p.secret, p.when, p.reason))
+                       for p in layer.protected]
+        else:
+            entries = [(d.name, _Entry(layer, d.value, d.secret, d.when)) for d in layer.defaults]
+        for name, entry in entries:
+            if applies(entry.when, task):
+                found.setdefault(name, []).append(entry)
+    return found
+
+
+def _admit(user_env: Iterable[EnvVar], reserved: set[str], protected: dict[str, list[_Entry]],
+           result: Resolution) -> tuple[list[EnvVar], dict[str, EnvVar]]:
+    """The user's variables no higher layer holds, and those dropped in ``drop`` mode."""
     accepted: list[EnvVar] = []
+    dropped: dict[str, EnvVar] = {}
     for var in user_env:
-        if var.name in platform_names:
+        if var.name in reserved:
             result.errors.append(Problem(
                 rule="platform.reserved", variable=var.name,
                 message=f"{var.name} is set by the platform for every task and cannot be set"))
         elif var.name in protected:
-            _conflict(result, var, protected[var.name], policy.on_conflict)
+            holder = protected[var.name][0]
+            if _conflict(result, var, holder):
+                dropped[var.name] = var
         else:
             accepted.append(var)
-    user_names = {v.name for v in accepted}
-    dropped_users = {w.variable for w in result.warnings}
-    for p in policy.protected:
-        if p.value is not None:
-            overrode = ("user",) if p.name in dropped_users else ()
-            result.variables.append(Resolved(p.name, p.value, "protected", overrode, p.secret))
-    for d in policy.defaults:
-        if d.name not in user_names:
-            result.variables.append(Resolved(d.name, d.value, "default", (), d.secret))
-    default_names = {d.name for d in policy.defaults}
-    for var in accepted:
-        overrode = ("default",) if var.name in default_names else ()
-        result.variables.append(Resolved(var.name, var.value, "user", overrode, var.secret))
-    # Platform variables go first, where a reader looks for the task's identity.  The order
-    # carries no meaning for values: references are never expanded (see shared.manifest).
-    result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
-    return result
+    return accepted, dropped
 
 
-def _conflict(result: Resolution, var: EnvVar, rule: Protected, on_conflict: str) -> None:
-    if on_conflict == "drop":
+def _conflict(result: Resolution, var: EnvVar, holder: _Entry) -> bool:
+    """Report a user variable a layer protects; True when it is dropped, not rejected.
+    The layer that protects the name decides, by its own ``on_conflict``."""
+    by = _scope_name(holder.layer)
+    if holder.layer.on_conflict == "drop":
         result.warnings.append(Problem(
             rule="policy.protected", variable=var.name,
-            message=f"{var.name} was not set: it is protected by the platform "
-                    f"({rule.reason})"))
-    else:
-        result.errors.append(Problem(
-            rule="policy.protected", variable=var.name,
-            message=f"{var.name} is protected by the platform and cannot be set: "
-                    f"{rule.reason}"))
+            message=f"{var.name} was not set: it is protected by {by} ({holder.reason})"))
+        return True
+    result.errors.append(Problem(
+        rule="policy.protected", variable=var.name,
+        message=f"{var.name} is protected by {by} and cannot be set: {holder.reason}"))
+    return False
+
+
+def _user_shadow(var: EnvVar | None) -> list[Shadowed]:
+    return [] if var is None else [Shadowed("user", None, MASK if var.secret else var.value)]
+
+
+def _sources(shadowed: list[Shadowed]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s.source for s in shadowed))
+
+
+def _scope_name(layer: Policy) -> str:
+    """How messages name a layer: "the platform" or "project vision"."""
+    if layer.scope == PLATFORM_SCOPE:
+        return "the platform"
+    return f"project {layer.scope.removeprefix('project:')}"

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.conditions import TaskFacts, applies
 from shared.envlist import EnvVar, Limits
 from shared.errors import Problem
+from shared.layers import check_layer
 from shared.policy import (
+    ON_CONFLICT,
     PLATFORM_NAMES,
     Policy,
     Protected,
     Resolution,
     Resolved,
+    Shadowed,
     check_policy,
     platform_env,
     resolve,
+    resolve_layers,
 )
+from shared.secrets import MASK
+from shared.workload import Workload
 
 LIMITS = Limits()
 
@@ -37,6 +45,12 @@ def find(result: Resolution, name: str) -> Resolved | None:
     matches = [v for v in result.variables if v.name == name]
     assert len(matches) <= 1, result.variables
     return matches[0] if matches else None
+
+
+def legacy(var: Resolved | None) -> Resolved:
+    """The provenance a single-layer resolve has always given, without scopes and versions."""
+    assert var is not None
+    return Resolved(var.name, var.value, var.source, var.overrode, var.secret)
 
 
 def the_one(problems: list[Problem], rule: str) -> Problem:
@@ -85,18 +99,19 @@ def test_user_setting_a_platform_name_is_an_error_even_in_drop_mode() -> None:
 def test_defaults_are_injected_when_the_user_does_not_set_them() -> None:
     result = run([], Policy(defaults=(EnvVar("NCCL_DEBUG", "WARN"),)))
     assert result.ok
-    assert find(result, "NCCL_DEBUG") == Resolved("NCCL_DEBUG", "WARN", "default", ())
+    assert legacy(find(result, "NCCL_DEBUG")) == Resolved("NCCL_DEBUG", "WARN", "default", ())
 
 
 def test_user_overrides_a_default_and_provenance_says_so() -> None:
     result = run([EnvVar("NCCL_DEBUG", "INFO")], Policy(defaults=(EnvVar("NCCL_DEBUG", "WARN"),)))
     assert result.ok
-    assert find(result, "NCCL_DEBUG") == Resolved("NCCL_DEBUG", "INFO", "user", ("default",))
+    assert legacy(find(result, "NCCL_DEBUG")) == Resolved("NCCL_DEBUG", "INFO", "user",
+                                                          ("default",))
 
 
 def test_a_user_variable_nobody_else_sets_overrode_nothing() -> None:
     result = run([EnvVar("LR", "0.1")], Policy(defaults=(EnvVar("D", "d"),)))
-    assert find(result, "LR") == Resolved("LR", "0.1", "user", ())
+    assert legacy(find(result, "LR")) == Resolved("LR", "0.1", "user", ())
 
 
 def test_secret_flags_are_carried_into_the_resolved_env() -> None:
@@ -116,7 +131,7 @@ def test_user_values_arrive_unchanged() -> None:
 
 def test_protected_value_is_injected_when_the_user_does_not_set_it() -> None:
     result = run([], Policy(protected=(locked("HTTPS_PROXY", "http://proxy:3128"),)))
-    assert find(result, "HTTPS_PROXY") == Resolved("HTTPS_PROXY", "http://proxy:3128",
+    assert legacy(find(result, "HTTPS_PROXY")) == Resolved("HTTPS_PROXY", "http://proxy:3128",
                                                   "protected", ())
 
 
@@ -154,7 +169,7 @@ def test_drop_mode_replaces_the_user_value_with_the_protected_one_and_warns() ->
     policy = Policy(protected=(locked("P", "admin", reason="fixed by ops"),), on_conflict="drop")
     result = run([EnvVar("P", "mine")], policy)
     assert result.ok
-    assert find(result, "P") == Resolved("P", "admin", "protected", ("user",))
+    assert legacy(find(result, "P")) == Resolved("P", "admin", "protected", ("user",))
     warning = the_one(result.warnings, "policy.protected")
     assert warning.variable == "P"
     assert "fixed by ops" in warning.message
@@ -174,7 +189,7 @@ def test_drop_mode_without_a_conflict_has_no_warning() -> None:
     policy = Policy(protected=(locked("P", "admin"),), on_conflict="drop")
     result = run([EnvVar("U", "1")], policy)
     assert result.warnings == [] and result.errors == []
-    assert find(result, "P") == Resolved("P", "admin", "protected", ())
+    assert legacy(find(result, "P")) == Resolved("P", "admin", "protected", ())
 
 
 def test_precedence_platform_over_protected_over_user_over_default() -> None:
@@ -203,8 +218,10 @@ def test_as_env_maps_names_to_values() -> None:
 
 
 def test_resolved_to_dict_lists_provenance() -> None:
-    assert Resolved("A", "1", "user", ("default",)).to_dict() == {
-        "name": "A", "value": "1", "source": "user", "overrode": ["default"], "secret": False}
+    shadowed = (Shadowed("default", "platform", "0.1"),)
+    assert Resolved("A", "1", "user", ("default",), shadowed=shadowed).to_dict() == {
+        "name": "A", "value": "1", "source": "user", "overrode": ["default"], "secret": False,
+        "shadowed": [{"source": "default", "scope": "platform", "value": "0.1"}]}
 
 
 def test_policy_round_trips_through_a_dict() -> None:
@@ -417,7 +434,7 @@ def test_property_every_default_not_overridden_appears(
         if d.name in user_names:
             assert got is not None and got.source == "user" and got.overrode == ("default",)
         else:
-            assert got == Resolved(d.name, d.value, "default", (), d.secret)
+            assert legacy(got) == Resolved(d.name, d.value, "default", (), d.secret)
 
 
 @given(scenarios())
@@ -427,7 +444,7 @@ def test_property_platform_variables_present_and_unchanged(
     expected = platform_env("task-1", "train", 2, policy.version)
     result = resolved_for(user, policy)
     for var in expected:
-        assert find(result, var.name) == Resolved(var.name, var.value, "platform")
+        assert legacy(find(result, var.name)) == Resolved(var.name, var.value, "platform")
 
 
 @given(scenarios())
@@ -443,3 +460,336 @@ def test_property_conflicts_are_never_silent(scenario: tuple[list[EnvVar], Polic
     reported = {p.variable for p in [*result.errors, *result.warnings]}
     locked_names = {p.name for p in policy.protected} | set(PLATFORM_NAMES)
     assert {v.name for v in user if v.name in locked_names} <= reported
+
+
+# --- layers: platform > project ----------------------------------------------------------
+
+PLATFORM_POLICY = Policy.from_dict({
+    "version": 4,
+    "defaults": [{"name": "NCCL_DEBUG", "value": "WARN"},
+                 {"name": "OMP_NUM_THREADS", "value": "4"}],
+    "protected": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128", "reason": "egress"},
+                  {"name": "CUDA_VISIBLE_DEVICES", "reason": "the scheduler sets it"},
+                  {"name": "HF_TOKEN", "value": "hf_platform", "secret": True, "reason": "org"}],
+    "rules": [{"name": "WORLD_SIZE", "min": 1, "max": 64, "description": "64 nodes"}],
+})
+
+
+def project(version: int = 7, **data: Any) -> Policy:
+    return Policy.from_dict({"version": version, "scope": "project:vision", **data})
+
+
+def layered(user: list[EnvVar], *layers: Policy, task: TaskFacts = TaskFacts()) -> Resolution:
+    return resolve_layers(user, layers, platform(version=layers[0].version), task)
+
+
+def test_a_project_default_overrides_a_platform_default_and_says_so_with_both_scopes() -> None:
+    vision = project(defaults=[{"name": "NCCL_DEBUG", "value": "INFO"}])
+    result = layered([], PLATFORM_POLICY, vision)
+    got = find(result, "NCCL_DEBUG")
+    assert got is not None and (got.value, got.source) == ("INFO", "default")
+    assert (got.scope, got.policy_version, got.overrode) == ("project:vision", 7, ("default",))
+    assert got.shadowed == (Shadowed("default", "platform", "WARN"),)
+    assert got.to_dict()["shadowed"] == [{"source": "default", "scope": "platform",
+                                          "value": "WARN"}]
+    assert result.versions == {"platform": 4, "project:vision": 7}
+    assert result.policy_version == 4
+
+
+def test_a_user_value_shadows_both_defaults_each_named() -> None:
+    vision = project(defaults=[{"name": "NCCL_DEBUG", "value": "INFO"}])
+    got = find(layered([EnvVar("NCCL_DEBUG", "TRACE")], PLATFORM_POLICY, vision), "NCCL_DEBUG")
+    assert got is not None and (got.source, got.scope, got.policy_version) == ("user", None, None)
+    assert [(s.source, s.scope, s.value) for s in got.shadowed] == [
+        ("default", "project:vision", "INFO"), ("default", "platform", "WARN")]
+
+
+def test_the_platforms_own_entries_name_scope_and_version() -> None:
+    got = find(layered([], PLATFORM_POLICY, project()), "HTTPS_PROXY")
+    assert got is not None and (got.source, got.scope, got.policy_version) == (
+        "protected", "platform", 4)
+
+
+def test_a_project_protected_value_beats_the_user_and_a_platform_default() -> None:
+    vision = project(protected=[{"name": "OMP_NUM_THREADS", "value": "8", "reason": "our nodes"}],
+                     on_conflict="drop")
+    result = layered([EnvVar("OMP_NUM_THREADS", "2", secret=True)], PLATFORM_POLICY, vision)
+    got = find(result, "OMP_NUM_THREADS")
+    assert got is not None and (got.value, got.source, got.scope) == ("8", "protected",
+                                                                     "project:vision")
+    assert [(s.source, s.scope, s.value) for s in got.shadowed] == [
+        ("user", None, MASK), ("default", "platform", "4")]
+    warning = the_one(result.warnings, "policy.protected")
+    assert "project vision" in warning.message and "our nodes" in warning.message
+
+
+def test_the_protecting_layers_on_conflict_decides() -> None:
+    vision = project(protected=[{"name": "SEED", "value": "1", "reason": "reproducible"}],
+                     on_conflict="reject")
+    lenient_platform = Policy(version=1, on_conflict="drop")
+    result = layered([EnvVar("SEED", "2")], lenient_platform, vision)
+    error = the_one(result.errors, "policy.protected")
+    assert error.variable == "SEED"
+    assert "project vision" in error.message and "reproducible" in error.message
+
+
+def test_a_platform_protected_secret_shadowing_a_project_entry_is_masked() -> None:
+    sneaky = project(protected=[{"name": "HF_TOKEN", "value": "hf_project", "reason": "r"}])
+    got = find(layered([], PLATFORM_POLICY, sneaky), "HF_TOKEN")
+    assert got is not None and (got.value, got.scope) == ("hf_platform", "platform")
+    assert got.shadowed == (Shadowed("protected", "project:vision", "hf_project"),)
+    leaked = project(defaults=[{"name": "HF_TOKEN", "value": "x", "secret": True}])
+    got = find(layered([], PLATFORM_POLICY, leaked), "HF_TOKEN")
+    assert got is not None and got.shadowed == (Shadowed("default", "project:vision", MASK),)
+
+
+def test_rules_of_every_layer_reject_with_names_and_descriptions() -> None:
+    vision = project(rules=[{"name": "DATA_ROOT", "required": True, "description": "our data"}])
+    result = layered([EnvVar("WORLD_SIZE", "128")], PLATFORM_POLICY, vision)
+    assert sorted((e.rule, e.variable) for e in result.errors) == [
+        ("rule.max", "WORLD_SIZE"), ("rule.required", "DATA_ROOT")]
+    messages = " ".join(e.message for e in result.errors)
+    assert "64 nodes" in messages and "our data" in messages and "project vision" in messages
+
+
+def test_a_gpu_only_default_reaches_a_gpu_task_and_not_a_cpu_one() -> None:
+    vision = project(defaults=[{"name": "NCCL_IB_DISABLE", "value": "0",
+                                "when": {"gpus": ">=1"}}])
+    gpu = find(layered([], PLATFORM_POLICY, vision, task=TaskFacts(gpus=2)), "NCCL_IB_DISABLE")
+    assert gpu is not None and (gpu.value, gpu.when) == ("0", "gpus>=1")
+    assert gpu.to_dict()["when"] == "gpus>=1"
+    assert find(layered([], PLATFORM_POLICY, vision, task=TaskFacts(gpus=0)),
+                "NCCL_IB_DISABLE") is None
+
+
+def test_conditional_defaults_of_one_name_pick_the_matching_value() -> None:
+    data = {"defaults": [{"name": "NCCL_ALGO", "value": "Ring", "when": {"gpus": "<=8"}},
+                         {"name": "NCCL_ALGO", "value": "Tree", "when": {"gpus": ">8"}}]}
+    assert check_policy(data, LIMITS) == []
+    policy = Policy.from_dict(data)
+    assert find(resolve([], policy, platform(), TaskFacts(gpus=16)), "NCCL_ALGO").value == "Tree"
+    assert find(resolve([], policy, platform(), TaskFacts(gpus=1)), "NCCL_ALGO").value == "Ring"
+
+
+def test_overlapping_conditional_duplicates_are_refused() -> None:
+    data = {"defaults": [{"name": "A", "value": "1", "when": {"gpus": ">=1"}},
+                         {"name": "A", "value": "2", "when": {"gpus": "<4"}}]}
+    assert the_one(check_policy(data, LIMITS), "name.duplicate").field == "defaults[1].name"
+
+
+def test_a_conditional_protected_entry_frees_the_name_elsewhere() -> None:
+    policy = Policy.from_dict({"protected": [{"name": "NCCL_P2P_DISABLE", "value": "1",
+                                              "reason": "no NVLink", "when": {"image": "old:*"}}]})
+    user = [EnvVar("NCCL_P2P_DISABLE", "0")]
+    assert not resolve(user, policy, platform(), TaskFacts(image="old:1")).ok
+    mine = find(resolve(user, policy, platform(), TaskFacts(image="new:1")), "NCCL_P2P_DISABLE")
+    assert mine is not None and mine.source == "user"
+
+
+def test_check_policy_checks_conditions_and_rules_and_values_against_its_own_rules() -> None:
+    data = {"defaults": [{"name": "NCCL_DEBUG", "value": "TRACE", "when": {"gpus": "lots"}},
+                         {"name": "LR", "value": "5"}],
+            "rules": [{"name": "LR", "max": 1, "description": "keep it stable"},
+                      {"name": "X", "pattern": "("}]}
+    problems = check_policy(data, LIMITS)
+    assert sorted((p.rule, p.field) for p in problems) == [
+        ("rule.max", "defaults[1].value"), ("rule.pattern_invalid", "rules[1].pattern"),
+        ("when.gpus_invalid", "defaults[0].when.gpus")]
+    assert "keep it stable" in the_one(problems, "rule.max").message
+
+
+def test_a_default_for_tasks_a_rule_never_sees_is_fine() -> None:
+    data = {"defaults": [{"name": "NCCL_ALGO", "value": "Tree", "when": {"gpus": "0"}}],
+            "rules": [{"name": "NCCL_*", "allowed": ["Ring"], "when": {"gpus": ">=1"}}]}
+    assert check_policy(data, LIMITS) == []
+
+
+# --- check_layer: a project never weakens the platform ---------------------------------
+
+@pytest.mark.parametrize("entry", [
+    {"defaults": [{"name": "HTTPS_PROXY", "value": "http://mine"}]},
+    {"protected": [{"name": "HTTPS_PROXY", "value": "http://mine", "reason": "r"}]},
+    {"protected": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128", "reason": "same"}]},
+    {"protected": [{"name": "HTTPS_PROXY", "reason": "unset it"}]},
+    {"defaults": [{"name": "CUDA_VISIBLE_DEVICES", "value": "0", "when": {"gpus": ">=1"}}]},
+])
+def test_a_project_cannot_set_or_unprotect_a_platform_protected_name(
+        entry: dict[str, Any]) -> None:
+    problems = check_layer(entry, PLATFORM_POLICY, LIMITS)
+    problem = the_one(problems, "layer.platform_protected")
+    name = problem.variable
+    assert name in ("HTTPS_PROXY", "CUDA_VISIBLE_DEVICES")
+    assert problem.field is not None and problem.field.endswith("[0].name")
+    assert "platform's protected entry" in problem.message
+    reason = {"HTTPS_PROXY": "egress", "CUDA_VISIBLE_DEVICES": "the scheduler sets it"}[name]
+    assert reason in problem.message
+
+
+def test_the_platforms_secret_value_is_not_shown_in_a_conflict() -> None:
+    problem = the_one(check_layer({"defaults": [{"name": "HF_TOKEN", "value": "x"}]},
+                                  PLATFORM_POLICY, LIMITS), "layer.platform_protected")
+    assert "hf_platform" not in problem.message and MASK in problem.message
+
+
+def test_a_project_value_breaking_a_platform_rule_is_refused() -> None:
+    data = {"defaults": [{"name": "WORLD_SIZE", "value": "128"}],
+            "protected": [{"name": "WORLD_SIZE_HINT", "value": "2", "reason": "r"}]}
+    problem = the_one(check_layer(data, PLATFORM_POLICY, LIMITS), "rule.max")
+    assert (problem.variable, problem.field) == ("WORLD_SIZE", "defaults[0].value")
+    assert "platform's rule" in problem.message and "64 nodes" in problem.message
+
+
+def test_a_project_rule_the_platforms_protected_value_breaks_is_refused() -> None:
+    data = {"rules": [{"name": "HTTPS_*", "pattern": "https://.*"},
+                      {"name": "CUDA_VISIBLE_DEVICES", "required": True}]}
+    problems = check_layer(data, PLATFORM_POLICY, LIMITS)
+    assert sorted((p.rule, p.variable, p.field) for p in problems) == [
+        ("layer.rule_unsatisfiable", "CUDA_VISIBLE_DEVICES", "rules[1]"),
+        ("layer.rule_unsatisfiable", "HTTPS_PROXY", "rules[0]")]
+
+
+def test_a_project_rule_a_platform_default_breaks_needs_a_project_default() -> None:
+    data: dict[str, Any] = {"rules": [{"name": "NCCL_DEBUG", "allowed": ["INFO"]}]}
+    problem = the_one(check_layer(data, PLATFORM_POLICY, LIMITS), "rule.allowed")
+    assert problem.variable == "NCCL_DEBUG" and "platform default" in problem.message
+    data["defaults"] = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    assert check_layer(data, PLATFORM_POLICY, LIMITS) == []
+
+
+def test_a_project_adding_within_the_limits_passes() -> None:
+    data = {"defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                         {"name": "WORLD_SIZE", "value": "8"}],
+            "protected": [{"name": "DATA_ROOT", "value": "/mnt/vision", "reason": "our data"}],
+            "rules": [{"name": "HTTPS_PROXY", "pattern": "http://.*"},
+                      {"name": "LR", "min": 0, "max": 1}], "on_conflict": "drop"}
+    assert check_layer(data, PLATFORM_POLICY, LIMITS) == []
+
+
+def test_check_layer_includes_the_checks_of_every_policy() -> None:
+    data = {"defaults": [{"name": "TASK_ID", "value": "x"}], "on_conflict": "maybe"}
+    rules = {p.rule for p in check_layer(data, PLATFORM_POLICY, LIMITS)}
+    assert rules == {"policy.platform_reserved", "policy.on_conflict"}
+
+
+# --- stored forms ---------------------------------------------------------------------------
+
+def test_a_policy_with_scope_rules_and_conditions_round_trips() -> None:
+    policy = project(defaults=[{"name": "A", "value": "1", "when": {"gpus": ">=1"}}],
+                     protected=[{"name": "P", "reason": "r", "when": {"image": "cuda:*"}}],
+                     rules=[{"name": "NCCL_*", "max_length": 8, "when": {"project": "v*"}}])
+    assert Policy.from_dict(policy.to_dict()) == policy
+    assert policy.to_dict()["scope"] == "project:vision"
+
+
+def test_a_version_stored_before_scopes_and_rules_still_loads() -> None:
+    old = {"version": 2, "defaults": [{"name": "D", "value": "d"}],
+           "protected": [{"name": "P", "reason": "r"}], "on_conflict": "drop",
+           "author": "admin", "created_at": 1.0}
+    policy = Policy.from_dict(old)
+    assert (policy.scope, policy.rules) == ("platform", ())
+    assert policy == Policy(2, (EnvVar("D", "d"),), (Protected("P", "r"),), "drop", "admin", 1.0)
+
+
+@pytest.mark.parametrize("overrode", [["default"], [{"source": "default", "scope": "platform",
+                                                     "value": "WARN"}]])
+def test_stored_provenance_loads_in_either_form(overrode: list[Any]) -> None:
+    doc = {"id": "t", "revision": 1, "name": "n", "steps": [], "policy_version": 1,
+           "resolved": [{"name": "A", "value": "1", "source": "user", "overrode": overrode}]}
+    var = Workload.from_doc(doc).env[0]
+    assert (var.name, var.source, var.overrode, var.secret) == ("A", "user", ("default",), False)
+
+
+def test_provenance_round_trips_through_a_record() -> None:
+    vision = project(defaults=[{"name": "NCCL_DEBUG", "value": "INFO", "when": {"gpus": "0"}}])
+    for var in layered([EnvVar("OMP_NUM_THREADS", "1")], PLATFORM_POLICY, vision).variables:
+        assert Resolved.from_dict(var.to_dict()) == var
+
+
+# --- properties across layers --------------------------------------------------------------
+
+@st.composite
+def layered_scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy, Policy, TaskFacts]:
+    """A platform policy, a project policy check_layer accepts, a task and its env."""
+    names = draw(st.lists(NAMES, unique=True, min_size=1, max_size=10))
+    conds = st.one_of(st.none(), st.sampled_from([{"gpus": ">=1"}, {"gpus": "0"},
+                                                  {"image": "cuda:*"}]))
+
+    def entries(kinds: list[str], protected: bool) -> list[dict[str, Any]]:
+        out = []
+        for n, k in zip(names, kinds, strict=True):
+            if k in ("locked", "reserved") and protected:
+                entry: dict[str, Any] = {"name": n, "reason": "r"}
+                if k == "locked":
+                    entry["value"] = draw(VALUES)
+            elif k == "default" and not protected:
+                entry = {"name": n, "value": draw(VALUES)}
+            else:
+                continue
+            if (when := draw(conds)) is not None:
+                entry["when"] = when
+            entry["secret"] = draw(st.booleans())
+            out.append(entry)
+        return out
+
+    kinds = st.sampled_from(["default", "locked", "reserved", "free"])
+    platform_kinds = [draw(kinds) for _ in names]
+    project_kinds = [draw(kinds) for _ in names]
+    platform_data = {"defaults": entries(platform_kinds, False),
+                     "protected": entries(platform_kinds, True),
+                     "on_conflict": draw(st.sampled_from(ON_CONFLICT))}
+    assert check_policy(platform_data, LIMITS) == []
+    base = Policy.from_dict({**platform_data, "version": 3})
+    held = {p.name for p in base.protected}
+    project_kinds = ["free" if n in held else k for n, k in zip(names, project_kinds,
+                                                                 strict=True)]
+    project_data = {"defaults": entries(project_kinds, False),
+                    "protected": entries(project_kinds, True),
+                    "on_conflict": draw(st.sampled_from(ON_CONFLICT))}
+    assert check_layer(project_data, base, LIMITS) == []
+    vision = Policy.from_dict({**project_data, "version": 5, "scope": "project:vision"})
+    candidates = [*names, *PLATFORM_NAMES, *draw(st.lists(NAMES, max_size=3))]
+    user_names = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=10))
+    user = [EnvVar(n, draw(VALUES), draw(st.booleans())) for n in user_names]
+    task = TaskFacts(gpus=draw(st.integers(0, 4)), image=draw(st.sampled_from(["cuda:12", "x"])))
+    return user, base, vision, task
+
+
+@given(layered_scenarios())
+def test_property_a_platform_protected_name_only_ever_holds_the_platforms_value(
+        scenario: tuple[list[EnvVar], Policy, Policy, TaskFacts]) -> None:
+    user, base, vision, task = scenario
+    result = layered(user, base, vision, task=task)
+    for held in base.protected:
+        got = find(result, held.name)
+        if applies(held.when, task):
+            assert got is None if held.value is None else (
+                got is not None and got.value == held.value and got.scope == "platform")
+        elif got is not None and got.source != "user":
+            assert got.scope == "platform"  # only the platform itself may have set it
+
+
+@given(layered_scenarios())
+def test_property_under_reject_no_task_variable_is_silently_dropped(
+        scenario: tuple[list[EnvVar], Policy, Policy, TaskFacts]) -> None:
+    user, base, vision, task = scenario
+    strict = [replace(base, on_conflict="reject"), replace(vision, on_conflict="reject")]
+    result = layered(user, *strict, task=task)
+    assert result.warnings == []
+    errors = {e.variable for e in result.errors}
+    for var in user:
+        got = find(result, var.name)
+        kept = got is not None and (got.source, got.value) == ("user", var.value)
+        assert kept or var.name in errors, var
+
+
+@given(layered_scenarios())
+def test_property_every_variable_names_its_layer(
+        scenario: tuple[list[EnvVar], Policy, Policy, TaskFacts]) -> None:
+    user, base, vision, task = scenario
+    versions = {"platform": 3, "project:vision": 5}
+    for var in layered(user, base, vision, task=task).variables:
+        if var.source in ("default", "protected"):
+            assert var.policy_version == versions[var.scope]  # type: ignore[index]
+        else:
+            assert (var.scope, var.policy_version) == (None, None)
+        assert var.overrode == tuple(dict.fromkeys(s.source for s in var.shadowed))

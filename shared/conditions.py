@@ -1,0 +1,170 @@
+"""Conditions on policy entries: ``when: {gpus, image, project}`` matched against a task.
+
+A default, protected entry or rule that carries ``when`` applies only to the tasks
+it matches; the resolved variable names the condition that matched
+(``when: "gpus>=1"``).  ``gpus`` is a comparison (``">=1"``, ``"0"``, ``"<2"``);
+``image`` and ``project`` are globs (``fnmatch.fnmatchcase``).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from typing import Any
+
+from shared.errors import Problem
+
+WHEN_KEYS = ("gpus", "image", "project")
+GPUS_EXPRESSION = re.compile(r"\s*(>=|<=|==|!=|>|<|=)?\s*(\d{1,6})\s*")
+COMPARE: dict[str, Callable[[int, int], bool]] = {
+    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+    ">": operator.gt, "<": operator.lt,
+}
+GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What a condition can see of a task."""
+
+    gpus: int = 0
+    image: str = ""
+    project: str | None = None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any], default_image: str = "") -> TaskFacts:
+        """The facts of a task record (``resources.gpus``, ``image``, ``project``)."""
+        resources = doc.get("resources") or {}
+        return cls(gpus=int(resources.get("gpus") or 0),
+                   image=doc.get("image") or default_image, project=doc.get("project"))
+
+
+@dataclass(frozen=True)
+class GpuCondition:
+    op: str
+    count: int
+
+    @classmethod
+    def parse(cls, expression: str | int) -> GpuCondition | None:
+        """``">=1"`` -> (>=, 1); a bare number means equality; None if not an expression."""
+        if isinstance(expression, bool):
+            return None
+        if isinstance(expression, int):
+            return cls("==", expression) if expression >= 0 else None
+        found = GPUS_EXPRESSION.fullmatch(expression) if isinstance(expression, str) else None
+        if found is None:
+            return None
+        op = found.group(1) or "=="
+        return cls("==" if op == "=" else op, int(found.group(2)))
+
+    def holds(self, gpus: int) -> bool:
+        return COMPARE[self.op](gpus, self.count)
+
+    def text(self) -> str:
+        return f"gpus{self.op}{self.count}"
+
+
+@dataclass(frozen=True)
+class When:
+    gpus: GpuCondition | None = None
+    image: str | None = None
+    project: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> When | None:
+        """A checked ``when`` mapping as a condition; None (or empty) means always."""
+        if not data:
+            return None
+        gpus = data.get("gpus")
+        return cls(gpus=GpuCondition.parse(gpus) if gpus is not None else None,
+                   image=data.get("image"), project=data.get("project"))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.gpus is not None:
+            out["gpus"] = f"{self.gpus.op}{self.gpus.count}"
+        if self.image is not None:
+            out["image"] = self.image
+        if self.project is not None:
+            out["project"] = self.project
+        return out
+
+    def matches(self, task: TaskFacts) -> bool:
+        if self.gpus is not None and not self.gpus.holds(task.gpus):
+            return False
+        if self.image is not None and not fnmatchcase(task.image, self.image):
+            return False
+        return self.project is None or (
+            task.project is not None and fnmatchcase(task.project, self.project))
+
+    def text(self) -> str:
+        """How provenance names the condition: ``gpus>=1 and image=nvcr.io/*``."""
+        parts = [self.gpus.text()] if self.gpus is not None else []
+        parts += [f"{key}={glob}" for key, glob in (("image", self.image),
+                                                   ("project", self.project)) if glob is not None]
+        return " and ".join(parts)
+
+
+def applies(when: When | None, task: TaskFacts) -> bool:
+    return when is None or when.matches(task)
+
+
+def when_text(when: When | None) -> str | None:
+    return when.text() if when is not None else None
+
+
+def check_when(data: object, where: str) -> list[Problem]:
+    """Every reason a ``when`` mapping (at ``where``, e.g. ``defaults[2].when``) is invalid."""
+    if data is None:
+        return []
+    if not isinstance(data, Mapping):
+        return [Problem(rule="when.invalid", field=where,
+                        message=f"{where}: 'when' must be an object with any of "
+                                f"{', '.join(WHEN_KEYS)}")]
+    problems = [Problem(rule="when.invalid", field=f"{where}.{key}",
+                        message=f"{where}: unknown condition {key!r}; "
+                                f"conditions are {', '.join(WHEN_KEYS)}")
+                for key in data if key not in WHEN_KEYS]
+    gpus = data.get("gpus")
+    if gpus is not None and GpuCondition.parse(gpus) is None:
+        problems.append(Problem(
+            rule="when.gpus_invalid", field=f"{where}.gpus",
+            message=f"{where}.gpus: {str(gpus)[:40]!r} is not a GPU count condition; "
+                    "write a number or a comparison such as \">=1\", \"0\", \"<2\", \"!=4\""))
+    for key in ("image", "project"):
+        if key in data and not isinstance(data[key], str):
+            problems.append(Problem(rule="when.invalid", field=f"{where}.{key}",
+                                    message=f"{where}.{key} must be a glob string"))
+    return problems
+
+
+def may_overlap(a: When | None, b: When | None) -> bool:
+    """Whether some task could match both conditions (conservative for globs)."""
+    if a is None or b is None:
+        return True
+    return (_gpus_overlap(a.gpus, b.gpus) and _globs_overlap(a.image, b.image)
+            and _globs_overlap(a.project, b.project))
+
+
+def _gpus_overlap(a: GpuCondition | None, b: GpuCondition | None) -> bool:
+    if a is None or b is None:
+        return True
+    # Each condition's truth changes only next to its own count, so these points decide.
+    candidates = {n for c in (a.count, b.count) for n in (c - 1, c, c + 1) if n >= 0}
+    candidates.add(max(a.count, b.count) + 2)
+    return any(a.holds(n) and b.holds(n) for n in candidates)
+
+
+def _globs_overlap(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return True
+    a_literal, b_literal = GLOB_CHARS.isdisjoint(a), GLOB_CHARS.isdisjoint(b)
+    if a_literal and b_literal:
+        return a == b
+    if a_literal or b_literal:
+        literal, glob = (a, b) if a_literal else (b, a)
+        return fnmatchcase(literal, glob)
+    return True  # two globs: assume some name matches both

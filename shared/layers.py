@@ -1,0 +1,103 @@
+"""A project's policy checked against the platform's: it may add, never weaken.
+
+``check_layer`` is what a ``PUT`` of a project policy runs: the checks every policy
+passes (``check_policy``) and those between the layers, each naming the variable
+and the platform entry it conflicts with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shared.conditions import may_overlap
+from shared.envlist import EnvVar, Limits
+from shared.errors import Problem
+from shared.policy import Default, Policy, Protected, check_policy, values_against_rules
+from shared.rules import Rule, valid_rules, value_problems
+from shared.secrets import MASK
+
+
+def check_layer(project_data: Mapping[str, Any], platform: Policy,
+                limits: Limits) -> list[Problem]:
+    """Every reason a project policy cannot be saved under the platform's ``platform``."""
+    rules = valid_rules(project_data.get("rules"))
+    problems = check_policy(project_data, limits)
+    problems += _platform_protected_names(project_data, platform)
+    problems += values_against_rules(project_data, platform.rules, "the platform's")
+    problems += [p for rule_index, rule in enumerate(rules)
+                 for p in _unsatisfiable(rule, f"rules[{rule_index}]", platform)]
+    problems += _platform_defaults_against(rules, project_data, platform)
+    return problems
+
+
+def _platform_protected_names(data: Mapping[str, Any], platform: Policy) -> list[Problem]:
+    """Any project entry for a name the platform protects: setting it, protecting it with
+    another value or none, all would weaken the platform's hold on it."""
+    held = {p.name: p for p in platform.protected}
+    problems: list[Problem] = []
+    for where in ("defaults", "protected"):
+        for index, entry in enumerate(data.get(where, [])):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if isinstance(name, str) and name in held:
+                problems.append(Problem(
+                    rule="layer.platform_protected", variable=name,
+                    field=f"{where}[{index}].name",
+                    message=f"{name} conflicts with the platform's protected entry "
+                            f"{_describe(held[name])}; a project policy cannot set, protect or "
+                            "unprotect a name the platform protects"))
+    return problems
+
+
+def _unsatisfiable(rule: Rule, where: str, platform: Policy) -> list[Problem]:
+    """The rule can never hold where the platform's own protected value applies."""
+    problems: list[Problem] = []
+    for held in platform.protected:
+        if not (rule.covers(held.name) and may_overlap(rule.when, held.when)):
+            continue
+        if held.value is None:
+            if rule.required and rule.name == held.name:
+                problems.append(_never(rule, where, held, "it is required, but the platform "
+                                       "reserves it and no task can set it"))
+            continue
+        broken = value_problems(EnvVar(held.name, held.value, held.secret), rule)
+        problems += [_never(rule, where, held, f"the platform's value breaks it ({p.rule})")
+                     for p in broken]
+    return problems
+
+
+def _never(rule: Rule, where: str, held: Protected, why: str) -> Problem:
+    return Problem(rule="layer.rule_unsatisfiable", variable=held.name, field=where,
+                   message=f"rule {rule.name} can never be satisfied for {held.name}: {why}; "
+                           f"it conflicts with the platform's protected entry "
+                           f"{_describe(held)}")
+
+
+def _platform_defaults_against(rules: list[Rule], data: Mapping[str, Any],
+                               platform: Policy) -> list[Problem]:
+    """Platform defaults, the lowest layer, that break a project rule, unless the project
+    sets a default of the same name for every task (then the platform's never applies)."""
+    shadowing = {d.get("name") for d in data.get("defaults", [])
+                 if isinstance(d, Mapping) and not d.get("when")}
+    problems: list[Problem] = []
+    for default in platform.defaults:
+        if default.name in shadowing:
+            continue
+        for index, rule in enumerate(rules):
+            if rule.covers(default.name) and may_overlap(rule.when, default.when):
+                problems += [_default_breaks(p, index, default)
+                             for p in value_problems(default, rule)]
+    return problems
+
+
+def _default_breaks(problem: Problem, index: int, default: Default) -> Problem:
+    return Problem(rule=problem.rule, variable=default.name, field=f"rules[{index}]",
+                   limit=problem.limit,
+                   message=f"the platform default {problem.message}; add a project default "
+                           f"for {default.name} that satisfies the rule")
+
+
+def _describe(held: Protected) -> str:
+    value = "reserved, no value" if held.value is None else (
+        MASK if held.secret else repr(held.value))
+    return f"{held.name} ({value}; reason: {held.reason})"

@@ -1,0 +1,108 @@
+"""Impact of a draft policy: rejections, value changes, who is touched, in a stable order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.conditions import TaskFacts
+from shared.envlist import EnvVar
+from shared.impact import TaskSnapshot, impact, value_changes
+from shared.policy import Policy, Resolution, Resolved, platform_env, resolve_layers
+
+CURRENT = Policy.from_dict({"version": 1, "defaults": [
+    {"name": "NCCL_DEBUG", "value": "WARN"},
+    {"name": "DB_PASS", "value": "pw-before", "secret": True}]})
+
+
+def snapshot(task_id: str, owner: str, env: dict[str, str], gpus: int = 0,
+             policy: Policy | None = CURRENT) -> TaskSnapshot:
+    user = tuple(EnvVar(n, v) for n, v in env.items())
+    facts = TaskFacts(gpus=gpus)
+    resolved = None
+    if policy is not None:
+        now = resolve_layers(user, [policy], platform_env(task_id, "t", 1, policy.version), facts)
+        resolved = tuple(now.variables) if now.ok else None
+    return TaskSnapshot(task_id, owner, user, facts, resolved)
+
+
+def with_draft(draft: Policy) -> Any:
+    def resolve_one(s: TaskSnapshot) -> Resolution:
+        return resolve_layers(s.env, [draft], platform_env(s.id, "t", 2, draft.version), s.facts)
+    return resolve_one
+
+
+DRAFT = Policy.from_dict({
+    "version": 2,
+    "defaults": [{"name": "NCCL_DEBUG", "value": "INFO", "when": {"gpus": ">=1"}},
+                 {"name": "DB_PASS", "value": "pw-after", "secret": True}],
+    "protected": [{"name": "SEED", "value": "1", "reason": "reproducible runs"}],
+    "rules": [{"name": "LR", "max": 1, "description": "stable training"}],
+})
+
+TASKS = [
+    snapshot("t3", "bob", {"LR": "5"}),
+    snapshot("t1", "alice", {}, gpus=2),
+    snapshot("t2", "alice", {"SEED": "7", "LR": "9"}),
+    snapshot("t4", "carol", {"NCCL_DEBUG": "TRACE"}, gpus=1),
+    snapshot("t5", "bob", {}, gpus=4),
+]
+
+
+def test_rejections_are_counted_with_their_variables_and_rules() -> None:
+    got = impact(TASKS, with_draft(DRAFT))["rejected"]
+    assert (got["tasks"], got["owners"], got["newly"]) == (2, 2, 2)
+    assert got["examples"] == ["t2", "t3"]
+    assert [(p["variable"], p["rule"], p["tasks"], p["owners"]) for p in got["problems"]] == [
+        ("LR", "rule.max", 2, 2), ("SEED", "policy.protected", 1, 1)]
+    assert "stable training" in got["problems"][0]["message"]
+
+
+def test_value_changes_name_old_and_new_and_whom_they_touch() -> None:
+    got = impact(TASKS, with_draft(DRAFT))
+    changes = [(c["variable"], c["kind"], c["old"], c["new"], c["tasks"], c["owners"],
+                c["examples"]) for c in got["changes"]]
+    assert changes == [
+        ("DB_PASS", "changed", None, None, 3, 3, ["t1", "t4", "t5"]),
+        ("NCCL_DEBUG", "changed", "WARN", "INFO", 2, 2, ["t1", "t5"]),
+        ("SEED", "added", None, "1", 3, 3, ["t1", "t4", "t5"]),
+    ]
+    assert got["tasks"] == 5 and got["unchanged"] == 0 and got["accepted"] == 0
+
+
+def test_a_secret_change_shows_no_value() -> None:
+    got = impact(TASKS, with_draft(DRAFT))
+    secret = [c for c in got["changes"] if c["variable"] == "DB_PASS"][0]
+    assert secret["secret"] is True and secret["old"] is None and secret["new"] is None
+    assert "pw-before" not in repr(got) and "pw-after" not in repr(got)
+
+
+def test_the_summary_does_not_depend_on_the_order_of_the_tasks() -> None:
+    draft = with_draft(DRAFT)
+    assert impact(TASKS, draft) == impact(list(reversed(TASKS)), draft)
+
+
+def test_the_current_policy_as_draft_changes_nothing() -> None:
+    got = impact(TASKS[1:2] + TASKS[3:], with_draft(CURRENT))
+    assert got["changes"] == [] and got["rejected"]["tasks"] == 0 and got["unchanged"] == 3
+
+
+def test_a_task_without_a_resolution_now_is_counted_when_the_draft_accepts_it() -> None:
+    waiting = snapshot("t9", "dan", {"LR": "0.1"}, policy=None)
+    broken = snapshot("t8", "dan", {"LR": "7"}, policy=None)
+    got = impact([waiting, broken], with_draft(DRAFT))
+    assert got["accepted"] == 1 and got["rejected"]["tasks"] == 1
+    assert got["rejected"]["newly"] == 0 and got["changes"] == []
+
+
+def test_removed_variables_and_platform_variables() -> None:
+    before = [Resolved("TASK_ID", "a", "platform"), Resolved("GONE", "x", "default"),
+              Resolved("TASK_POLICY_VERSION", "1", "platform")]
+    after = [Resolved("TASK_ID", "a", "platform"), Resolved("TASK_POLICY_VERSION", "2", "platform")]
+    assert [fields for _, fields in value_changes(before, after)] == [
+        {"variable": "GONE", "kind": "removed", "secret": False, "old": "x", "new": None,
+         "source": None}]
+
+
+def test_a_variable_becoming_secret_is_a_change() -> None:
+    found = value_changes([Resolved("K", "v", "user")], [Resolved("K", "v", "user", secret=True)])
+    assert [(f["kind"], f["old"], f["new"]) for _, f in found] == [("changed", None, None)]
