@@ -126,7 +126,7 @@ def test_resolution_records_sources_and_policy_version(tasks: TaskStore,
     assert doc["policy_version"] == 1
     assert resolved(tasks, task_id)["NCCL_DEBUG"] == {
         "name": "NCCL_DEBUG", "value": "INFO", "source": "user", "overrode": ["default"],
-        "secret": False}
+        "secret": False, "shadowed": [{"source": "default", "scope": "platform", "value": "WARN"}]}
 
 
 def test_a_task_keeps_the_policy_version_it_was_resolved_with(tasks: TaskStore,
