@@ -48,7 +48,7 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
         env, problems = records.patch_env(doc["env"], set_, unset)
         if problems:
             raise EnvInvalid("the change cannot be applied", problems)
-        return records.new_revision(doc, env)
+        return records.new_revision(doc, env, actor, action.rpartition(".")[2])
 
     doc = svc.tasks.update(task_id, change)
     assert doc is not None  # ``change`` never declines: it returns a revision or raises

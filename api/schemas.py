@@ -152,8 +152,21 @@ class TaskAccepted(ma.Schema):
     status = fields.String()
 
 
+class TaskSummary(ma.Schema):
+    id = fields.String()
+    url = fields.String()
+    name = fields.String()
+    owner = fields.String()
+    project = fields.String(allow_none=True)
+    status = fields.String(validate=validate.OneOf(states.ALL))
+    revision = fields.Integer()
+    created_at = fields.Float()
+    updated_at = fields.Float()
+
+
 class TaskPage(ma.Schema):
-    items = fields.List(fields.Nested(TaskOut))
+    items = fields.List(fields.Nested(TaskSummary),
+                        metadata={"description": "Summaries; GET /tasks/{id} for a whole task."})
     next_cursor = fields.Integer(allow_none=True)
 
 

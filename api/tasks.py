@@ -48,7 +48,7 @@ class Tasks(MethodView):
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""
         page = svc().tasks.list(scope(), query["status"], query["cursor"], query["limit"])
-        return {"items": [records.public_view(d, task_url(d["id"])) for d in page.items],
+        return {"items": [records.summary_view(d, task_url(d["id"])) for d in page.items],
                 "next_cursor": page.next_cursor}
 
     @blp.arguments(TaskCreate)

@@ -33,6 +33,9 @@ class Settings:
     # runs steps as plain processes that can read the worker's keys: development only.
     local_sandbox: str = "bwrap"
     step_timeout_seconds: int = 3600
+    # Finished tasks (record, revisions, logs) are deleted this many days after they end;
+    # 0 keeps them forever.
+    retention_days: float = 30
     visibility_timeout_seconds: int = 7200
     key_prefix: str = "taskenv"
     # A task sitting in one in-flight state longer than this is re-enqueued by the reconciler.
@@ -67,8 +70,17 @@ class Settings:
         for f in fields(cls):
             raw = environ.get(PREFIX + f.name.upper())
             if raw is not None:
-                values[f.name] = int(raw) if f.type == "int" else raw
+                values[f.name] = _typed(f.type, raw)
         return replace(cls(**values), **overrides)
 
     def __repr__(self) -> str:  # keys and tokens must not reach a log line
         return f"Settings(launcher={self.launcher!r}, port={self.port!r}, ...)"
+
+
+def _typed(kind: object, raw: str) -> Any:
+    """An environment string as the field's type (annotations are strings here)."""
+    if kind == "int":
+        return int(raw)
+    if kind == "float":
+        return float(raw)
+    return raw

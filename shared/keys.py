@@ -9,6 +9,8 @@ secret value: tokens appear only as their SHA-256 digest.
 
 from __future__ import annotations
 
+REVISION_SUFFIX = ":rev:"
+
 
 class Keys:
     def __init__(self, prefix: str = "taskenv") -> None:
@@ -17,8 +19,16 @@ class Keys:
     # --- tasks ---------------------------------------------------------------------------
 
     def task(self, task_id: str) -> str:
-        """The task's hash: ``doc`` (JSON record), ``state``, ``v`` (write counter), ``seq``."""
+        """The task's hash: its small fields, ``state``, ``revision``, ``v`` (write counter)."""
         return f"{self.prefix}:task:{task_id}"
+
+    def revision(self, task_id: str, revision: int | str) -> str:
+        """One revision's hash: env, resolved env, errors, outcome; written once per field.
+
+        The store's Lua scripts build this name from the task's key and
+        :data:`REVISION_SUFFIX` (a script cannot call Python), so both stay in step.
+        """
+        return f"{self.task(task_id)}{REVISION_SUFFIX}{revision}"
 
     def log(self, task_id: str, revision: int) -> str:
         return f"{self.task(task_id)}:log:{revision}"
@@ -45,6 +55,10 @@ class Keys:
         if state is not None:
             parts.append(f"state:{state}")
         return ":".join(parts)
+
+    def expiry(self) -> str:
+        """Finished task ids by the time they expire (retention)."""
+        return f"{self.prefix}:expiry"
 
     def task_seq(self) -> str:
         """The counter that orders tasks in the indexes."""

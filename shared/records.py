@@ -20,6 +20,9 @@ NOTE = ("A running container's env cannot change: a change to the env makes a ne
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
 _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason")
+# Per-revision facts a new revision must not inherit from the one before.
+_PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "cancelled_by",
+                 "cancelled_at", "apply", "policy_versions")
 
 
 def request_digest(data: Mapping[str, Any]) -> str:
@@ -39,7 +42,7 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "resources": data.get("resources"), "env": list(data.get("env", [])),
         "revision": 1, "state": states.PENDING, "created_at": now, "updated_at": now,
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
-        "exit_code": None, "reason": None, "history": [],
+        "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
         "events": [{"at": now, "revision": 1, "state": states.PENDING}],
         "digest": request_digest(data),
     }
@@ -75,19 +78,28 @@ def _key(name: Any) -> str:
     return name if isinstance(name, str) else repr(name)
 
 
-def new_revision(doc: dict[str, Any], env: list[dict[str, Any]]) -> dict[str, Any]:
-    """Archive the current revision's outcome and start the next one at ``pending``."""
-    doc["history"].append({
-        "revision": doc["revision"], "state": doc["state"], "env": doc["env"],
-        **{f: doc.get(f) for f in _RESULT_FIELDS},
-    })
-    doc["revision"] += 1
-    doc["env"] = env
-    doc["state"] = states.PENDING
+def new_revision(doc: dict[str, Any], env: list[dict[str, Any]], actor: str,
+                 how: str) -> dict[str, Any]:
+    """Start the next revision at ``pending``; the current one keeps its own record.
+
+    ``how`` says what made it: ``patch``, ``rerun`` or ``restart``.
+    """
+    now = time.time()
+    for name in _PER_REVISION:
+        doc.pop(name, None)
     doc.update({f: None for f in _RESULT_FIELDS}, errors=[], warnings=[])
-    doc["events"].append({"at": time.time(), "revision": doc["revision"],
-                          "state": states.PENDING})
+    doc.update(revision=doc["revision"] + 1, env=env, state=states.PENDING, made_by=actor,
+               how=how, made_at=now,
+               events=[{"at": now, "revision": doc["revision"] + 1, "state": states.PENDING}])
     return doc
+
+
+def summary_view(item: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """A task as a listing shows it: a few small fields, never its env."""
+    return {"id": item["id"], "url": url, "name": item["name"], "owner": item["owner"],
+            "project": item.get("project"), "status": item["state"],
+            "revision": item["revision"], "created_at": item["created_at"],
+            "updated_at": item["updated_at"]}
 
 
 def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:

@@ -21,43 +21,74 @@ import redis
 
 from shared import states
 from shared.errors import NotFound
-from shared.keys import Keys
+from shared.keys import REVISION_SUFFIX, Keys
+from shared.legacy import legacy_env_lists, legacy_split
 from shared.policy import Policy
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
 Doc = dict[str, Any]
 
-# KEYS: task, idem (or ""), all-index, owner-index, state-index, owner-state-index, seq
-# ARGV: id, doc, state, idem-ttl
+# A record is two hashes: the task's (small fields: name, owner, state, revision, ...)
+# and its current revision's (env, resolved env, errors, outcome).  Every field holds
+# JSON, except the scripts' own counters ``v`` (writes) and ``seq`` (creation order).
+# A state change writes only the fields it changes, so its cost never depends on how
+# many revisions a task has had or how big their env was.
+
+# KEYS: task, first revision, idem (or ""), all-index, owner-index, state-index,
+#       owner-state-index, seq
+# ARGV: id, idem-ttl, number of task fields n, n task field/value pairs, revision pairs
 _CREATE = """
-if KEYS[2] ~= '' then
-  local existing = redis.call('GET', KEYS[2])
+if KEYS[3] ~= '' then
+  local existing = redis.call('GET', KEYS[3])
   if existing then return {0, existing} end
 end
-local seq = redis.call('INCR', KEYS[7])
-redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'state', ARGV[3], 'v', 1, 'seq', seq)
-redis.call('ZADD', KEYS[3], seq, ARGV[1])
-redis.call('ZADD', KEYS[4], seq, ARGV[1])
-redis.call('ZADD', KEYS[5], seq, ARGV[1])
-redis.call('ZADD', KEYS[6], seq, ARGV[1])
-if KEYS[2] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[4]) end
+local seq = redis.call('INCR', KEYS[8])
+local n = tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, unpack(ARGV, 4, 3 + 2 * n))
+if #ARGV > 3 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 4 + 2 * n, #ARGV)) end
+for i = 4, 7 do redis.call('ZADD', KEYS[i], seq, ARGV[1]) end
+if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
 return {1, ARGV[1]}
 """
 
-# KEYS: task, old-state-index, new-state-index, old-owner-state-index, new-owner-state-index
-# ARGV: expected v, doc, new state, id
+# KEYS: task, revision, old-state-index, new-state-index, old-owner-state-index,
+#       new-owner-state-index, expiry
+# ARGV: expected v, id, expires-at (0: not finished, or kept forever), number of task
+#       fields n, n task field/value pairs, revision field/value pairs
 _UPDATE = """
 local v = redis.call('HGET', KEYS[1], 'v')
 if v ~= ARGV[1] then return 0 end
-local seq = redis.call('HGET', KEYS[1], 'seq')
-redis.call('HSET', KEYS[1], 'doc', ARGV[2], 'state', ARGV[3], 'v', tonumber(v) + 1)
-if KEYS[2] ~= KEYS[3] then
-  redis.call('ZREM', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[4], ARGV[4])
-  redis.call('ZADD', KEYS[3], seq, ARGV[4])
-  redis.call('ZADD', KEYS[5], seq, ARGV[4])
+local n = tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, unpack(ARGV, 5, 4 + 2 * n))
+if #ARGV > 4 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 5 + 2 * n, #ARGV)) end
+if KEYS[3] ~= KEYS[4] then
+  local seq = redis.call('HGET', KEYS[1], 'seq')
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[5], ARGV[2])
+  redis.call('ZADD', KEYS[4], seq, ARGV[2])
+  redis.call('ZADD', KEYS[6], seq, ARGV[2])
 end
+if ARGV[3] ~= '0' then redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2])
+else redis.call('ZREM', KEYS[7], ARGV[2]) end
+return 1
+"""
+
+# KEYS: task; ARGV: the revision key's suffix.  One round trip for a whole record.
+_READ = """
+local t = redis.call('HGETALL', KEYS[1])
+if #t == 0 then return false end
+local rev = redis.call('HGET', KEYS[1], 'revision')
+if not rev then return {t, {}} end
+return {t, redis.call('HGETALL', KEYS[1] .. ARGV[1] .. rev)}
+"""
+
+# KEYS: expiry, the four index keys, the task, then the task's other keys
+# ARGV: expected v, id.  Deletes a finished task whole, unless it changed meanwhile.
+_DELETE = """
+if redis.call('HGET', KEYS[6], 'v') ~= ARGV[1] then return 0 end
+for i = 1, 5 do redis.call('ZREM', KEYS[i], ARGV[2]) end
+redis.call('DEL', unpack(KEYS, 6, #KEYS))
 return 1
 """
 
@@ -75,10 +106,35 @@ class Page:
     next_cursor: int | None
 
 
-def _env_lists(doc: Doc) -> list[list[dict[str, Any]] | None]:
-    """Every list of variables in a record: current and past revisions, as set and resolved."""
-    revisions = [doc, *doc.get("history", [])]
-    return [r.get(k) for r in revisions for k in ("env", "resolved")]
+# Per-revision fields: they live in the revision's hash, written when they change.
+REVISION_FIELDS = frozenset({
+    "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
+    "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
+    "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at",
+})
+# Fields both hashes hold: the task's for listings, the revision's for its own history.
+SHARED_FIELDS = frozenset({"state", "updated_at"})
+SEALED_FIELDS = ("env", "resolved")  # lists of variables whose secret values are sealed
+SUMMARY_FIELDS = ("id", "name", "owner", "project", "state", "revision", "created_at",
+                  "updated_at")
+REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "how",
+                    "made_at", "started_at", "ended_at", "exit_code", "reason")
+COUNTERS = ("v", "seq")
+
+
+def _encoded(fields: Doc) -> dict[str | bytes, str | bytes]:
+    return {name: json.dumps(value) for name, value in fields.items()}
+
+
+def _pairs(fields: Doc) -> list[Any]:
+    """Field/value pairs, flat, as the scripts take them."""
+    return [x for pair in _encoded(fields).items() for x in pair]
+
+
+def _decoded(flat: list[Any]) -> Doc:
+    it = iter(flat)
+    return {as_text(k): as_text(v) if as_text(k) in COUNTERS else json.loads(v)
+            for k, v in zip(it, it, strict=True)}
 
 
 class TaskStore:
@@ -86,21 +142,23 @@ class TaskStore:
     LOG_LIMIT = 1024 * 1024  # bytes kept per revision; the tail is what matters
 
     def __init__(self, client: redis.Redis, prefix: str = "taskenv",
-                 cipher: Cipher | None = None) -> None:
+                 cipher: Cipher | None = None, retention_seconds: float = 0) -> None:
         self.r = client
         self.keys = Keys(prefix)
         self.cipher = cipher
+        self.retention = retention_seconds  # 0: finished tasks are kept forever
         self._create = client.register_script(_CREATE)
         self._update = client.register_script(_UPDATE)
+        self._read = client.register_script(_READ)
+        self._delete = client.register_script(_DELETE)
+
+    # --- writing -------------------------------------------------------------------------
 
     def create(self, doc: Doc, idempotency_key: str | None = None) -> tuple[Doc, bool]:
         """Store a new task; with a key already used, return that task instead."""
-        task_id = doc.setdefault("id", uuid.uuid4().hex)
-        owner, state = doc["owner"], doc["state"]
-        idem = self.keys.idempotency(owner, idempotency_key) if idempotency_key else ""
-        created, found_id = self._create(
-            keys=self._create_keys(task_id, owner, state, idem),
-            args=[task_id, self._dump(doc), state, self.IDEMPOTENCY_TTL])
+        doc.setdefault("id", uuid.uuid4().hex)
+        idem = self.keys.idempotency(doc["owner"], idempotency_key) if idempotency_key else ""
+        created, found_id = self._create(*self._create_call(doc, idem))
         if not created:
             return self.get(as_text(found_id)), False
         return doc, True
@@ -114,9 +172,9 @@ class TaskStore:
         pipe = self.r.pipeline(transaction=False)
         pending = 0
         for doc in docs:
-            task_id = doc.setdefault("id", uuid.uuid4().hex)
-            self._create(keys=self._create_keys(task_id, doc["owner"], doc["state"], ""),
-                         args=[task_id, self._dump(doc), doc["state"], 0], client=pipe)
+            doc.setdefault("id", uuid.uuid4().hex)
+            keys, args = self._create_call(doc, "")
+            self._create(keys, args, client=pipe)
             pending += 1
             if pending == batch:
                 pipe.execute()
@@ -124,47 +182,30 @@ class TaskStore:
         if pending:
             pipe.execute()
 
-    def _create_keys(self, task_id: str, owner: str, state: str, idem: str) -> list[str]:
-        """The keys ``_CREATE`` takes, in its order."""
+    def _create_call(self, doc: Doc, idem: str) -> tuple[list[str], list[Any]]:
+        task_id, owner, state = doc["id"], doc["owner"], doc["state"]
         k = self.keys
-        return [k.task(task_id), idem, k.index(), k.index(owner), k.index(state=state),
-                k.index(owner, state), k.task_seq()]
-
-    def get(self, task_id: str, owner: str | None = None) -> Doc:
-        raw = self.r.hget(self.keys.task(task_id), "doc")
-        if raw is None:
-            raise NotFound(f"no task {task_id}")
-        doc = self._load(raw)
-        if owner is not None and doc["owner"] != owner:
-            raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
-        return doc
-
-    def find(self, task_id: str) -> Doc | None:
-        try:
-            return self.get(task_id)
-        except NotFound:
-            return None
+        task_fields, rev_fields = self._split(doc, set(doc))
+        keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
+                k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq()]
+        args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields),
+                *_pairs(task_fields), *_pairs(rev_fields)]
+        return keys, args
 
     def update(self, task_id: str, change: Callable[[Doc], Doc | None]) -> Doc | None:
-        """Apply ``change`` atomically; it returns the new doc, or None to leave it be."""
-        key = self.keys.task(task_id)
+        """Apply ``change`` atomically; it returns the new doc, or None to leave it be.
+
+        Only the fields ``change`` altered are written.
+        """
         while True:
-            fields: Any = self.r.hmget(key, ["v", "doc"])
-            v, raw = fields
-            if raw is None:
-                raise NotFound(f"no task {task_id}")
-            doc = self._load(raw)
-            old_state, owner = doc["state"], doc["owner"]  # before ``change`` edits doc
+            v, doc = self._fetch(task_id)
+            before = {name: json.dumps(value) for name, value in doc.items()}
+            old_state = doc["state"]
             new = change(doc)
             if new is None:
                 return None
-            new["updated_at"] = time.time()
-            k = self.keys
-            ok = self._update(
-                keys=[key, k.index(state=old_state), k.index(state=new["state"]),
-                      k.index(owner, old_state), k.index(owner, new["state"])],
-                args=[as_text(v), self._dump(new), new["state"], task_id])
-            if ok:
+            changed = {n for n, value in new.items() if before.get(n) != json.dumps(value)}
+            if self._commit(v, old_state, new, changed):
                 return new
 
     def transition(self, task_id: str, revision: int, expected: str | set[str],
@@ -176,50 +217,147 @@ class TaskStore:
                 decide: Callable[[Doc], tuple[str, dict[str, Any]]]) -> Doc | None:
         """Like :meth:`transition`, the new state and fields decided from the record itself.
 
-        One read and one compare-and-set: a stage needs no separate read first.
+        One read and one compare-and-set, writing only the fields the decision sets.
         """
         allowed = {expected} if isinstance(expected, str) else expected
-
-        def change(doc: Doc) -> Doc | None:
+        while True:
+            v, doc = self._fetch(task_id)
             if doc["revision"] != revision or doc["state"] not in allowed:
                 return None
+            old_state = doc["state"]
             new_state, changes = decide(doc)
-            assert states.can_move(doc["state"], new_state), (doc["state"], new_state)
+            assert states.can_move(old_state, new_state), (old_state, new_state)
             doc.update(changes, state=new_state)
-            doc.setdefault("events", []).append(
-                {"at": time.time(), "revision": revision, "state": new_state})
-            return doc
+            doc["events"] = [*doc.get("events", []),
+                             {"at": time.time(), "revision": revision, "state": new_state}]
+            if self._commit(v, old_state, doc, {*changes, "state", "events"}):
+                return doc
 
-        return self.update(task_id, change)
+    def _commit(self, v: str, old_state: str, new: Doc, changed: set[str]) -> bool:
+        """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``."""
+        task_id, owner, state = new["id"], new["owner"], new["state"]
+        new["updated_at"] = time.time()
+        changed = changed | {"updated_at"}
+        if "revision" in changed:  # a new revision: its hash is written whole
+            changed |= REVISION_FIELDS & set(new)
+        task_fields, rev_fields = self._split(new, changed)
+        k = self.keys
+        expires = (new["updated_at"] + self.retention
+                   if self.retention and state in states.FINAL else 0)
+        return bool(self._update(
+            keys=[k.task(task_id), k.revision(task_id, new["revision"]),
+                  k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
+                  k.index(owner, state), k.expiry()],
+            args=[v, task_id, expires, len(task_fields), *_pairs(task_fields),
+                  *_pairs(rev_fields)]))
+
+    def _split(self, doc: Doc, names: set[str]) -> tuple[Doc, Doc]:
+        """The task's fields and the revision's, among ``names``; secrets sealed."""
+        task = {n: doc[n] for n in names if n in doc and n not in REVISION_FIELDS}
+        rev = {n: doc[n] for n in names if n in doc and (n in REVISION_FIELDS or
+                                                         n in SHARED_FIELDS)}
+        for name in SEALED_FIELDS:
+            if any(e.get("secret") for e in rev.get(name) or []):
+                rev[name] = [dict(e) for e in rev[name]]  # the caller keeps clear values
+                seal_entries(rev[name], self.cipher)
+        return task, rev
+
+    # --- reading -------------------------------------------------------------------------
+
+    def get(self, task_id: str, owner: str | None = None) -> Doc:
+        doc = self._fetch(task_id)[1]
+        if owner is not None and doc["owner"] != owner:
+            raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
+        return doc
+
+    def find(self, task_id: str) -> Doc | None:
+        try:
+            return self.get(task_id)
+        except NotFound:
+            return None
+
+    def _fetch(self, task_id: str) -> tuple[str, Doc]:
+        """The write counter and the whole current record, in one round trip."""
+        found = self._read(keys=[self.keys.task(task_id)], args=[REVISION_SUFFIX])
+        if not found:
+            raise NotFound(f"no task {task_id}")
+        if b"doc" in found[0] or "doc" in found[0]:  # from before revisions had own keys
+            self._migrate(task_id)
+            return self._fetch(task_id)
+        task, rev = _decoded(found[0]), _decoded(found[1])
+        v = task.pop("v")
+        task.pop("seq", None)
+        doc = {**rev, **task}
+        for name in SEALED_FIELDS:
+            open_entries(doc.get(name), self.cipher)
+        return v, doc
+
+    def _migrate(self, task_id: str) -> None:
+        """Rewrite a one-JSON-document record in today's layout, once, under WATCH.
+
+        Such records (``doc``, ``state``, ``v``, ``seq`` in one hash, past revisions
+        in ``doc["history"]``) stay readable: the first read converts them.
+        """
+        key = self.keys.task(task_id)
+        with self.r.pipeline() as pipe:
+            try:
+                pipe.watch(key)
+                raw, v = pipe.hmget(key, ["doc", "v"])
+                if raw is None:
+                    return  # converted by someone else meanwhile
+                doc = json.loads(raw)
+                for entries in legacy_env_lists(doc):
+                    open_entries(entries, self.cipher)
+                current, past = legacy_split(doc)
+                pipe.multi()
+                pipe.hdel(key, "doc")
+                task_fields, rev_fields = self._split(current, set(current))
+                pipe.hset(key, mapping={"v": int(as_text(v)) + 1, **_encoded(task_fields)})
+                for rev in [*past, current]:
+                    pipe.hset(self.keys.revision(task_id, rev["revision"]),
+                              mapping=_encoded(self._split(rev, set(rev))[1]))
+                pipe.execute()
+            except redis.WatchError:
+                return  # it changed under us: the caller reads it again
+
+    def revision(self, task_id: str, revision: int) -> Doc:
+        """One revision as stored: env, resolved env, errors, warnings, outcome."""
+        raw = self.r.hgetall(self.keys.revision(task_id, revision))
+        if not raw:
+            raise NotFound(f"task {task_id} has no revision {revision}")
+        rev = _decoded([x for pair in raw.items() for x in pair])  # type: ignore[union-attr]
+        for name in SEALED_FIELDS:
+            open_entries(rev.get(name), self.cipher)
+        return {**rev, "revision": revision}
+
+    def revisions(self, task_id: str, count: int) -> builtins.list[Doc]:
+        """The small fields of revisions 1..count, oldest first: one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for n in range(1, count + 1):
+            pipe.hmget(self.keys.revision(task_id, n), list(REVISION_SUMMARY))
+        return [{"revision": n, **{f: json.loads(v) for f, v in zip(REVISION_SUMMARY, values,
+                                                                    strict=True) if v}}
+                for n, values in enumerate(pipe.execute(), start=1)]
 
     def list(self, owner: str | None = None, state: str | None = None,
              cursor: int | None = None, limit: int = 50) -> Page:
-        """Newest first; ``cursor`` is the position the previous page ended at."""
+        """Summaries, newest first; ``cursor`` is the position the previous page ended at."""
         top = f"({cursor}" if cursor is not None else "+inf"
         pairs: Any = self.r.zrevrangebyscore(self.keys.index(owner, state), top, "-inf",
-                                        start=0, num=limit + 1, withscores=True)
+                                             start=0, num=limit + 1, withscores=True)
         more = len(pairs) > limit
         pairs = pairs[:limit]
         pipe = self.r.pipeline(transaction=False)
         for task_id, _ in pairs:
-            pipe.hget(self.keys.task(as_text(task_id)), "doc")
-        docs = [self._load(raw) for raw in pipe.execute() if raw is not None]
-        return Page(docs, int(pairs[-1][1]) if more and pairs else None)
-
-    def _dump(self, doc: Doc) -> str:
-        """JSON for Redis, with every secret value sealed."""
-        if not any(e.get("secret") for entries in _env_lists(doc) for e in entries or []):
-            return json.dumps(doc)
-        sealed = json.loads(json.dumps(doc))  # seal a copy: the caller keeps clear values
-        for entries in _env_lists(sealed):
-            seal_entries(entries, self.cipher)
-        return json.dumps(sealed)
-
-    def _load(self, raw: str | bytes) -> Doc:
-        doc: Doc = json.loads(raw)
-        for entries in _env_lists(doc):
-            open_entries(entries, self.cipher)
-        return doc
+            pipe.hmget(self.keys.task(as_text(task_id)), list(SUMMARY_FIELDS))
+        items = []
+        for (task_id, _), values in zip(pairs, pipe.execute(), strict=True):
+            if values[0] is not None:
+                items.append({f: json.loads(v) for f, v in zip(SUMMARY_FIELDS, values,
+                                                               strict=True) if v is not None})
+            elif (doc := self.find(as_text(task_id))) is not None:  # a record to migrate
+                items.append({f: doc.get(f) for f in SUMMARY_FIELDS})
+        return Page(items, int(pairs[-1][1]) if more and pairs else None)
 
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""
@@ -230,6 +368,34 @@ class TaskStore:
 
     def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
         return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
+
+    # --- retention -----------------------------------------------------------------------
+
+    def expire_finished(self, now: float, limit: int = 500) -> int:
+        """Delete finished tasks past their retention: record, revisions, logs, index entries.
+
+        Costs what expires, never what is stored.
+        """
+        due = self.r.zrangebyscore(self.keys.expiry(), "-inf", now, start=0, num=limit)
+        return sum(self._delete_task(as_text(task_id)) for task_id in due)
+
+    def _delete_task(self, task_id: str) -> int:
+        k = self.keys
+        fields: Any = self.r.hmget(k.task(task_id), ["v", "owner", "state", "revision"])
+        if fields[0] is None:
+            self.r.zrem(k.expiry(), task_id)
+            return 0
+        v = as_text(fields[0])
+        owner, state, last = (json.loads(x) for x in fields[1:])
+        own = [key for n in range(1, last + 1) for key in (
+            k.revision(task_id, n), k.log(task_id, n), k.beat(task_id, n),
+            k.suspect(task_id, n))]
+        return int(self._delete(
+            keys=[k.expiry(), k.index(), k.index(owner), k.index(state=state),
+                  k.index(owner, state), k.task(task_id), *own],
+            args=[v, task_id]))
+
+    # --- launch liveness and logs --------------------------------------------------------
 
     def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:
         """A launch is alive for ``ttl`` more seconds."""

@@ -64,6 +64,8 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                                        heartbeat_ttl)] += 1
             except Exception:  # one task's trouble must not stop the pass
                 log.exception("reconcile: task %s could not be checked", task_id)
+    counts["expired"] = tasks.expire_finished(now)
+    counts = +counts  # drop zero counts
     counts.pop("", None)
     return counts
 

@@ -73,7 +73,7 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
     send = stage_sender(settings)
     return Services(
         settings=settings, redis=client, keys=Keys(prefix),
-        tasks=TaskStore(client, prefix, cipher),
+        tasks=TaskStore(client, prefix, cipher, settings.retention_days * 86400),
         policies=PolicyStore(client, prefix, cipher),
         tokens=TokenStore(client, prefix),
         audit=AuditLog(client, prefix),

@@ -210,7 +210,7 @@ def test_the_new_task_form_creates_the_task_as_typed(
         {"name": "HF_TOKEN", "value": SECRET, "secret": True},
     ]
     assert enqueued.calls == [(task_id, 1)]
-    assert SECRET not in redis_client.hget(f"taskenv:task:{task_id}", "doc")
+    assert SECRET not in redis_client.hget(f"taskenv:task:{task_id}:rev:1", "env")
 
 
 def test_a_double_submitted_form_makes_one_task(browser, tasks: TaskStore) -> None:

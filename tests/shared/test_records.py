@@ -34,7 +34,8 @@ def test_new_task_starts_pending_at_revision_one() -> None:
     doc = task()
     assert doc["state"] == states.PENDING and doc["revision"] == 1
     assert doc["owner"] == "alice"
-    assert doc["history"] == [] and doc["resolved"] is None
+    assert doc["resolved"] is None
+    assert (doc["made_by"], doc["how"]) == ("alice", "create")
     assert [e["state"] for e in doc["events"]] == [states.PENDING]
 
 
@@ -130,20 +131,14 @@ def finished(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def test_new_revision_archives_the_old_one() -> None:
-    doc = finished(task([var("A", "1")]))
-    new_revision(doc, [var("A", "2")])
-    assert doc["history"] == [{
-        "revision": 1, "state": states.FAILED, "env": [var("A", "1")],
-        "errors": [{"rule": "r", "message": "m"}], "warnings": [{"rule": "w", "message": "m"}],
-        "resolved": [{"name": "A", "value": "1", "source": "user", "overrode": [],
-                      "secret": False}],
-        "policy_version": 3, "exit_code": 2, "reason": "step 1 exited with 2",
-    }]
+def test_new_revision_says_who_made_it_and_how() -> None:
+    doc = new_revision(finished(task([var("A", "1")])), [var("A", "2")], "bob", "patch")
+    assert (doc["made_by"], doc["how"]) == ("bob", "patch")
+    assert "history" not in doc  # past revisions live in their own keys (shared.store)
 
 
 def test_new_revision_starts_pending_with_the_new_env_and_no_results() -> None:
-    doc = new_revision(finished(task()), [var("B", "2")])
+    doc = new_revision(finished(task()), [var("B", "2")], "alice", "patch")
     assert doc["revision"] == 2
     assert doc["state"] == states.PENDING
     assert doc["env"] == [var("B", "2")]
@@ -154,12 +149,12 @@ def test_new_revision_starts_pending_with_the_new_env_and_no_results() -> None:
     assert doc["events"][-1]["state"] == states.PENDING
 
 
-def test_revisions_accumulate_in_history() -> None:
+def test_revisions_count_up() -> None:
     doc = task()
     for _ in range(3):
-        new_revision(finished(doc), doc["env"])
+        new_revision(finished(doc), doc["env"], "alice", "rerun")
     assert doc["revision"] == 4
-    assert [h["revision"] for h in doc["history"]] == [1, 2, 3]
+    assert doc["events"] == [{"at": doc["events"][0]["at"], "revision": 4, "state": "pending"}]
 
 
 # --- public_view -------------------------------------------------------------------------
@@ -191,7 +186,7 @@ def test_public_view_masks_secret_values_in_env_and_resolved_env() -> None:
 
 def test_public_view_never_contains_a_secret_anywhere() -> None:
     doc = resolved_task()
-    new_revision(doc, doc["env"])  # the history now holds the secret too
+    new_revision(doc, doc["env"], "alice", "rerun")
     doc["resolved"] = resolved_task()["resolved"]
     assert SECRET not in json.dumps(public_view(doc, "/x"))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import fakeredis
@@ -9,9 +11,9 @@ import pytest
 
 from shared import records, states
 from shared.envlist import EnvVar
-from shared.errors import NotFound
+from shared.errors import NotFound, SecretsUnavailable
 from shared.policy import Policy, Protected
-from shared.secrets import Cipher, SecretsUnavailable, new_key
+from shared.secrets import Cipher, new_key
 from shared.store import PolicyStore, TaskStore
 
 
@@ -46,7 +48,8 @@ def ids(page_items: list[dict[str, Any]]) -> list[str]:
 
 
 def task_keys(r: fakeredis.FakeRedis) -> list[str]:
-    return [k for k in r.keys("taskenv:task:*") if ":log:" not in k]
+    """Task records (one hash per task), not their revisions or logs."""
+    return [k for k in r.keys("taskenv:task:*") if k.count(":") == 2]
 
 
 # --- create / get ------------------------------------------------------------------------
@@ -165,7 +168,8 @@ def test_update_returning_none_writes_nothing(tasks: TaskStore, r: fakeredis.Fak
 def test_update_makes_a_new_revision(tasks: TaskStore) -> None:
     task_id = create(tasks, env=[{"name": "A", "value": "1"}])
     tasks.transition(task_id, 1, states.PENDING, states.REJECTED)
-    doc = tasks.update(task_id, lambda d: records.new_revision(d, [{"name": "A", "value": "2"}]))
+    doc = tasks.update(task_id, lambda d: records.new_revision(
+        d, [{"name": "A", "value": "2"}], "alice", "patch"))
     assert doc is not None and doc["revision"] == 2
     assert tasks.get(task_id)["state"] == states.PENDING
     assert ids(tasks.list(state=states.PENDING).items) == [task_id]
@@ -332,11 +336,11 @@ def test_secret_values_are_sealed_at_rest_and_opened_on_read(r: fakeredis.FakeRe
     store.transition(task_id, 1, states.PENDING, states.VALIDATED,
                      resolved=[{"name": "TOKEN", "value": SECRET, "source": "user",
                                 "overrode": [], "secret": True}])
-    store.update(task_id, lambda d: records.new_revision(d, d["env"]))
+    store.update(task_id, lambda d: records.new_revision(d, d["env"], "alice", "rerun"))
     assert SECRET not in everything_in_redis(r)
     doc = store.get(task_id)
     assert {e["name"]: e["value"] for e in doc["env"]} == {"PLAIN": "visible", "TOKEN": SECRET}
-    assert doc["history"][0]["resolved"][0]["value"] == SECRET
+    assert store.revision(task_id, 1)["resolved"][0]["value"] == SECRET
     assert ids(store.list().items) == [task_id]
     assert "visible" in everything_in_redis(r)  # only secrets are sealed
 
@@ -419,3 +423,101 @@ def test_put_ignores_the_version_it_is_given(policies: PolicyStore) -> None:
 def test_missing_version_raises_not_found(policies: PolicyStore, version: int) -> None:
     with pytest.raises(NotFound):
         policies.get(version)
+
+
+# --- revisions in their own keys, migration, retention -----------------------------------
+
+def written_bytes(r: fakeredis.FakeRedis, action: Any) -> int:
+    """Bytes of every command ``action`` sends to Redis (what a write costs)."""
+    sent: list[int] = []
+    real = r.execute_command
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(sum(len(str(a)) for a in args))
+        return real(*args, **kwargs)
+
+    r.execute_command = counting  # type: ignore[method-assign]
+    try:
+        action()
+    finally:
+        r.execute_command = real  # type: ignore[method-assign]
+    return sum(sent)
+
+
+def test_a_state_change_costs_the_same_after_many_big_revisions(tasks: TaskStore,
+                                                                r: fakeredis.FakeRedis) -> None:
+    big = [{"name": f"VAR_{i}", "value": "x" * 200} for i in range(100)]
+    young, _ = tasks.create(new_doc())
+    old, _ = tasks.create(new_doc())
+    for _ in range(30):
+        tasks.update(old["id"], lambda d: records.new_revision(d, big, "alice", "patch"))
+    revision = tasks.get(old["id"])["revision"]
+    young_cost = written_bytes(r, lambda: tasks.transition(
+        young["id"], 1, states.PENDING, states.VALIDATED))
+    old_cost = written_bytes(r, lambda: tasks.transition(
+        old["id"], revision, states.PENDING, states.VALIDATED))
+    # The old task's current env is 20 KB: a transition must not carry it, nor history.
+    assert old_cost < young_cost * 1.5, (young_cost, old_cost)
+    assert len(r.hget(tasks.keys.task(old["id"]), "revision")) < 10
+
+
+def test_each_revision_keeps_its_env_and_outcome(tasks: TaskStore) -> None:
+    doc, _ = tasks.create(new_doc(env=[{"name": "A", "value": "1"}]))
+    tasks.transition(doc["id"], 1, states.PENDING, states.REJECTED,
+                     errors=[{"rule": "x", "message": "m"}])
+    tasks.update(doc["id"], lambda d: records.new_revision(
+        d, [{"name": "A", "value": "2"}], "bob", "patch"))
+    first, second = tasks.revision(doc["id"], 1), tasks.revision(doc["id"], 2)
+    assert first["env"] == [{"name": "A", "value": "1"}]
+    assert first["state"] == states.REJECTED and first["errors"][0]["rule"] == "x"
+    assert second["env"] == [{"name": "A", "value": "2"}] and second["errors"] == []
+    summary = tasks.revisions(doc["id"], 2)
+    assert [(s["revision"], s["state"], s["how"]) for s in summary] == [
+        (1, states.REJECTED, "create"), (2, states.PENDING, "patch")]
+    assert summary[1]["made_by"] == "bob"
+
+
+def test_a_record_from_before_revision_keys_is_read_and_converted(r: fakeredis.FakeRedis) -> None:
+    cipher = Cipher([new_key()])
+    store = TaskStore(r, cipher=cipher)
+    sealed = [{"name": "TOKEN", "sealed": cipher.seal(SECRET), "secret": True}]
+    legacy = {**records.new_task({"name": "old", "steps": [["true"]], "env": []}, "alice"),
+              "id": "legacy1", "revision": 2, "state": states.SUCCEEDED, "env": sealed,
+              "history": [{"revision": 1, "state": states.FAILED, "env": sealed,
+                           "errors": [], "warnings": [], "resolved": None,
+                           "policy_version": 3, "exit_code": 1, "reason": "boom"}]}
+    r.hset(store.keys.task("legacy1"), mapping={"doc": json.dumps(legacy),
+                                                "state": states.SUCCEEDED, "v": 4, "seq": 1})
+    r.zadd(store.keys.index(), {"legacy1": 1})
+    doc = store.get("legacy1")
+    assert doc["revision"] == 2 and doc["state"] == states.SUCCEEDED
+    assert doc["env"][0]["value"] == SECRET
+    assert store.revision("legacy1", 1)["reason"] == "boom"
+    assert r.hget(store.keys.task("legacy1"), "doc") is None  # converted once
+    assert SECRET not in everything_in_redis(r)
+    assert [t["name"] for t in store.list().items] == ["old"]
+
+
+def test_finished_tasks_expire_whole_and_leave_no_index_entry(r: fakeredis.FakeRedis) -> None:
+    store = TaskStore(r, retention_seconds=60)
+    done, _ = store.create(new_doc())
+    busy, _ = store.create(new_doc())
+    store.transition(done["id"], 1, states.PENDING, states.REJECTED, errors=[])
+    store.append_log(done["id"], 1, "output")
+    now = time.time()
+    assert store.expire_finished(now) == 0  # not yet due
+    assert store.expire_finished(now + 61) == 1
+    assert store.find(done["id"]) is None
+    assert [k for k in r.keys("*") if done["id"] in k] == []
+    assert ids(store.list().items) == [busy["id"]]
+    assert ids(store.list(state=states.REJECTED).items) == []
+    assert store.find(busy["id"]) is not None
+
+
+def test_a_rerun_takes_a_finished_task_off_the_expiry_schedule(r: fakeredis.FakeRedis) -> None:
+    store = TaskStore(r, retention_seconds=60)
+    doc, _ = store.create(new_doc())
+    store.transition(doc["id"], 1, states.PENDING, states.REJECTED, errors=[])
+    store.update(doc["id"], lambda d: records.new_revision(d, [], "alice", "rerun"))
+    assert store.expire_finished(time.time() + 3600) == 0
+    assert store.get(doc["id"])["revision"] == 2
