@@ -1,4 +1,8 @@
-"""One error body everywhere: ``{code, message, errors: [{variable?, field?, rule, message}]}``."""
+"""One error body everywhere: ``{code, message, errors: [{variable?, field?, rule, message}]}``.
+
+The domain's errors (``shared.errors``) know nothing of HTTP: :data:`STATUS` says
+which status each answers, for the JSON API and the pages alike.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,44 @@ from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from api.schemas import Error
-from shared.errors import Problem, TaskenvError
+from shared.errors import (
+    BadRequest,
+    EnvInvalid,
+    Forbidden,
+    LaunchFailed,
+    NotFound,
+    PolicyConflict,
+    PolicyInvalid,
+    Problem,
+    SecretsUnavailable,
+    StateConflict,
+    TaskenvError,
+    TooManyRequests,
+    TransientError,
+    Unauthorized,
+)
+
+# Most specific class first; an error answers the status of the nearest class listed.
+STATUS: dict[type[TaskenvError], int] = {
+    EnvInvalid: 422,
+    PolicyConflict: 422,
+    PolicyInvalid: 422,
+    SecretsUnavailable: 422,
+    BadRequest: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    StateConflict: 409,
+    TooManyRequests: 429,
+    LaunchFailed: 500,
+    TransientError: 503,
+    TaskenvError: 500,
+}
+
+
+def status_for(error: TaskenvError) -> int:
+    """The HTTP status a domain error answers."""
+    return next(STATUS[cls] for cls in type(error).__mro__ if cls in STATUS)
 
 
 def body(code: str, message: str, problems: list[Problem] | None = None) -> dict[str, Any]:
@@ -48,7 +89,7 @@ class TaskenvApi(Api):
         app.register_error_handler(RecursionError, self.handle_too_deep)
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
-        return jsonify(body(error.code, error.message, error.problems)), error.status
+        return jsonify(body(error.code, error.message, error.problems)), status_for(error)
 
     def handle_redis_error(self, error: redis.RedisError) -> Any:
         # Safe to retry: with the same Idempotency-Key a retry never makes a second task.

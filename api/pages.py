@@ -38,6 +38,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from api import actions, auth, svc
 from api import page_forms as forms
+from api.errors import status_for
 from api.schemas import PolicyIn, TaskQuery
 from shared import records, states
 from shared.errors import (
@@ -45,12 +46,13 @@ from shared.errors import (
     Forbidden,
     PolicyInvalid,
     Problem,
+    SecretsUnavailable,
     StateConflict,
     TaskenvError,
     TooManyRequests,
 )
 from shared.policy import Policy
-from shared.secrets import MASK, SecretsUnavailable, blanked
+from shared.secrets import MASK, blanked
 from shared.tokens import Identity, digest
 
 log = logging.getLogger("taskenv.pages")
@@ -148,7 +150,7 @@ def error_page(code: int, message: str, problems: list[Problem] | None = None) -
 
 @bp.errorhandler(TaskenvError)
 def taskenv_error(error: TaskenvError) -> Any:
-    return error_page(error.status, error.message, error.problems)
+    return error_page(status_for(error), error.message, error.problems)
 
 
 @bp.errorhandler(HTTPException)
@@ -223,7 +225,8 @@ def task_new() -> Any:
         # The form's id is the idempotency key: a double-click makes one task, not two.
         doc = actions.create_task(svc(), data, auth.actor(), form_id)
     except TaskenvError as error:
-        return new_task_page(typed, rows, secrets.token_urlsafe(16), error.status, error=error)
+        return new_task_page(typed, rows, secrets.token_urlsafe(16), status_for(error),
+                             error=error)
     flash(f"Task {doc['name']} created: its env is being validated, resolved and launched. "
           "Reload this page to follow it.", "ok")
     return redirect(url_for(".task", task_id=doc["id"]))
@@ -276,7 +279,7 @@ def task_env(task_id: str) -> Any:
         new = actions.revise_task(svc(), task_id, auth.actor(), auth.scope(), patch["set"],
                                   patch["unset"], "task.env.patch")
     except (EnvInvalid, StateConflict, SecretsUnavailable) as error:
-        return task_page(doc, error.status, env_rows, new_rows, error=error)
+        return task_page(doc, status_for(error), env_rows, new_rows, error=error)
     flash(f"Revision {new['revision']} created with the changed env; it is validated, "
           "resolved and launched in a new container.", "ok")
     return redirect(url_for(".task", task_id=task_id))
@@ -316,11 +319,11 @@ def policy() -> Any:
         # The rules first (they name the variable), then the API's shape (PolicyIn).
         saved = actions.save_policy(svc(), data, auth.actor(), shape=PolicyIn())
     except PolicyInvalid as error:
-        return policy_page(current, shown, error.status, problems=error.problems)
+        return policy_page(current, shown, status_for(error), problems=error.problems)
     except ma.ValidationError as error:
         return policy_page(current, shown, 422, forms.errors_of(error))
     except SecretsUnavailable as error:  # a secret row, but no TASKENV_SECRET_KEYS
-        return policy_page(current, shown, error.status, {"_schema": [error.message]})
+        return policy_page(current, shown, status_for(error), {"_schema": [error.message]})
     flash(f"Policy version {saved.version} saved: new tasks and new revisions are resolved "
           "with it; tasks already resolved keep their version.", "ok")
     return redirect(url_for(".policy"))

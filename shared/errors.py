@@ -2,7 +2,9 @@
 
 Permanent errors (a bad env list, a policy conflict) are the user's to fix and
 are never retried.  Transient errors (Redis timeouts, a backend answering
-429/5xx) are retried with backoff by the workers.
+429/5xx) are retried with backoff by the workers.  Each error has a ``code``, a
+stable name for clients; which HTTP status it answers is the API's business
+(``api.errors.STATUS``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ class Problem:
 class TaskenvError(Exception):
     """Root of every error taskenv raises on purpose."""
 
-    status = 500
     code = "internal"
 
     def __init__(self, message: str, problems: list[Problem] | None = None) -> None:
@@ -43,75 +44,70 @@ class PermanentError(TaskenvError):
 class EnvInvalid(PermanentError):
     """The env list breaks one or more validation rules."""
 
-    status = 422
     code = "env_invalid"
 
 
 class PolicyConflict(PermanentError):
     """The env list sets a variable the platform reserves or an admin protects."""
 
-    status = 422
     code = "policy_conflict"
 
 
 class PolicyInvalid(PermanentError):
     """An admin's policy is not self-consistent."""
 
-    status = 422
     code = "policy_invalid"
 
 
 class BadRequest(PermanentError):
     """The request is malformed in a way no schema caught (a header, a parameter)."""
 
-    status = 400
     code = "bad_request"
 
 
 class Unauthorized(PermanentError):
     """No bearer token, or one this platform does not know."""
 
-    status = 401
     code = "unauthorized"
 
 
 class Forbidden(PermanentError):
     """The token is valid but its role may not do this."""
 
-    status = 403
     code = "forbidden"
 
 
 class TooManyRequests(PermanentError):
     """Too many failed attempts from one client; wait before trying again."""
 
-    status = 429
     code = "too_many_requests"
 
 
 class NotFound(PermanentError):
     """No such task, policy version or other object (or not yours)."""
 
-    status = 404
     code = "not_found"
 
 
 class StateConflict(PermanentError):
     """The object is not in a state that allows this change."""
 
-    status = 409
     code = "conflict"
+
+
+class SecretsUnavailable(TaskenvError):
+    """A secret needs sealing or opening but no usable key is configured."""
+
+    code = "secrets_unavailable"
 
 
 class TransientError(TaskenvError):
     """Worth retrying: a backend or Redis hiccup."""
 
-    status = 503
     code = "unavailable"
 
 
 class LaunchFailed(PermanentError):
     """The backend refused the workload for a reason a retry cannot fix."""
 
-    status = 500
     code = "launch_failed"

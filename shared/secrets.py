@@ -14,18 +14,10 @@ from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from shared.errors import TaskenvError
+from shared.errors import SecretsUnavailable
 
 MASK = "********"
 REDACTED = "[secret]"
-
-
-class SecretsUnavailable(TaskenvError):
-    """A secret needs sealing or opening but no usable key is configured."""
-
-    status = 422
-    code = "secrets_unavailable"
-
 
 class Cipher:
     def __init__(self, keys: Iterable[str]) -> None:

@@ -1,0 +1,41 @@
+"""Domain errors carry no HTTP status; the API maps each class to one."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from api.errors import STATUS, status_for
+from shared import errors
+from shared.errors import NotFound, PermanentError, TaskenvError
+
+DOMAIN_ERRORS = [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
+                 if issubclass(cls, TaskenvError)]
+
+
+@pytest.mark.parametrize(("name", "status"), [
+    ("EnvInvalid", 422), ("PolicyConflict", 422), ("PolicyInvalid", 422),
+    ("SecretsUnavailable", 422), ("BadRequest", 400), ("Unauthorized", 401),
+    ("Forbidden", 403), ("NotFound", 404), ("StateConflict", 409),
+    ("TooManyRequests", 429), ("LaunchFailed", 500), ("TransientError", 503),
+    ("PermanentError", 500), ("TaskenvError", 500)])
+def test_each_domain_error_answers_its_status(name: str, status: int) -> None:
+    assert status_for(getattr(errors, name)("why")) == status
+
+
+def test_the_core_knows_no_http_and_every_error_class_has_a_status() -> None:
+    assert all("status" not in vars(cls) for cls in DOMAIN_ERRORS)
+    assert {cls.__name__ for cls in DOMAIN_ERRORS} - {c.__name__ for c in STATUS} \
+        == {"PermanentError"}  # a base class: its subclasses name their own
+
+
+def test_a_subclass_answers_its_nearest_listed_class() -> None:
+    class TokenNotFound(NotFound):
+        pass
+
+    class Refused(PermanentError):
+        pass
+
+    assert status_for(TokenNotFound("no such token")) == 404
+    assert status_for(Refused("no")) == 500
