@@ -203,7 +203,7 @@ def tasks() -> Any:
     except ma.ValidationError as error:
         abort(400, f"Bad list parameters: {error.messages}")
     found = svc().tasks.list(auth.scope(), query["status"], query["cursor"], query["limit"])
-    items = [records.public_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
+    items = [records.summary_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
     return page("tasks.html", items=items, next_cursor=found.next_cursor, query=query,
                 states=states.ALL)
 

@@ -110,7 +110,7 @@ class Page:
 REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
-    "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at",
+    "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
@@ -122,7 +122,16 @@ REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "ho
 COUNTERS = ("v", "seq")
 
 
-def _encoded(fields: Doc) -> dict[str | bytes, str | bytes]:
+def _timestamps(doc: Doc, new_state: str) -> Doc:
+    """When a revision started running and when it reached a final state."""
+    if new_state == states.RUNNING and not doc.get("started_at"):
+        return {"started_at": time.time()}
+    if new_state in states.FINAL:
+        return {"ended_at": time.time()}
+    return {}
+
+
+def _encoded(fields: Doc) -> dict[Any, Any]:  # redis-py's mapping types are invariant
     return {name: json.dumps(value) for name, value in fields.items()}
 
 
@@ -225,8 +234,9 @@ class TaskStore:
             if doc["revision"] != revision or doc["state"] not in allowed:
                 return None
             old_state = doc["state"]
-            new_state, changes = decide(doc)
+            new_state, decided = decide(doc)
             assert states.can_move(old_state, new_state), (old_state, new_state)
+            changes = {**_timestamps(doc, new_state), **decided}
             doc.update(changes, state=new_state)
             doc["events"] = [*doc.get("events", []),
                              {"at": time.time(), "revision": revision, "state": new_state}]
