@@ -7,7 +7,6 @@ import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,19 +16,9 @@ import pytest
 import redis
 import requests
 
-from shared.tokens import PREFIX
+from tests.stack import FINAL, Stack, api_url, stack_env, start_front, wait_until_serving
 from workers.celery_app import QUEUES
-from workers.localstack import (
-    RedisServer,
-    free_port,
-    start_api,
-    start_reconciler,
-    start_worker,
-    stop_all,
-    wait_http,
-)
-
-FINAL = {"succeeded", "failed", "rejected"}
+from workers.localstack import RedisServer, start_worker, stop_all
 
 
 @dataclass
@@ -52,19 +41,18 @@ class FaultStack:
         self.runs = root / "runs.txt"
         self.logs = root / "processes.log"
         self.redis = RedisServer(root / "redis", appendonly=True)
-        self.port = free_port()
-        self.token = PREFIX + uuid.uuid4().hex
-        self.env = {
-            "TASKENV_REDIS_URL": self.redis.url,
-            "TASKENV_WORK_DIR": str(root / "tasks"),
-            "TASKENV_PORT": str(self.port),
-            "TASKENV_ADMIN_TOKEN": self.token,
+        self.env = stack_env(self.redis.url, root, **{
             "TASKENV_STUCK_AFTER_SECONDS": "3",
             "TASKENV_RECONCILE_INTERVAL_SECONDS": "1",
             "TASKENV_HEARTBEAT_SECONDS": "1",
             "TASKENV_CONSUMER_STALL_SECONDS": "6",
             **extra_env,
-        }
+        })
+        self.port = int(self.env["TASKENV_PORT"])
+        self.token = self.env["TASKENV_ADMIN_TOKEN"]
+        # The same HTTP client the integration tests use.
+        self.client = Stack(api_url(self.env), redis.Redis.from_url(self.redis.url), self.env,
+                            root / "tasks", self.logs)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.supervising = False
         self.restarts = 0  # workers that exited on their own and were started again
@@ -77,8 +65,8 @@ class FaultStack:
             self.start_worker(queue)
         self.supervising = True
         in_background(self.supervise)
-        self.others = [start_reconciler(self.env, self.logs), start_api(self.env, self.logs)]
-        wait_http(f"http://127.0.0.1:{self.port}/healthz")
+        self.others = start_front(self.env, self.logs)
+        wait_until_serving(self.env)
 
     def start_worker(self, queue: str) -> None:
         self.workers[queue] = start_worker(queue, self.env, concurrency=2, logfile=self.logs)
@@ -119,9 +107,8 @@ class FaultStack:
         deadline = time.monotonic() + give_up_after
         while time.monotonic() < deadline:
             try:
-                resp = requests.post(f"http://127.0.0.1:{self.port}/api/v1/tasks", json=body,
-                                     headers={"Authorization": f"Bearer {self.token}",
-                                              "Idempotency-Key": key}, timeout=5)
+                resp = self.client.call("POST", "/api/v1/tasks", json=body,
+                                        headers={"Idempotency-Key": key}, timeout=5)
                 if resp.status_code == 202:
                     return str(resp.json()["id"])
             except requests.RequestException:
@@ -174,8 +161,8 @@ class FaultStack:
 @pytest.fixture
 def fault_stack(tmp_path: Path) -> Iterator[FaultStack]:
     stack = FaultStack(tmp_path)
-    stack.start()
     try:
+        stack.start()
         yield stack
     finally:
         stack.stop()
