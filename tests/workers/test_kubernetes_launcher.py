@@ -31,8 +31,8 @@ from tests.contract.k8s_api import (
     terminated,
     waiting,
 )
+from tests.workers.conftest import RecordingHooks
 from workers.launchers import make_launcher
-from workers.launchers.base import Hooks
 from workers.launchers.kubernetes import KubernetesLauncher, make_api_client
 from workers.launchers.ratelimit import TokenBucket
 
@@ -55,16 +55,6 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-class RecordingHooks:
-    def __init__(self) -> None:
-        self.started = 0
-        self.lines: list[str] = []
-        self.hooks = Hooks(started=self._started, log=self.lines.append)
-
-    def _started(self) -> None:
-        self.started += 1
 
 
 @pytest.fixture

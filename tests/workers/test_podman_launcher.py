@@ -12,7 +12,6 @@ import stat
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,11 @@ import pytest
 from shared import manifest
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
-from shared.policy import Resolved
 from shared.workload import DEFAULT_IMAGE, Resources, Workload
 from tests.podman_helpers import env_dumps, podman
+from tests.workers.conftest import RecordingHooks, build_workload
 from workers.launchers import make_launcher
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Outcome
 from workers.launchers.podman import PodmanLauncher, expand
 
 pytestmark = [pytest.mark.integration, pytest.mark.podman]
@@ -79,29 +78,13 @@ def make_workload() -> Iterator[Callable[..., Workload]]:
 
     def make(steps: list[list[str]], env: dict[str, str] | None = None,
              secrets: dict[str, str] | None = None, **kwargs: Any) -> Workload:
-        variables = [Resolved(k, v, "user") for k, v in (env or {}).items()]
-        variables += [Resolved(k, v, "protected", (), True) for k, v in (secrets or {}).items()]
-        workload = Workload(task_id=uuid.uuid4().hex, revision=1, name="podman-test",
-                            steps=tuple(tuple(s) for s in steps), env=tuple(variables),
-                            policy_version=1, **kwargs)
+        workload = build_workload(steps, env, secrets, name="podman-test", **kwargs)
         made.append(workload)
         return workload
 
     yield make
     for workload in made:
         podman("pod", "rm", "--force", "--ignore", workload.run_name)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.started = 0
-        self.lines: list[str] = []
-
-    def hooks(self) -> Hooks:
-        return Hooks(started=self._started, log=self.lines.append)
-
-    def _started(self) -> None:
-        self.started += 1
 
 
 def finish(launcher: PodmanLauncher, workload: Workload, timeout: float = 60) -> Outcome:
@@ -116,8 +99,8 @@ def finish(launcher: PodmanLauncher, workload: Workload, timeout: float = 60) ->
 
 
 def run(launcher: PodmanLauncher, workload: Workload) -> tuple[Outcome, str]:
-    recorder = Recorder()
-    assert launcher.launch(workload, recorder.hooks()) == Outcome("running")
+    recorder = RecordingHooks()
+    assert launcher.launch(workload, recorder.hooks) == Outcome("running")
     assert recorder.started == 1
     outcome = finish(launcher, workload)
     return outcome, launcher.logs(workload) or ""
@@ -180,10 +163,10 @@ def test_failing_step_fails_with_its_exit_code(launcher: PodmanLauncher, make_wo
 def test_launching_twice_leaves_one_pod_and_one_container(launcher: PodmanLauncher,
                                                           make_workload):
     workload = make_workload([["sleep", "2"]])
-    first, second = Recorder(), Recorder()
+    first, second = RecordingHooks(), RecordingHooks()
 
-    assert launcher.launch(workload, first.hooks()).state == "running"
-    assert launcher.launch(workload, second.hooks()).state == "running"
+    assert launcher.launch(workload, first.hooks).state == "running"
+    assert launcher.launch(workload, second.hooks).state == "running"
 
     assert (first.started, second.started) == (1, 1)
     assert pods_and_containers(workload) == ([workload.run_name],
@@ -211,7 +194,7 @@ def test_concurrent_launches_leave_one_container(launcher: PodmanLauncher, make_
 
     def launch() -> None:
         try:
-            outcomes.append(launcher.launch(workload, Recorder().hooks()))
+            outcomes.append(launcher.launch(workload, RecordingHooks().hooks))
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             outcomes.append(exc)
 
@@ -267,7 +250,7 @@ def test_unknown_local_image_fails_permanently_and_leaves_nothing(launcher: Podm
     workload = make_workload([["true"]], image="localhost/no-such-image:latest")
 
     with pytest.raises(LaunchFailed, match="no-such-image"):
-        launcher.launch(workload, Recorder().hooks())
+        launcher.launch(workload, RecordingHooks().hooks)
 
     assert pods_and_containers(workload) == ([], [])
     assert launcher.observe(workload) is None and launcher.logs(workload) is None
@@ -278,7 +261,7 @@ def test_bad_manifest_fails_permanently_and_leaves_nothing(launcher: PodmanLaunc
     workload = make_workload([["true"]], resources=Resources(memory="lots"))
 
     with pytest.raises(LaunchFailed, match="quantities"):
-        launcher.launch(workload, Recorder().hooks())
+        launcher.launch(workload, RecordingHooks().hooks)
 
     assert pods_and_containers(workload) == ([], [])
 
@@ -287,7 +270,7 @@ def test_container_that_cannot_start_is_removed(launcher: PodmanLauncher, make_w
     workload = make_workload([["true"]], workdir="/etc/passwd")  # not a directory
 
     with pytest.raises(LaunchFailed):
-        launcher.launch(workload, Recorder().hooks())
+        launcher.launch(workload, RecordingHooks().hooks)
 
     assert pods_and_containers(workload) == ([], [])
 
@@ -311,7 +294,7 @@ def test_podman_not_answering_is_transient(tmp_path: Path, make_workload):
                               timeout=0.3)
 
     with pytest.raises(TransientError, match="did not answer"):
-        launcher.launch(make_workload([["true"]]), Recorder().hooks())
+        launcher.launch(make_workload([["true"]]), RecordingHooks().hooks)
 
 
 def test_podman_busy_is_transient(tmp_path: Path, make_workload):
@@ -326,7 +309,7 @@ def test_podman_missing_fails_permanently(tmp_path: Path, make_workload):
     launcher = PodmanLauncher(Settings(), binary=str(tmp_path / "no-podman"))
 
     with pytest.raises(LaunchFailed, match="not installed"):
-        launcher.launch(make_workload([["true"]]), Recorder().hooks())
+        launcher.launch(make_workload([["true"]]), RecordingHooks().hooks)
 
 
 def test_settings_pick_the_podman_launcher_and_its_image(make_workload):

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import threading
 
-import fakeredis
 import pytest
 
 from shared import records, states
 from shared.policy import Resolved
-from shared.secrets import REDACTED, Cipher, new_key
+from shared.secrets import REDACTED
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Outcome
@@ -46,11 +45,6 @@ class Queue:
 
     def __call__(self, stage: str, task_id: str, revision: int) -> None:
         self.sent.append((stage, task_id, revision))
-
-
-@pytest.fixture
-def tasks() -> TaskStore:
-    return TaskStore(fakeredis.FakeRedis(decode_responses=True), cipher=Cipher([new_key()]))
 
 
 def task_in(tasks: TaskStore, state: str, secret: str | None = None) -> str:
