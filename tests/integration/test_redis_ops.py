@@ -37,6 +37,7 @@ def sentinel_url(redis_server: RedisServer, tmp_path: Path) -> Iterator[str]:
     conf = tmp_path / "sentinel.conf"
     conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
                     f"sentinel monitor mymaster 127.0.0.1 {redis_server.port} 1\n"
+                    f"sentinel auth-pass mymaster {redis_server.password}\n"
                     "sentinel down-after-milliseconds mymaster 5000\n")
     binary = redis_binary()
     assert binary is not None
@@ -52,7 +53,7 @@ def sentinel_url(redis_server: RedisServer, tmp_path: Path) -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, "sentinel did not come up"
             time.sleep(0.1)
-        yield f"sentinel://127.0.0.1:{port}/0"
+        yield f"sentinel://:{redis_server.password}@127.0.0.1:{port}/0"
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -1,0 +1,32 @@
+"""Connecting with a password, directly or through Sentinel."""
+
+from __future__ import annotations
+
+from redis.sentinel import SentinelConnectionPool
+
+from shared.redis_conn import connect, parse_sentinel_url
+
+
+def test_a_plain_url_carries_its_password() -> None:
+    client = connect("redis://:s3cret%2Fpw@10.0.0.5:6380/2")
+    kwargs = client.connection_pool.connection_kwargs
+
+    assert (kwargs["password"], kwargs["host"], kwargs["port"], kwargs["db"]) == \
+        ("s3cret/pw", "10.0.0.5", 6380, 2)
+
+
+def test_a_sentinel_url_gives_its_password_to_the_master() -> None:
+    client = connect("sentinel://:pw@10.0.0.1:26379;sentinel://:pw@10.0.0.2/3", "main")
+    pool = client.connection_pool
+
+    assert isinstance(pool, SentinelConnectionPool)
+    assert pool.service_name == "main"
+    assert (pool.connection_kwargs["password"], pool.connection_kwargs["db"]) == ("pw", 3)
+    # The sentinels are asked without it, as Celery's broker does.
+    assert all(s.connection_pool.connection_kwargs.get("password") is None
+               for s in pool.sentinel_manager.sentinels)
+
+
+def test_sentinel_hosts_default_their_port_and_the_password_is_decoded() -> None:
+    assert parse_sentinel_url("sentinel://:a%40b@s1;sentinel://s2:26380/1") == \
+        ([("s1", 26379), ("s2", 26380)], 1, "a@b")
