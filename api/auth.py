@@ -1,8 +1,10 @@
 """Who is calling: bearer tokens on every route but the health check.
 
-A missing or unknown token answers 401; too many failures from one address in
-a minute answer 429.  Views ask :func:`scope` whose tasks they may touch and
-the admin-only blueprints are listed in ``ADMIN_BLUEPRINTS``.
+A missing or unknown token answers 401; past a budget of failures per address
+(or per token beginning) in a minute, a failing caller gets 429 with Retry-After.
+A valid token is always accepted: it is looked up before any failure is counted.
+Views ask :func:`scope` whose tasks they may touch and the admin-only blueprints
+are listed in ``ADMIN_BLUEPRINTS``.
 """
 
 from __future__ import annotations
@@ -43,18 +45,20 @@ def authenticate() -> None:
 def identify(token: str) -> Identity | None:
     """The identity behind a token (API header or login form); None counts a failure.
 
-    The API and the pages share one budget of failures per address and minute; past
-    it, this raises :class:`TooManyRequests` before the token is even looked up.
+    A known token is accepted at once, however many failures came before it from the
+    same address.  An unknown one counts a failure (per address and per token
+    beginning, one budget for the API and the pages); past the budget this raises
+    :class:`TooManyRequests`, answered with ``Retry-After``.
     """
     services = svc()
-    address = str(request.remote_addr)
-    if services.auth_failures.blocked(address):
-        raise TooManyRequests("too many failed authentications from this address; "
-                              "try again in a minute")
     found = services.tokens.identify(token) if token else None
-    if found is None:
-        services.auth_failures.record(address)
-    return found
+    if found is not None:
+        return found
+    wait = services.auth_failures.fail(str(request.remote_addr), token)
+    if wait:
+        g.retry_after = wait
+        raise TooManyRequests(f"too many failed authentications; try again in {wait} s")
+    return None
 
 
 def identity() -> Identity:
@@ -79,4 +83,6 @@ def security_headers(response: Any) -> Any:
     headers.setdefault("Content-Security-Policy", "default-src 'none'; frame-ancestors 'none'")
     if response.status_code == 401:
         headers.setdefault("WWW-Authenticate", 'Bearer realm="taskenv"')
+    if response.status_code == 429 and "retry_after" in g:
+        headers.setdefault("Retry-After", str(g.retry_after))
     return response

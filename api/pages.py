@@ -1,9 +1,10 @@
 """The web console: server-rendered pages where users create tasks and edit their env,
 and admins edit the policy.
 
-Pages authenticate by a session cookie, made by pasting an API token once.  The
-session keeps only the token's SHA-256 digest and the identity's id, and every
-request looks the identity up again, so revoking a token ends its sessions too.
+Pages authenticate by a session, made by pasting an API token once.  The cookie
+holds only a random id; the session lives in Redis (:mod:`api.sessions`) and keeps
+the token's SHA-256 digest and the identity's id, and every request looks the
+identity up again, so logging out or revoking the token ends the session.
 Every POST carries a per-session CSRF token.  Task actions go through
 :mod:`api.actions`, the same code path as the JSON API; forms are read by
 :mod:`api.page_forms`.  Pages show tasks only through ``records.public_view``,
@@ -13,7 +14,6 @@ so a secret value never reaches a template.
 from __future__ import annotations
 
 import hmac
-import logging
 import re
 import secrets
 from datetime import UTC, datetime
@@ -36,10 +36,11 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from api import actions, auth, svc
+from api import actions, auth, sessions, svc
 from api import page_forms as forms
 from api.errors import status_for
 from api.schemas import PolicyIn, TaskQuery
+from api.sessions import RedisSessions
 from shared import records, states
 from shared.errors import (
     EnvInvalid,
@@ -53,9 +54,8 @@ from shared.errors import (
 )
 from shared.policy import Policy
 from shared.secrets import MASK, blanked
-from shared.tokens import Identity, digest
+from shared.tokens import Identity, SessionStore, digest
 
-log = logging.getLogger("taskenv.pages")
 bp = Blueprint("pages", __name__)
 
 # No inline script or style anywhere: only our own static files may run or style the page.
@@ -68,17 +68,13 @@ FORM_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
 def init_app(app: Flask) -> None:
-    """Session settings and the blueprint; without a configured secret, a random key."""
-    settings = app.extensions["taskenv"].settings
-    key = settings.session_secret
-    if not key:
-        key = secrets.token_urlsafe(32)
-        log.warning("TASKENV_SESSION_SECRET is not set: page sessions are signed with a "
-                    "random key, so they end when this process restarts and are not "
-                    "recognised by other API processes")
-    app.config.update(SECRET_KEY=key, SESSION_COOKIE_NAME="taskenv_session",
+    """Server-side sessions in Redis (the cookie holds an id only) and the blueprint."""
+    services = app.extensions["taskenv"]
+    settings = services.settings
+    app.config.update(SESSION_COOKIE_NAME="taskenv_session",
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
+    app.session_interface = RedisSessions(SessionStore(services.redis, settings.key_prefix))
     app.register_blueprint(bp)
 
 
@@ -112,8 +108,8 @@ def guard() -> Any:
     if request.endpoint == "pages.login":
         return None
     g.identity = session_identity()  # api.auth.scope() and actor() read it, as for the API
-    if g.identity is None:
-        session.pop("who", None)
+    if g.identity is None:  # logged out, idle, or its token revoked: start over
+        sessions.renew(session)
         back = request.path if request.method == "GET" else None
         return redirect(url_for(".login", next=back))
     return None
@@ -180,17 +176,17 @@ def login() -> Any:
         identity = auth.identify(token)  # one budget of failures with the API, per address
     except TooManyRequests:
         return page("login.html", 429, next=next_,
-                    error="Too many failed logins from this address: try again in a minute.")
+                    error="Too many failed logins: try again in a minute.")
     if identity is None:
         return page("login.html", 401, next=next_, error="This token is not known here.")
-    session.clear()  # a fresh session (and CSRF token) at login: nothing carries over
-    session["who"] = {"id": identity.id, "digest": digest(token)}
+    sessions.renew(session)  # a new id (and CSRF token) at login: nothing carries over
+    session["who"] = {"id": identity.id, "digest": digest(token), "owner": identity.owner}
     return redirect(next_ if SAFE_NEXT.fullmatch(next_) else url_for(".tasks"))
 
 
 @bp.post("/ui/logout")
 def logout() -> Any:
-    session.clear()
+    sessions.renew(session)  # the stored session is deleted: a saved cookie names nothing
     return redirect(url_for(".login"))
 
 

@@ -93,6 +93,19 @@ class Keys:
         """Failed authentications from one address in the current minute."""
         return f"{self.prefix}:authfail:{address}"
 
+    def auth_failures_of_token(self, prefix_digest: str) -> str:
+        """Failed authentications with tokens beginning alike (by the SHA-256 digest of
+        that beginning, never the characters themselves), in the current minute."""
+        return f"{self.prefix}:authfail-token:{prefix_digest}"
+
+    def session(self, digest: str) -> str:
+        """A console session (a hash), under the SHA-256 digest of its id, never the id."""
+        return f"{self.prefix}:session:{digest}"
+
+    def token_sessions(self, token_id: str) -> str:
+        """The digests of the console sessions opened with one token, ended with it."""
+        return f"{self.prefix}:token-sessions:{token_id}"
+
     # --- workers -------------------------------------------------------------------------
 
     def reconciler_lock(self) -> str:

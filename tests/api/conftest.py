@@ -16,7 +16,7 @@ from shared.secrets import new_key
 from shared.store import PolicyStore, TaskStore
 from shared.tokens import PREFIX
 
-ADMIN_TOKEN = PREFIX + "admin-for-api-tests"
+ADMIN_TOKEN = PREFIX + "admin-for-api-tests-0123456789abcdef"
 
 # The states a task walks through on its way to success, in order.
 WALK = [states.PENDING, states.VALIDATED, states.RESOLVED, states.LAUNCHING, states.RUNNING,

@@ -8,12 +8,13 @@ import fakeredis
 import pytest
 
 from api import create_app
+from api.auth import PUBLIC_ENDPOINTS
 from shared.envlist import Limits
 from shared.secrets import Cipher, new_key
 from shared.store import PolicyStore, TaskStore
 from workers import stages
 
-ADMIN = "tke_admin-for-tests"
+ADMIN = "tke_admin-for-tests-0123456789abcdef"
 KEY = new_key()
 
 
@@ -62,7 +63,7 @@ def create_task(web, token: str, env=None) -> dict:
 
 def concrete_routes(app):
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in ("health.healthz", "static") or rule.endpoint.startswith("pages."):
+        if rule.endpoint in PUBLIC_ENDPOINTS or rule.endpoint.startswith("pages."):
             continue  # pages answer with a redirect to the login page: tests/api/test_pages.py
         path = re.sub(r"<(?:int:)?([a-z_]+)>",
                       lambda m: "1" if "int:" in m.group(0) else "some-id", rule.rule)
@@ -87,12 +88,30 @@ def test_missing_token_gets_the_error_shape_and_a_challenge(web):
     assert resp.headers["WWW-Authenticate"].startswith("Bearer")
 
 
-def test_repeated_failures_are_rate_limited(web):
-    codes = [web.get("/api/v1/tasks", headers=auth(f"tke_guess{i}")).status_code
-             for i in range(8)]
-    assert codes[:5] == [401] * 5
-    assert codes[5:] == [429] * 3
-    assert web.get("/api/v1/tasks", headers=auth(ADMIN)).status_code == 429
+def test_repeated_failures_are_refused_with_retry_after(web):
+    answers = [web.get("/api/v1/tasks", headers=auth(f"tke_guess{i}")) for i in range(8)]
+    assert [r.status_code for r in answers] == [401] * 5 + [429] * 3
+    assert all(int(r.headers["Retry-After"]) > 0 for r in answers[5:])
+    assert answers[-1].json["code"] == "too_many_requests"
+
+
+def test_failures_from_an_address_never_stop_a_valid_token(web):
+    for i in range(22):
+        web.get("/api/v1/tasks", headers=auth(f"tke_guess{i}"))
+    user = new_token(web, "erin")
+
+    assert web.get("/api/v1/tasks", headers=auth(ADMIN)).status_code == 200
+    assert web.get("/api/v1/tasks", headers=auth(user)).status_code == 200
+    assert web.get("/api/v1/tasks", headers=auth("tke_guess-again")).status_code == 429
+
+
+def test_guesses_at_one_token_are_counted_across_addresses(web):
+    guesses = [web.get("/api/v1/tasks", headers=auth(f"tke_samebeginning-{i}"),
+                       environ_base={"REMOTE_ADDR": f"10.0.0.{i}"}) for i in range(7)]
+    assert [r.status_code for r in guesses] == [401] * 5 + [429] * 2
+    other = web.get("/api/v1/tasks", headers=auth("tke_otherbeginning"),
+                    environ_base={"REMOTE_ADDR": "10.0.1.1"})
+    assert other.status_code == 401
 
 
 def test_users_see_only_their_own_tasks(web):
@@ -200,3 +219,11 @@ def test_openapi_document_declares_bearer_security(web):
     spec = web.get("/api/v1/openapi.json", headers=auth(ADMIN)).json
     assert spec["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert spec["security"] == [{"bearerAuth": []}]
+
+
+def test_a_short_bootstrap_admin_token_is_refused_at_startup(client_redis):
+    with pytest.raises(ValueError, match="TASKENV_ADMIN_TOKEN is 13 characters long") as err:
+        create_app({"admin_token": "tke_too-short"}, redis_client=client_redis,
+                   enqueue=lambda *_: None)
+    assert "tke_too-short" not in str(err.value)
+    assert client_redis.keys("*") == []  # nothing was registered

@@ -14,6 +14,7 @@ from shared import states
 from shared.envlist import Limits
 from shared.policy import Policy
 from shared.store import PolicyStore, TaskStore
+from shared.tokens import digest
 from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy, build_app
 from workers import stages
 
@@ -101,7 +102,28 @@ def test_login_with_a_token_opens_a_session_that_never_holds_the_token(app: Flas
     with b.client.session_transaction() as session:
         stored = json.dumps(dict(session))
     assert ADMIN_TOKEN not in stored
-    assert set(session["who"]) == {"id", "digest"}
+    assert set(session["who"]) == {"id", "digest", "owner"}
+
+
+def test_the_cookie_holds_only_an_id_and_redis_only_its_digest(app: Flask,
+                                                               redis_client) -> None:
+    b = Browser(app.test_client())
+    b.login(ADMIN_TOKEN)
+    session_id = cookie(b)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{43}", session_id)  # no data, signed or not
+    keys = app.extensions["taskenv"].keys
+    record = redis_client.hgetall(keys.session(digest(session_id)))
+    assert {"data", "created_at", "last_seen"} <= set(record)
+    assert not [k for k in redis_client.keys("*") if session_id in k]
+
+
+def test_login_gives_a_new_session_id(app: Flask) -> None:
+    b = Browser(app.test_client())
+    b.csrf()  # a session before login, holding its CSRF secret
+    before = cookie(b)
+    b.login(ADMIN_TOKEN)
+    assert cookie(b) != before
+    assert Browser(with_cookie(app, before)).get("/ui/tasks").status_code == 302
 
 
 def test_session_cookie_is_httponly_and_samesite(app: Flask) -> None:
@@ -136,25 +158,68 @@ def test_every_page_but_login_redirects_to_login_without_a_session(app: Flask) -
             assert resp.location.startswith("/ui/login"), (method, path)
 
 
+def cookie(b: Browser) -> str:
+    found = b.client.get_cookie("taskenv_session")
+    assert found is not None
+    return found.value
+
+
+def with_cookie(app: Flask, session_id: str) -> FlaskClient:
+    """A fresh client replaying a saved cookie."""
+    client = app.test_client()
+    client.set_cookie("taskenv_session", session_id)
+    return client
+
+
 def test_logout_ends_the_session(browser) -> None:
     b = browser()
     assert b.post("/ui/logout", {}).location == "/ui/login"
     assert b.get("/ui/tasks").status_code == 302
 
 
-def test_a_revoked_token_ends_its_sessions(app: Flask, browser) -> None:
+def test_a_saved_cookie_is_dead_after_logout(app: Flask, browser, redis_client) -> None:
+    b = browser()
+    saved = cookie(b)
+    assert Browser(with_cookie(app, saved)).get("/ui/tasks").status_code == 200
+    b.post("/ui/logout", {})
+
+    assert Browser(with_cookie(app, saved)).get("/ui/tasks").status_code == 302
+    keys = app.extensions["taskenv"].keys
+    assert not redis_client.exists(keys.session(digest(saved)))
+
+
+def test_a_revoked_token_ends_its_sessions(app: Flask, browser, redis_client) -> None:
     b = browser("carol")
+    saved = cookie(b)
     ident = next(i for i in app.extensions["taskenv"].tokens.list() if i.owner == "carol")
     app.extensions["taskenv"].tokens.revoke(ident.id)
+
+    assert b.get("/ui/tasks").status_code == 302
+    assert Browser(with_cookie(app, saved)).get("/ui/tasks").status_code == 302
+    assert not redis_client.keys(f"*{digest(saved)}*")
+
+
+def test_revoking_through_the_api_ends_the_session(app: Flask, browser) -> None:
+    b = browser("dave")
+    ident = next(i for i in app.extensions["taskenv"].tokens.list() if i.owner == "dave")
+    admin = app.test_client()
+    resp = admin.delete(f"/api/v1/tokens/{ident.id}",
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert resp.status_code == 204, resp.text
     assert b.get("/ui/tasks").status_code == 302
 
 
-def test_failed_logins_are_rate_limited(app: Flask) -> None:
+def test_failed_logins_are_refused_but_never_a_valid_token(app: Flask) -> None:
     b = Browser(app.test_client())
     limit = app.extensions["taskenv"].settings.auth_failures_per_minute
     for _ in range(limit):
         assert b.login("tke_wrong").status_code == 401
-    assert b.login(ADMIN_TOKEN).status_code == 429
+    refused = [b.login("tke_wrong") for _ in range(2)]  # 22 bad tokens from one address
+    assert [r.status_code for r in refused] == [429, 429]
+    assert int(refused[-1].headers["Retry-After"]) > 0
+
+    assert b.login(ADMIN_TOKEN).status_code == 302
+    assert b.get("/ui/tasks").status_code == 200
 
 
 def test_pages_have_their_own_csp(browser) -> None:
@@ -371,16 +436,39 @@ def test_a_secret_cannot_turn_plain_without_a_new_value(browser, tasks: TaskStor
     assert tasks.get(task_id)["revision"] == 1
 
 
-def test_env_edit_of_a_running_task_is_refused_on_the_page(
-        browser, tasks: TaskStore, move_to) -> None:
+def test_env_edit_of_a_running_task_offers_restart_and_next_run(
+        browser, tasks: TaskStore, move_to, app: Flask, enqueued: EnqueueSpy) -> None:
+    sent: list[tuple[str, str, int]] = []
+    app.extensions["taskenv"].send = lambda *message: sent.append(message)
     b = browser("alice")
     task_id = b.create(**TASK_FORM)
     move_to(task_id, states.RUNNING)
-    assert "disabled" in b.get(f"/ui/tasks/{task_id}").text
-    resp = b.post(f"/ui/tasks/{task_id}/env", {"new-0-name": "X", "new-0-value": "1"})
-    assert resp.status_code == 409
-    assert "cannot change" in resp.text and 'value="X"' in resp.text
-    assert tasks.get(task_id)["revision"] == 1
+    page = b.get(f"/ui/tasks/{task_id}").text
+    assert 'value="restart"' in page and 'value="next-run"' in page
+    resp = b.post(f"/ui/tasks/{task_id}/env", {"new-0-name": "X", "new-0-value": "1",
+                                                "apply": "next-run"})
+    assert resp.status_code == 302
+    doc = tasks.get(task_id)
+    assert doc["revision"] == 1 and doc["state"] == states.RUNNING
+    assert "X" in b.get(f"/ui/tasks/{task_id}").text  # kept for the next run
+    resp = b.post(f"/ui/tasks/{task_id}/env", {"new-0-name": "Y", "new-0-value": "2",
+                                                "apply": "restart"})
+    assert resp.status_code == 302
+    assert tasks.get(task_id)["revision"] == 2
+    assert tasks.revision(task_id, 1)["state"] == states.CANCELLED
+    assert sent == [("cancel", task_id, 1)]
+
+
+def test_cancel_button_asks_for_confirmation_and_cancels(browser, tasks: TaskStore,
+                                                         move_to) -> None:
+    b = browser("alice")
+    task_id = b.create(**TASK_FORM)
+    page = b.get(f"/ui/tasks/{task_id}").text
+    assert "<details" in page and f"/ui/tasks/{task_id}/cancel" in page
+    assert b.post(f"/ui/tasks/{task_id}/cancel", {}).status_code == 302
+    assert tasks.get(task_id)["state"] == states.CANCELLED
+    assert "cancelled" in b.get(f"/ui/tasks/{task_id}").text
+    assert f"/ui/tasks/{task_id}/cancel" not in b.get(f"/ui/tasks/{task_id}").text
 
 
 def test_rerun_makes_a_new_revision(browser, tasks: TaskStore, enqueued: EnqueueSpy) -> None:

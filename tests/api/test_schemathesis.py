@@ -21,7 +21,7 @@ from shared.secrets import Cipher, new_key
 from shared.store import PolicyStore, TaskStore
 from workers import stages
 
-ADMIN = "tke_schemathesis-admin"
+ADMIN = "tke_schemathesis-admin-0123456789abcdef"
 KEY = new_key()
 
 

@@ -27,6 +27,9 @@ def every_key(keys: Keys) -> dict[str, str]:
         "token_ids": keys.token_ids(),
         "audit": keys.audit(),
         "auth_failures": keys.auth_failures("127.0.0.1"),
+        "auth_failures_of_token": keys.auth_failures_of_token(TASK),
+        "session": keys.session(TASK),
+        "token_sessions": keys.token_sessions(TASK),
         "reconciler_lock": keys.reconciler_lock(),
         "queue": keys.queue(STATE),
     }
