@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from shared.config import Settings
+from shared.errors import NotFound
 from shared.tokens import ROLES
 from workers.services import Services, build_services
 
@@ -18,12 +19,18 @@ def create_token(svc: Services, owner: str, role: str) -> int:
 
 
 def rotate_secrets(svc: Services) -> int:
-    """Re-seal every task with the first configured key (load and store each record)."""
-    count = 0
+    """Re-seal every sealed value with the first configured key: each task's every
+    revision and every policy version of every scope.  Afterwards the old keys can go."""
+    tasks = revisions = 0
     for task_id in svc.tasks.all_ids():
-        svc.tasks.update(task_id, lambda doc: doc)
-        count += 1
-    print(f"re-sealed {count} tasks", file=sys.stderr)
+        try:
+            revisions += svc.tasks.reseal(task_id)
+        except NotFound:
+            continue  # expired meanwhile
+        tasks += 1
+    versions = svc.policies.reseal_all()
+    print(f"re-sealed {tasks} tasks ({revisions} revisions) and {versions} policy versions",
+          file=sys.stderr)
     return 0
 
 

@@ -369,6 +369,37 @@ class TaskStore:
                 items.append({f: doc.get(f) for f in SUMMARY_FIELDS})
         return Page(items, int(pairs[-1][1]) if more and pairs else None)
 
+    def reseal(self, task_id: str) -> int:
+        """Seal every revision's secrets again with the first key (rotation); the count.
+
+        Each revision is rewritten under WATCH, so a stage writing it meanwhile is
+        never overwritten: the reseal reads it again.
+        """
+        last = self._fetch(task_id)[1]["revision"]  # converts a record of the old layout
+        for n in range(1, last + 1):
+            self._reseal_revision(self.keys.revision(task_id, n))
+        return int(last)
+
+    def _reseal_revision(self, key: str) -> None:
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    raw = pipe.hmget(key, list(SEALED_FIELDS))
+                    sealed = {name: json.loads(value) for name, value
+                              in zip(SEALED_FIELDS, raw, strict=True)  # type: ignore[arg-type]
+                              if value is not None and "sealed" in as_text(value)}
+                    for entries in sealed.values():
+                        open_entries(entries, self.cipher)
+                        seal_entries(entries, self.cipher)
+                    pipe.multi()
+                    if sealed:
+                        pipe.hset(key, mapping=_encoded(sealed))
+                    pipe.execute()
+                    return
+                except redis.WatchError:
+                    continue
+
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""
         self.r.ping()
@@ -485,6 +516,25 @@ class PolicyStore:
         open_entries(body["defaults"], self.cipher)
         open_entries(body["protected"], self.cipher)
         return Policy.from_dict({**body, "version": version})
+
+    def reseal_all(self) -> int:
+        """Seal every version's secrets again with the first key (rotation), in place;
+        the count.  Versions are immutable to readers: only their sealed form changes.
+        """
+        count = 0
+        for version in self.versions():
+            key = self.keys.policy_version(version)
+            raw = self.r.get(key)
+            if raw is None:
+                continue
+            body = json.loads(raw)  # type: ignore[arg-type]
+            for entries in (body.get("defaults"), body.get("protected")):
+                open_entries(entries, self.cipher)
+                seal_entries(entries, self.cipher)
+            self.r.set(key, json.dumps(body), xx=True)
+            count += 1
+        self._versions.clear()  # what was cached was opened with the old keys
+        return count
 
     def versions(self) -> list[int]:
         n = self.r.get(self.keys.policy_seq())

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import redis
 
+from shared.redis_conn import connect
+from shared.secrets import Cipher, new_key
+from shared.store import PolicyStore, TaskStore
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
@@ -91,3 +97,39 @@ def test_secrets_reach_the_process_and_are_never_stored_or_shown_in_clear(
     for where, text in haystacks.items():
         for secret in (USER_SECRET, POLICY_SECRET):
             assert secret.encode() not in text, f"{secret} found in {where}"
+
+
+def rotate(stack: Stack, keys: str) -> str:
+    env = {**os.environ, **stack.env, "TASKENV_SECRET_KEYS": keys}
+    done = subprocess.run([sys.executable, "-m", "api.cli", "rotate-secrets"], env=env,
+                          capture_output=True, text=True, timeout=60, check=True)
+    return done.stderr
+
+
+def test_rotation_reseals_every_revision_and_policy_version(stack: Stack):
+    stack.set_policy({"protected": [], "defaults": [
+        {"name": "WANDB_API_KEY", "value": POLICY_SECRET, "secret": True}]})
+    task = stack.create({"name": "rotated", "steps": [["true"]],
+                         "env": [{"name": "HF_TOKEN", "value": USER_SECRET, "secret": True}]})
+    stack.wait(task["id"])
+    resp = stack.call("PATCH", task["url"] + "/env", json={
+        "set": [{"name": "HF_TOKEN", "value": USER_SECRET + "-2", "secret": True}]})
+    assert resp.status_code == 202, resp.text
+    stack.wait(task["id"], revision=2)
+    old, new = stack.env["TASKENV_SECRET_KEYS"], new_key()
+
+    try:
+        assert "policy versions" in rotate(stack, f"{new},{old}")
+        # The old key is dropped: every sealed value still opens with the new one alone.
+        client = connect(stack.env["TASKENV_REDIS_URL"])
+        prefix, cipher = stack.env["TASKENV_KEY_PREFIX"], Cipher([new])
+        tasks, policies = TaskStore(client, prefix, cipher), PolicyStore(client, prefix, cipher)
+        values = [tasks.revision(task["id"], n)["env"][0]["value"] for n in (1, 2)]
+        assert values == [USER_SECRET, USER_SECRET + "-2"]
+        assert tasks.revision(task["id"], 2)["resolved"]
+        assert policies.versions()
+        for version in policies.versions():
+            assert policies.get(version).defaults[0].value == POLICY_SECRET
+        assert policies.current().defaults[0].value == POLICY_SECRET
+    finally:
+        rotate(stack, f"{old},{new}")  # the running stack knows only the old key

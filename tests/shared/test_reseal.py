@@ -1,0 +1,63 @@
+"""Key rotation: every sealed value is sealed again with the new key, so the old can go."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from shared import records
+from shared.errors import SecretsUnavailable
+from shared.policy import Policy
+from shared.secrets import Cipher, new_key
+from shared.store import PolicyStore, TaskStore
+
+SECRET = "rotate-me-4f1c9a"
+POLICY = {"defaults": [{"name": "WANDB_API_KEY", "value": SECRET, "secret": True}],
+          "protected": [{"name": "HF_HOME", "value": SECRET + "-locked", "secret": True,
+                         "reason": "shared cache"}]}
+
+
+@pytest.fixture
+def client() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis(decode_responses=True)
+
+
+def task_with_two_revisions(tasks: TaskStore) -> str:
+    env = [{"name": "HF_TOKEN", "value": SECRET, "secret": True}]
+    doc, _ = tasks.create(records.new_task({"name": "t", "steps": [["true"]], "env": env},
+                                           "alice"))
+    tasks.update(doc["id"], lambda d: {**d, "resolved": [dict(env[0], source="user")]})
+    tasks.update(doc["id"], lambda d: records.new_revision(d, env, "alice", "patch"))
+    return str(doc["id"])
+
+
+def test_every_revision_reads_with_the_new_key_alone(client) -> None:
+    old, new = new_key(), new_key()
+    task_id = task_with_two_revisions(TaskStore(client, cipher=Cipher([old])))
+
+    assert TaskStore(client, cipher=Cipher([new, old])).reseal(task_id) == 2
+
+    after = TaskStore(client, cipher=Cipher([new]))
+    for n in (1, 2):
+        assert after.revision(task_id, n)["env"][0]["value"] == SECRET
+    assert after.revision(task_id, 1)["resolved"][0]["value"] == SECRET
+    with pytest.raises(SecretsUnavailable):  # the old key alone no longer opens them
+        TaskStore(client, cipher=Cipher([old])).revision(task_id, 1)
+
+
+def test_every_policy_version_reads_with_the_new_key_alone(client) -> None:
+    old, new = new_key(), new_key()
+    before = PolicyStore(client, cipher=Cipher([old]))
+    before.put(Policy.from_dict(POLICY))
+    before.put(Policy.from_dict(POLICY))
+
+    rotating = PolicyStore(client, cipher=Cipher([new, old]))
+    rotating.get(1)  # cached before rotation: the cache must not outlive it
+    assert rotating.reseal_all() == 2
+
+    after = PolicyStore(client, cipher=Cipher([new]))
+    for policy in (after.get(1), after.get(2)):
+        assert policy is not None
+        assert policy.defaults[0].value == SECRET
+        assert policy.protected[0].value == SECRET + "-locked"
+    assert rotating.get(1).defaults[0].value == SECRET
