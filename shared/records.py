@@ -7,6 +7,7 @@ are pure so the API, the workers and the tests share one definition.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import time
 from collections.abc import Mapping
@@ -21,17 +22,18 @@ NOTE = ("A running container's env cannot change: a change to the env makes a ne
 # Per-revision fields that a new revision starts without.
 _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason")
 # Per-revision facts a new revision must not inherit from the one before.
-_PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "cancelled_by",
+_PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
                  "cancelled_at", "apply", "policy_versions")
 
 
-def request_digest(data: Mapping[str, Any]) -> str:
+def request_digest(data: Mapping[str, Any], key: bytes) -> str:
     """Fingerprint of a creation request, to spot an idempotency key reused for another.
 
-    Secret values are left out: even a hash of one must not be stored.
+    Secret values count too, through a keyed MAC (HMAC-SHA256): without the key, the
+    stored fingerprint cannot be used to test guesses of a secret value.
     """
-    shown = {**data, "env": [masked(e) for e in data.get("env", [])]}
-    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()
+    canonical = json.dumps(data, sort_keys=True, default=str).encode()
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
 
 
 def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
@@ -44,7 +46,6 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
         "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
         "events": [{"at": now, "revision": 1, "state": states.PENDING}],
-        "digest": request_digest(data),
     }
 
 
@@ -112,7 +113,10 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "revision": doc["revision"], "env": [masked(e) for e in doc["env"]],
         "resolved_env": [masked(v) for v in resolved] if resolved is not None else None,
         "policy_version": doc.get("policy_version"), "errors": doc.get("errors", []),
+        "policy_versions": doc.get("policy_versions"), "project": doc.get("project"),
         "warnings": doc.get("warnings", []), "exit_code": doc.get("exit_code"),
         "reason": doc.get("reason"), "created_at": doc["created_at"],
         "updated_at": doc["updated_at"], "events": doc.get("events", []), "note": NOTE,
+        "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
+        "rerun_of": doc.get("rerun_of"),
     }

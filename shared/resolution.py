@@ -7,11 +7,15 @@ preview call them for a task the workers have not resolved, so all always agree.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from shared import envlist, states
+from shared import envlist, revisions, states
+from shared.conditions import TaskFacts
 from shared.envlist import Limits
-from shared.policy import Policy, Resolution, platform_env, resolve
+from shared.errors import Problem
+from shared.policy import Policy, Resolution, platform_env, resolve_layers
+from shared.workload import DEFAULT_IMAGE
 
 Decision = tuple[str, dict[str, Any]]
 # A preview resolves a task that does not exist yet: TASK_ID shows this instead.
@@ -21,41 +25,100 @@ PLACEHOLDER_ID = "<assigned when the task is created>"
 def decide_validation(doc: dict[str, Any], limits: Limits) -> Decision:
     problems = envlist.validate(doc["env"], limits)
     if problems:
-        return states.REJECTED, {"errors": [p.to_dict() for p in problems]}
-    return states.VALIDATED, {"warnings": [p.to_dict() for p in envlist.advise(doc["env"])]}
+        return states.REJECTED, {"errors": _stored(problems)}
+    return states.VALIDATED, {"warnings": _stored(envlist.advise(doc["env"]))}
 
 
-def decide_policy(doc: dict[str, Any], policy: Policy) -> Decision:
-    return _policy_decision(doc, policy, _resolution(doc, policy))
+def decide_policy(doc: dict[str, Any], policy: Policy,
+                  earlier: dict[str, Any] | None = None, project: Policy | None = None
+                  ) -> Decision:
+    """``earlier``: the revision a rerun started from; its resolved env is compared with
+    this one's, variable by variable (the drift report).  ``project``: the current policy
+    of the task's project, the layer under the platform's ``policy``."""
+    result = _resolution(doc, policy, project)
+    state, decided = _policy_decision(doc, policy, result)
+    if earlier is not None and earlier.get("resolved") is not None:
+        decided["drift"] = revisions.drift(earlier["resolved"],
+                                           [v.to_dict() for v in result.variables],
+                                           earlier.get("policy_version"), policy.version)
+    return state, decided
 
 
-def preview(env: list[dict[str, Any]], name: str, policy: Policy,
-            limits: Limits) -> dict[str, Any]:
+def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits,
+            task: Mapping[str, Any] | None = None,
+            project: Policy | None = None) -> dict[str, Any]:
     """What a new task with this env would get: both stages' decisions, nothing stored.
 
+    ``task`` holds the facts conditions look at (``project``, ``resources``, ``image``);
+    ``not_applied`` lists the conditional entries that do not reach such a task, and why.
     Unlike a rejected record, a preview the policy refuses still lists the variables.
     """
-    doc: dict[str, Any] = {"id": PLACEHOLDER_ID, "name": name, "revision": 1, "env": env}
+    doc: dict[str, Any] = {**(task or {}), "id": PLACEHOLDER_ID, "name": name, "revision": 1,
+                           "env": env}
+    layers = _layers(policy, project)
+    shown = {"policy_version": policy.version,
+             "policy_versions": {layer.scope: layer.version for layer in layers},
+             "not_applied": not_applied(layers, facts_of(doc))}
     state, checked = decide_validation(doc, limits)
     if state == states.REJECTED:
-        return {"ok": False, "policy_version": policy.version, "variables": [],
-                "warnings": [], "errors": checked["errors"]}
+        return {"ok": False, **shown, "variables": [], "warnings": [],
+                "errors": checked["errors"]}
     doc.update(checked)
-    result = _resolution(doc, policy)
+    result = _resolution(doc, policy, project)
     state, decided = _policy_decision(doc, policy, result)
-    return {"ok": state == states.RESOLVED, "policy_version": policy.version,
+    return {"ok": state == states.RESOLVED, **shown,
             "variables": [v.to_dict() for v in result.variables],
             "warnings": decided["warnings"], "errors": decided.get("errors", [])}
 
 
-def _resolution(doc: dict[str, Any], policy: Policy) -> Resolution:
-    return resolve(envlist.parse(doc["env"]), policy,
-                   platform_env(doc["id"], doc["name"], doc["revision"], policy.version))
+def draft_resolution(doc: dict[str, Any], policy: Policy, project: Policy | None,
+                     limits: Limits) -> Resolution:
+    """What both stages would make of the record's env under these policies (a draft's
+    impact): a validation problem rejects it as the validation stage would."""
+    problems = envlist.validate(doc["env"], limits)
+    if problems:
+        return Resolution(policy.version, errors=problems)
+    return _resolution(doc, policy, project)
+
+
+def not_applied(layers: Sequence[Policy], task: TaskFacts) -> list[dict[str, Any]]:
+    """The conditional entries whose ``when`` this task does not match."""
+    found: list[dict[str, Any]] = []
+    for layer in layers:
+        kinds = (("default", layer.defaults), ("protected", layer.protected),
+                 ("rule", layer.rules))
+        for kind, entries in kinds:
+            found += [{"name": e.name, "kind": kind, "scope": layer.scope,
+                       "when": e.when.text()}
+                      for e in entries if e.when is not None and not e.when.matches(task)]
+    return found
+
+
+def facts_of(doc: Mapping[str, Any]) -> TaskFacts:
+    """What conditions see of a task; without an image, the launchers' default one."""
+    return TaskFacts.from_doc(doc, DEFAULT_IMAGE)
+
+
+def _layers(policy: Policy, project: Policy | None) -> list[Policy]:
+    return [policy] if project is None else [policy, project]
+
+
+def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = None
+                ) -> Resolution:
+    return resolve_layers(envlist.parse(doc["env"]), _layers(policy, project),
+                          platform_env(doc["id"], doc["name"], doc["revision"], policy.version),
+                          facts_of(doc))
 
 
 def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution) -> Decision:
-    common = {"policy_version": policy.version,
-              "warnings": doc["warnings"] + [w.to_dict() for w in result.warnings]}
+    # The validation stage's warnings are capped already; at most one more cap's worth here.
+    common = {"policy_version": policy.version, "policy_versions": result.versions,
+              "warnings": doc["warnings"] + _stored(result.warnings)}
     if not result.ok:
-        return states.REJECTED, {"errors": [e.to_dict() for e in result.errors], **common}
+        return states.REJECTED, {"errors": _stored(result.errors), **common}
     return states.RESOLVED, {"resolved": [v.to_dict() for v in result.variables], **common}
+
+
+def _stored(problems: list[Problem]) -> list[dict[str, Any]]:
+    """Problems as a record keeps them: capped, so a list's size never depends on the input's."""
+    return [p.to_dict() for p in envlist.capped(problems)]

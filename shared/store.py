@@ -13,17 +13,18 @@ import builtins
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 
-from shared import states
+from shared import metrics, states
 from shared.errors import NotFound
 from shared.keys import REVISION_SUFFIX, Keys
 from shared.legacy import legacy_env_lists, legacy_split
-from shared.policy import Policy
+from shared.policy import PLATFORM_SCOPE, Policy
+from shared.projects import project_scope
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
@@ -36,7 +37,7 @@ Doc = dict[str, Any]
 # many revisions a task has had or how big their env was.
 
 # KEYS: task, first revision, idem (or ""), all-index, owner-index, state-index,
-#       owner-state-index, seq
+#       owner-state-index, seq, project-index (or "")
 # ARGV: id, idem-ttl, number of task fields n, n task field/value pairs, revision pairs
 _CREATE = """
 if KEYS[3] ~= '' then
@@ -48,6 +49,7 @@ local n = tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, unpack(ARGV, 4, 3 + 2 * n))
 if #ARGV > 3 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 4 + 2 * n, #ARGV)) end
 for i = 4, 7 do redis.call('ZADD', KEYS[i], seq, ARGV[1]) end
+if KEYS[9] ~= '' then redis.call('ZADD', KEYS[9], seq, ARGV[1]) end
 if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
 return {1, ARGV[1]}
 """
@@ -83,12 +85,13 @@ if not rev then return {t, {}} end
 return {t, redis.call('HGETALL', KEYS[1] .. ARGV[1] .. rev)}
 """
 
-# KEYS: expiry, the four index keys, the task, then the task's other keys
-# ARGV: expected v, id.  Deletes a finished task whole, unless it changed meanwhile.
+# KEYS: expiry, the n index keys, the task, then the task's other keys
+# ARGV: expected v, id, n.  Deletes a finished task whole, unless it changed meanwhile.
 _DELETE = """
-if redis.call('HGET', KEYS[6], 'v') ~= ARGV[1] then return 0 end
-for i = 1, 5 do redis.call('ZREM', KEYS[i], ARGV[2]) end
-redis.call('DEL', unpack(KEYS, 6, #KEYS))
+local n = tonumber(ARGV[3])
+if redis.call('HGET', KEYS[n + 2], 'v') ~= ARGV[1] then return 0 end
+for i = 1, n + 1 do redis.call('ZREM', KEYS[i], ARGV[2]) end
+redis.call('DEL', unpack(KEYS, n + 2, #KEYS))
 return 1
 """
 
@@ -111,14 +114,17 @@ REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
+    "next_env",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
-SEALED_FIELDS = ("env", "resolved")  # lists of variables whose secret values are sealed
+# Lists of variables whose secret values are sealed.
+SEALED_FIELDS = ("env", "resolved", "next_env")
 SUMMARY_FIELDS = ("id", "name", "owner", "project", "state", "revision", "created_at",
                   "updated_at")
 REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "how",
-                    "made_at", "started_at", "ended_at", "exit_code", "reason")
+                    "made_at", "started_at", "ended_at", "exit_code", "reason", "pinned_from",
+                    "rerun_of")
 COUNTERS = ("v", "seq")
 
 
@@ -170,6 +176,7 @@ class TaskStore:
         created, found_id = self._create(*self._create_call(doc, idem))
         if not created:
             return self.get(as_text(found_id)), False
+        self._entered(doc)
         return doc, True
 
     def load_many(self, docs: Iterable[Doc], batch: int = 1000) -> None:
@@ -195,8 +202,10 @@ class TaskStore:
         task_id, owner, state = doc["id"], doc["owner"], doc["state"]
         k = self.keys
         task_fields, rev_fields = self._split(doc, set(doc))
+        project = doc.get("project")
         keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
-                k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq()]
+                k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
+                k.project_index(project) if project else ""]
         args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields),
                 *_pairs(task_fields), *_pairs(rev_fields)]
         return keys, args
@@ -241,7 +250,12 @@ class TaskStore:
             doc["events"] = [*doc.get("events", []),
                              {"at": time.time(), "revision": revision, "state": new_state}]
             if self._commit(v, old_state, doc, {*changes, "state", "events"}):
+                self._entered(doc)
                 return doc
+
+    def _entered(self, doc: Doc) -> None:
+        metrics.task_entered(doc["state"], doc.get("project"),
+                             lambda name: bool(self.r.sismember(self.keys.projects(), name)))
 
     def _commit(self, v: str, old_state: str, new: Doc, changed: set[str]) -> bool:
         """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``."""
@@ -274,9 +288,12 @@ class TaskStore:
 
     # --- reading -------------------------------------------------------------------------
 
-    def get(self, task_id: str, owner: str | None = None) -> Doc:
+    def get(self, task_id: str, owner: str | None = None,
+            projects: Collection[str] = ()) -> Doc:
+        """The task, if ``owner`` (None: anyone) owns it or it is in one of ``projects``
+        (those the caller maintains, whose tasks it may read)."""
         doc = self._fetch(task_id)[1]
-        if owner is not None and doc["owner"] != owner:
+        if owner is not None and doc["owner"] != owner and doc.get("project") not in projects:
             raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
         return doc
 
@@ -410,6 +427,63 @@ class TaskStore:
     def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
         return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
 
+    def iter_ids_in_state(self, state: str, page: int = 1000) -> Iterator[str]:
+        """Every id in ``state``, ``page`` per round trip, by creation order (the index's
+        score): an id leaving the state meanwhile shifts no later page, so none is skipped."""
+        key, low = self.keys.index(state=state), "-inf"
+        while True:
+            batch: Any = self.r.zrangebyscore(key, low, "+inf", start=0, num=page,
+                                              withscores=True)
+            yield from (as_text(member) for member, _ in batch)
+            if len(batch) < page:
+                return
+            low = f"({int(batch[-1][1])}"
+
+    def latest_ids(self, project: str | None = None, final_limit: int = 1000
+                   ) -> builtins.list[str]:
+        """Every task not final, then the ``final_limit`` most recent final ones: all
+        tasks', or one project's.  What a draft policy's impact is measured on.
+
+        Costs the tasks in flight plus, for a project, its newest tasks until enough final
+        ones are found; never the whole history.
+        """
+        active = [as_text(t) for state in states.ALL if state not in states.FINAL
+                  for t in self.r.zrange(self.keys.index(state=state), 0, -1)]
+        if project is not None:
+            active = [t for t, p in zip(active, self._fields(active, "project"), strict=True)
+                      if p == project]
+        final = (self._recent_final(final_limit) if project is None
+                 else self._recent_final_of(project, final_limit))
+        return list(dict.fromkeys(active + final))  # one that ended meanwhile is in both
+
+    def _fields(self, ids: builtins.list[str], name: str) -> builtins.list[Any]:
+        pipe = self.r.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hget(self.keys.task(task_id), name)
+        return [json.loads(v) if v is not None else None for v in pipe.execute()]
+
+    def _recent_final(self, limit: int) -> builtins.list[str]:
+        found: builtins.list[tuple[float, str]] = []
+        for state in sorted(states.FINAL):
+            pairs: Any = self.r.zrevrange(self.keys.index(state=state), 0, limit - 1,
+                                          withscores=True)
+            found += [(score, as_text(t)) for t, score in pairs]
+        return [t for _, t in sorted(found, reverse=True)[:limit]]
+
+    def _recent_final_of(self, project: str, limit: int, page: int = 500
+                         ) -> builtins.list[str]:
+        found: builtins.list[str] = []
+        start = 0
+        while len(found) < limit:
+            ids = [as_text(t) for t in self.r.zrevrange(self.keys.project_index(project),
+                                                        start, start + page - 1)]
+            found += [t for t, state in zip(ids, self._fields(ids, "state"), strict=True)
+                      if state in states.FINAL]
+            if len(ids) < page:
+                break
+            start += page
+        return found[:limit]
+
     # --- retention -----------------------------------------------------------------------
 
     def expire_finished(self, now: float, limit: int = 500) -> int:
@@ -422,19 +496,21 @@ class TaskStore:
 
     def _delete_task(self, task_id: str) -> int:
         k = self.keys
-        fields: Any = self.r.hmget(k.task(task_id), ["v", "owner", "state", "revision"])
+        fields: Any = self.r.hmget(k.task(task_id), ["v", "owner", "state", "revision",
+                                                     "project"])
         if fields[0] is None:
             self.r.zrem(k.expiry(), task_id)
             return 0
         v = as_text(fields[0])
-        owner, state, last = (json.loads(x) for x in fields[1:])
+        owner, state, last = (json.loads(x) for x in fields[1:4])
+        project = json.loads(fields[4]) if fields[4] is not None else None
+        indexes = [k.index(), k.index(owner), k.index(state=state), k.index(owner, state)]
+        indexes += [k.project_index(project)] if project else []
         own = [key for n in range(1, last + 1) for key in (
             k.revision(task_id, n), k.log(task_id, n), k.beat(task_id, n),
             k.suspect(task_id, n))]
-        return int(self._delete(
-            keys=[k.expiry(), k.index(), k.index(owner), k.index(state=state),
-                  k.index(owner, state), k.task(task_id), *own],
-            args=[v, task_id]))
+        return int(self._delete(keys=[k.expiry(), *indexes, k.task(task_id), *own],
+                                args=[v, task_id, len(indexes)]))
 
     # --- launch liveness and logs --------------------------------------------------------
 
@@ -476,54 +552,82 @@ class TaskStore:
 
 
 class PolicyStore:
-    """Immutable, numbered policy versions; version 0 is the empty policy."""
+    """Immutable, numbered policy versions of one scope; version 0 is the empty policy.
+
+    The platform's store makes the store of a project's policy (:meth:`scoped`): the same
+    code and cipher over the project's own keys, numbered on their own.
+    """
 
     def __init__(self, client: redis.Redis, prefix: str = "taskenv",
-                 cipher: Cipher | None = None) -> None:
+                 cipher: Cipher | None = None, scope: str = PLATFORM_SCOPE) -> None:
         self.r = client
         self.keys = Keys(prefix)
         self.cipher = cipher
+        self.scope = scope
         self._put = client.register_script(_PUT_POLICY)
         self._versions: dict[int, Policy] = {}
+        self._scoped: dict[str, PolicyStore] = {}
+
+    def scoped(self, scope: str) -> PolicyStore:
+        """The store of another scope's policy (``project:<name>``), made once."""
+        if scope == self.scope:
+            return self
+        if scope not in self._scoped:
+            self._scoped[scope] = PolicyStore(self.r, self.keys.prefix, self.cipher, scope)
+        return self._scoped[scope]
+
+    def project(self, name: str | None) -> Policy | None:
+        """The current policy of project ``name``; None for a task in no project."""
+        return None if name is None else self.scoped(project_scope(name)).current()
 
     def put(self, policy: Policy) -> Policy:
-        body = policy.to_dict()
+        body = replace(policy, scope=self.scope).to_dict()
         body.pop("version")
         seal_entries(body["defaults"], self.cipher)
         seal_entries(body["protected"], self.cipher)
         k = self.keys
-        n = self._put(keys=[k.policy_seq(), k.policy_version(), k.policy_current()],
+        n = self._put(keys=[k.policy_seq(self.scope), k.policy_version(scope=self.scope),
+                            k.policy_current(self.scope)],
                       args=[json.dumps(body)])
         return self.get(int(n))
 
     def current(self) -> Policy:
-        n = self.r.get(self.keys.policy_current())
-        return self.get(int(n)) if n is not None else Policy()
+        n = self.r.get(self.keys.policy_current(self.scope))
+        return self.get(int(n)) if n is not None else Policy(scope=self.scope)
 
     def get(self, version: int) -> Policy:
         if version == 0:
-            return Policy()
+            return Policy(scope=self.scope)
         if version in self._versions:  # versions are immutable: safe to keep
             return self._versions[version]
         self._versions[version] = policy = self._read(version)
         return policy
 
     def _read(self, version: int) -> Policy:
-        raw = self.r.get(self.keys.policy_version(version))
+        raw = self.r.get(self.keys.policy_version(version, self.scope))
         if raw is None:
             raise NotFound(f"no policy version {version}")
         body = json.loads(raw)
         open_entries(body["defaults"], self.cipher)
         open_entries(body["protected"], self.cipher)
-        return Policy.from_dict({**body, "version": version})
+        return Policy.from_dict({**body, "version": version, "scope": self.scope})
 
     def reseal_all(self) -> int:
-        """Seal every version's secrets again with the first key (rotation), in place;
-        the count.  Versions are immutable to readers: only their sealed form changes.
+        """Seal every version's secrets again with the first key (rotation), in place,
+        in this scope and, from the platform's store, in every project's; the count.
+
+        Versions are immutable to readers: only their sealed form changes.
         """
+        scopes = [self.scope]
+        if self.scope == PLATFORM_SCOPE:
+            scopes += [project_scope(as_text(name))
+                       for name in self.r.smembers(self.keys.projects())]  # type: ignore[union-attr]
+        return sum(self.scoped(scope)._reseal_versions() for scope in scopes)
+
+    def _reseal_versions(self) -> int:
         count = 0
         for version in self.versions():
-            key = self.keys.policy_version(version)
+            key = self.keys.policy_version(version, self.scope)
             raw = self.r.get(key)
             if raw is None:
                 continue
@@ -537,5 +641,10 @@ class PolicyStore:
         return count
 
     def versions(self) -> list[int]:
-        n = self.r.get(self.keys.policy_seq())
+        n = self.r.get(self.keys.policy_seq(self.scope))
         return list(range(1, int(n) + 1)) if n is not None else []
+
+    def retire(self) -> None:
+        """Forget which version is current (a deleted project); versions stay, so the
+        tasks resolved with them can still be explained, and numbering goes on."""
+        self.r.delete(self.keys.policy_current(self.scope))

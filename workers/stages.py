@@ -22,7 +22,7 @@ from shared import states
 from shared.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
 from shared.resolution import decide_policy, decide_validation
-from shared.secrets import redact
+from shared.secrets import StreamRedactor
 from shared.store import Doc, PolicyStore, TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Launcher
@@ -44,16 +44,30 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> b
 
 
 def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int) -> bool:
+    """Resolve with the platform's current policy and, for a task in a project, the
+    project's current one (``policies`` is the platform's store, which reaches both)."""
     policy = policies.current()
     doc = _advance(tasks, task_id, revision, states.VALIDATED,
-                   lambda doc: decide_policy(doc, policy))
+                   lambda doc: decide_policy(doc, policy, _rerun_of(tasks, doc),
+                                             policies.project(doc.get("project"))))
     if doc is None:
         _skip("policy", task_id, revision)
         return False
     if doc["state"] == states.REJECTED:
-        log.info("task %s r%s rejected by policy v%s", task_id, revision, policy.version)
+        log.info("task %s r%s rejected by policies %s", task_id, revision,
+                 doc.get("policy_versions"))
         return False
     return True
+
+
+def _rerun_of(tasks: TaskStore, doc: Doc) -> Doc | None:
+    """The earlier revision a rerun was made from, for its drift report."""
+    if doc.get("rerun_of") is None:
+        return None
+    try:
+        return tasks.revision(doc["id"], doc["rerun_of"])
+    except NotFound:
+        return None
 
 
 def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
@@ -66,13 +80,13 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             _skip("launch", task_id, revision)
             return
         workload = Workload.from_doc(doc)
-        secrets = [v.value for v in workload.env if v.secret]
+        # Secrets are hidden whole even when the launcher's messages cut one in pieces.
+        redactor = StreamRedactor(v.value for v in workload.env if v.secret)
         # Once the workload may be running, no write may fail the launch: each waits out
         # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
             started=lambda: _patiently(lambda: _started(tasks, task_id, revision)),
-            log=lambda text: _patiently(
-                lambda: tasks.append_log(task_id, revision, redact(text, secrets))),
+            log=lambda text: _append_log(tasks, task_id, revision, redactor.feed(text)),
         )
         try:
             outcome = launcher.launch(workload, hooks)
@@ -83,11 +97,62 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
             return
+        finally:
+            _append_log(tasks, task_id, revision, redactor.flush())
+        if _cancelled_meanwhile(tasks, launcher, workload):
+            return
         if outcome.state == states.RUNNING:
             return  # the started hook moved it to running; its end is recorded later
         # The outcome cannot be had again (the local steps ran once): hold on to it.
         _patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                           outcome.exit_code, outcome.reason))
+
+
+def _append_log(tasks: TaskStore, task_id: str, revision: int, clean: str) -> None:
+    """Store already redacted output, waiting out a Redis restart."""
+    if clean:
+        _patiently(lambda: tasks.append_log(task_id, revision, clean))
+
+
+def _cancelled_meanwhile(tasks: TaskStore, launcher: Launcher, workload: Workload) -> bool:
+    """A cancel that landed while the backend was starting the workload: stop it now.
+
+    The cancel's own backend call may have found nothing yet to stop; this one cannot.
+    """
+    doc = tasks.find(workload.task_id)
+    if doc is None or doc["revision"] != workload.revision or doc["state"] != states.CANCELLED:
+        return False
+    log.info("task %s r%s was cancelled while it launched: stopping it", workload.task_id,
+             workload.revision)
+    launcher.cancel(workload)
+    return True
+
+
+def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
+         enqueue: Callable[[str, int], None]) -> None:
+    """Stop a cancelled revision's workload; then start the revision that restarts it, if any.
+
+    Acts only on a revision whose state is ``cancelled``: a stray message cannot stop a
+    run.  The next revision is enqueued only once the backend says the workload is gone
+    (one container at a time); until then this raises ``TransientError`` and is retried.
+    """
+    doc = tasks.find(task_id)
+    if doc is None:
+        return
+    old = doc if doc["revision"] == revision else {
+        **doc, **tasks.revision(task_id, revision), "revision": revision}
+    if old["state"] != states.CANCELLED:
+        _skip("cancel", task_id, revision)
+        return
+    if old.get("resolved") is not None:  # never resolved: nothing was ever launched
+        workload = Workload.from_doc(old)
+        launcher.cancel(workload)
+        if launcher.observe(workload) is not None:
+            raise TransientError(f"task {task_id} r{revision} is still stopping")
+    if (doc["revision"] == revision + 1 and doc["state"] == states.PENDING
+            and doc.get("apply") == "restart"):
+        log.info("task %s r%s stopped: starting r%s", task_id, revision, doc["revision"])
+        enqueue(task_id, doc["revision"])
 
 
 def _patiently(write: Callable[[], None], give_up_after: float = 300.0) -> None:
