@@ -144,7 +144,8 @@ def diff_lines(diff: dict[str, Any]) -> list[Text]:
         lines.append(Text(f"- {entry.get('name')}={secret_or(entry, entry.get('value'))}"
                           f"  [{entry.get('source', '')}]", style="red"))
     for entry in diff.get("changed") or []:
-        change = ("(secret) changed" if entry.get("secret") else
+        secret = "changed" if entry.get("value_changed", True) else "same value"
+        change = (f"(secret) {secret}" if entry.get("secret") else
                   f"{shown(entry.get('old'))} -> {shown(entry.get('new'))}")
         lines.append(Text(f"~ {entry.get('name')}: {change}  [{entry.get('source', '')}]",
                           style="yellow"))

@@ -5,9 +5,10 @@ text into bindings and nothing more: no ``${VAR}`` expansion (that lives in
 python-dotenv's loader, which is not called), no command substitution.  A value
 arrives exactly as it is written between its quotes.
 
-Exporting writes every value single-quoted, escaping only ``\\`` and ``'``:
-the one quoting that python-dotenv reads back unchanged for any text, newlines,
-``$``, ``#``, ``=`` and non-ASCII included.
+Exporting writes every value double-quoted with python-dotenv's escapes (``\\``,
+``\"``, ``\n``, ``\r``, ``\t``...), so any text reads back unchanged, newlines, carriage
+returns, ``$``, ``#``, ``=`` and non-ASCII included, even from a file opened in text
+mode (which would turn a raw carriage return into a line end).
 """
 
 from __future__ import annotations
@@ -17,21 +18,24 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dotenv.parser import parse_stream
+from dotenv.parser import Original, parse_stream
 
 from shared.errors import Problem
 
 FIELD = "env_file"
 PLAIN_KEY = re.compile(r"[^=#\s'\"]+")
+# The escapes python-dotenv decodes inside double quotes; everything else stays literal.
+DOUBLE_QUOTE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t",
+                        "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
 
 
 def parse(text: str) -> tuple[list[dict[str, Any]], list[Problem]]:
     """``KEY=value`` bindings as env entries, and every line that is not one."""
     entries: list[dict[str, Any]] = []
     problems: list[Problem] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for binding in parse_stream(io.StringIO(text, newline="")):
-        line = binding.original.line
+        line = first_line_of(binding.original)
         if binding.error:
             problems.append(Problem(rule="env_file.syntax", field=FIELD, message=(
                 f"line {line} of the .env text is not KEY=value (check its quotes)")))
@@ -42,11 +46,18 @@ def parse(text: str) -> tuple[list[dict[str, Any]], list[Problem]]:
                                     message=f"line {line}: {binding.key} has no '=' and value"))
         elif binding.key in seen:
             problems.append(Problem(rule="env_file.duplicate", field=FIELD, variable=binding.key,
-                                    message=f"line {line}: {binding.key} is set twice"))
+                                    message=f"line {line}: {binding.key} is set twice "
+                                            f"(first on line {seen[binding.key]})"))
         else:
-            seen.add(binding.key)
+            seen[binding.key] = line
             entries.append({"name": binding.key, "value": binding.value, "secret": False})
     return entries, problems
+
+
+def first_line_of(original: Original) -> int:
+    """The parser counts the blank lines before a statement as part of it."""
+    blank = original.string[: len(original.string) - len(original.string.lstrip())]
+    return original.line + blank.count("\n")
 
 
 def combine(env: list[dict[str, Any]], from_file: list[dict[str, Any]]) -> list[Problem]:
@@ -58,7 +69,7 @@ def combine(env: list[dict[str, Any]], from_file: list[dict[str, Any]]) -> list[
 
 
 def quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return '"' + "".join(DOUBLE_QUOTE_ESCAPES.get(c, c) for c in value) + '"'
 
 
 def key(name: str) -> str | None:

@@ -202,7 +202,7 @@ def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi
     result = run("env", "export", "t1")
 
     assert result.code == 0
-    assert "# secret HF_TOKEN not exported" in result.out
+    assert "# 'HF_TOKEN' is secret and is not exported" in result.out
     assert dotenv_values(stream=io.StringIO(result.out), interpolate=False) == values
 
 

@@ -61,7 +61,7 @@ def test_secrets_are_left_out_with_a_comment_naming_them():
     text = envfile.export([{"name": "HF_TOKEN", "value": "********", "secret": True},
                            {"name": "LR", "value": "0.01"}], "t")
 
-    assert "# secret HF_TOKEN not exported" in text
+    assert "# 'HF_TOKEN' is secret and is not exported" in text
     assert "********" not in text
     assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {"LR": "0.01"}
 
@@ -80,17 +80,17 @@ def test_reading_never_expands_or_runs_anything():
 
 
 def test_a_name_set_twice_is_an_error_naming_it_and_its_lines():
-    with pytest.raises(UsageProblem, match=r"LR is set twice \(lines 1 and 3\)"):
+    with pytest.raises(UsageProblem, match=r"line 3: LR is set twice \(first on line 1\)"):
         envfile.parse("LR=1\nX=2\nLR=3\n", ".env")
 
 
 def test_an_unparseable_line_is_an_error_with_its_line_number():
-    with pytest.raises(UsageProblem, match=r"\.env, line 3: not a NAME=value"):
+    with pytest.raises(UsageProblem, match=r"\.env, line 3 of the \.env text is not KEY=value"):
         envfile.parse("A=1\n\nthis is not a statement\n", ".env")
 
 
 def test_a_name_without_value_is_an_error_naming_it():
-    with pytest.raises(UsageProblem, match="BARE has no value"):
+    with pytest.raises(UsageProblem, match="line 2: BARE has no '=' and value"):
         envfile.parse("A=1\nBARE\n", ".env")
 
 
