@@ -49,12 +49,26 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services
-    from api import admin, auth, errors, health, pages, policy, preview, tasks
+    from api import (
+        admin,
+        auth,
+        errors,
+        health,
+        metrics,
+        pages,
+        policy,
+        policy_pages,  # noqa: F401  (its console routes join the pages blueprint)
+        preview,
+        projects,
+        revisions,
+        tasks,
+    )
 
+    metrics.init_app(app)  # first: a request refused by auth still has an id and is counted
     auth.init_app(app)
     pages.init_app(app)  # the web console: its session key (SECRET_KEY) and blueprint
     api = errors.TaskenvApi(app)
-    for module in (tasks, policy, preview, admin):
+    for module in (tasks, revisions, policy, projects, preview, admin):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.bp)
     return app

@@ -7,13 +7,23 @@ entry naming the variables it touched (never their values).
 
 from __future__ import annotations
 
+import hmac
 import time
 from typing import Any
 
 import marshmallow as ma
 
-from shared import records, resolution, states
-from shared.errors import EnvInvalid, PolicyConflict, PolicyInvalid, Problem, StateConflict
+from shared import envfile, envlist, records, resolution, revisions, states
+from shared.derived_keys import derived_keys
+from shared.envlist import Limits
+from shared.errors import (
+    EnvInvalid,
+    PolicyConflict,
+    PolicyInvalid,
+    PreconditionFailed,
+    Problem,
+    StateConflict,
+)
 from shared.policy import Policy, check_policy
 from shared.resolution import decide_policy, decide_validation
 from shared.secrets import masked
@@ -24,38 +34,237 @@ Doc = dict[str, Any]
 
 def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
-    doc, created = svc.tasks.create(records.new_task(data, actor), idempotency_key)
+    data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
+    data.pop("env_file", None)
+    refuse_unstorable(data["env"], svc.limits)
+    svc.quotas.check_create(actor)
+    project = svc.projects.for_task(actor, data.get("project"))
+    fresh = records.new_task(data, actor)
+    fresh["digest"] = records.request_digest(data, digest_keys(svc)[0])
+    doc, created = svc.tasks.create(in_project(fresh, project), idempotency_key)
     if created:
         svc.audit.record(actor, "task.create", doc["id"],
                          variables=[e.get("name") for e in data["env"]])
         svc.enqueue(doc["id"], doc["revision"])
-    elif doc.get("digest") != records.request_digest(data):
+    elif not same_request(svc, str(doc.get("digest")), data):
         raise StateConflict(f"Idempotency-Key {idempotency_key!r} was used for a different "
                             f"request (task {doc['id']})")
     return doc
 
 
+def digest_keys(svc: Services) -> list[bytes]:
+    """Keys of the requests' fingerprints: the first signs, each verifies, so a replay
+    during a key rotation still matches.  With no secret configured no secret value can
+    be stored either, and an unkeyed fingerprint hides nothing."""
+    return derived_keys(svc.settings, b"taskenv request fingerprint") or [b""]
+
+
+def same_request(svc: Services, stored: str, data: Doc) -> bool:
+    return any(hmac.compare_digest(stored, records.request_digest(data, key))
+               for key in digest_keys(svc))
+
+
+def refuse_unstorable(env: list[Doc], limits: Limits) -> None:
+    """Sizes, counts and secret lengths are refused before anything is stored; the
+    validation stage checks them again, with the other rules."""
+    problems = envlist.check_storable(env, limits)
+    if problems:
+        raise EnvInvalid("the env cannot be stored", problems)
+
+
+RESTART, NEXT_RUN = "restart", "next-run"  # how a change reaches a running task
+
+
 def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
-                set_: list[dict[str, Any]], unset: list[str], action: str) -> Doc:
-    """A new revision with the env changed: validated, resolved and launched anew."""
-    svc.tasks.get(task_id, scope)  # 404 before anything else for tasks not yours
+                set_: list[dict[str, Any]], unset: list[str], action: str,
+                extra: Doc | None = None, *, apply: str = RESTART,
+                if_match: int | None = None) -> Doc:
+    """A new revision with the env changed: validated, resolved and launched anew.
+
+    ``extra``: per-revision fields the new revision starts with (a rerun's origin).
+    On a launching or running task, ``apply`` says how: ``restart`` stops the run and
+    launches the new revision once it is gone; ``next-run`` (on any task) only keeps
+    the changed env as the revision's ``next_env``, for the next rerun.
+    """
+    doc = svc.tasks.get(task_id, scope)  # 404 before anything else for tasks not yours
+    check_match(doc, if_match)
+    if apply == NEXT_RUN:
+        return _keep_for_next_run(svc, task_id, actor, set_, unset, action, if_match)
+    svc.quotas.check_revision(doc)
+    if doc["state"] in states.LAUNCHED:
+        return _restart(svc, doc, actor, set_, unset, action, if_match)
 
     def change(doc: Doc) -> Doc:
-        if doc["state"] in (states.LAUNCHING, states.RUNNING):
-            raise StateConflict(
-                f"task {task_id} is {doc['state']}: a running container's env cannot "
-                "change; change it once the task has finished")
-        env, problems = records.patch_env(doc["env"], set_, unset)
-        if problems:
-            raise EnvInvalid("the change cannot be applied", problems)
-        return records.new_revision(doc, env, actor, action.rpartition(".")[2])
+        check_match(doc, if_match)
+        if doc["state"] in states.LAUNCHED:  # started meanwhile: say so rather than guess
+            raise StateConflict(f"task {task_id} started meanwhile ({doc['state']}); "
+                                "send the change again")
+        if doc["state"] == states.PENDING and doc.get("apply") == RESTART:
+            raise StateConflict(f"task {task_id} is restarting: revision {doc['revision']} "
+                                "starts once the one before has stopped; change it then")
+        env = _patched(doc, set_, unset, action, svc.limits)
+        return _next_revision(doc, env, actor, action, extra)
+
+    new = svc.tasks.update(task_id, change)
+    assert new is not None  # ``change`` never declines: it returns a revision or raises
+    _audit_revision(svc, actor, action, new, set_, unset)
+    svc.enqueue(new["id"], new["revision"])
+    return new
+
+
+def check_match(doc: Doc, if_match: int | None) -> None:
+    """``If-Match: <revision>``: refuse a change made against a revision since replaced."""
+    if if_match is not None and doc["revision"] != if_match:
+        raise PreconditionFailed(f"task {doc['id']} is at revision {doc['revision']}, not "
+                                 f"{if_match}: read it again before changing it",
+                                 doc["revision"])
+
+
+def _patched(doc: Doc, set_: list[Doc], unset: list[str], action: str,
+             limits: Limits) -> list[Doc]:
+    """The env with the change applied: on top of ``next_env`` if one is kept (a rerun
+    names its whole env against the revision's own)."""
+    base = doc["env"] if action == "task.rerun" else doc.get("next_env") or doc["env"]
+    env, problems = records.patch_env(base, set_, unset)
+    problems += envlist.check_storable(env, limits)  # before anything is written
+    if problems:
+        raise EnvInvalid("the change cannot be applied", problems)
+    return env
+
+
+def _next_revision(doc: Doc, env: list[Doc], actor: str, action: str,
+                   extra: Doc | None, **fields: Any) -> Doc:
+    doc.pop("next_env", None)  # a new revision uses it up
+    return records.new_revision(doc, env, actor, action.rpartition(".")[2]) | (extra or {}) \
+        | fields
+
+
+def _audit_revision(svc: Services, actor: str, action: str, doc: Doc, set_: list[Doc],
+                    unset: list[str], **more: Any) -> None:
+    svc.audit.record(actor, action, doc["id"], revision=doc["revision"],
+                     set=[e.get("name") for e in set_], unset=unset, **more)
+
+
+def _keep_for_next_run(svc: Services, task_id: str, actor: str, set_: list[Doc],
+                       unset: list[str], action: str, if_match: int | None) -> Doc:
+    """Keep the changed env for the next rerun; whatever runs carries on untouched."""
+    def change(doc: Doc) -> Doc:
+        check_match(doc, if_match)
+        return {**doc, "next_env": _patched(doc, set_, unset, action, svc.limits)}
 
     doc = svc.tasks.update(task_id, change)
-    assert doc is not None  # ``change`` never declines: it returns a revision or raises
-    svc.audit.record(actor, action, task_id, revision=doc["revision"],
-                     set=[e.get("name") for e in set_], unset=unset)
-    svc.enqueue(doc["id"], doc["revision"])
+    assert doc is not None
+    _audit_revision(svc, actor, action, doc, set_, unset, apply=NEXT_RUN)
     return doc
+
+
+def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[str],
+             action: str, if_match: int | None) -> Doc:
+    """Cancel the running revision n, store n+1 as ``pending`` (``apply: restart``) and
+    have the launch workers stop n: they enqueue n+1 once its workload is gone, so two
+    containers of the task never run at once."""
+    task_id = doc["id"]
+    # Refuse a bad change before stopping anything.
+    env = _patched(doc, set_, unset, action, svc.limits)
+    old = _cancel_revision(svc, doc, actor, states.LAUNCHED,
+                           f"restarted as revision {doc['revision'] + 1}")
+    if old is None:  # it ended or changed meanwhile: decide again from where it is now
+        return revise_task(svc, task_id, actor, None, set_, unset, action,
+                           if_match=if_match)
+
+    def change(current: Doc) -> Doc:
+        if current["revision"] != old["revision"] or current["state"] != states.CANCELLED:
+            raise StateConflict(f"task {task_id} changed while it was being restarted")
+        return _next_revision(current, env, actor, "task.restart", None, apply=RESTART)
+
+    new = svc.tasks.update(task_id, change)
+    assert new is not None
+    _audit_revision(svc, actor, action, new, set_, unset, apply=RESTART)
+    svc.send("cancel", task_id, old["revision"])
+    return new
+
+
+def _cancel_revision(svc: Services, doc: Doc, actor: str, expected: frozenset[str],
+                     reason: str) -> Doc | None:
+    """Compare-and-set the current revision to ``cancelled``; None if it moved first."""
+    return svc.tasks.transition(doc["id"], doc["revision"], set(expected), states.CANCELLED,
+                                cancelled_by=actor, cancelled_at=time.time(), reason=reason)
+
+
+def cancel_task(svc: Services, task_id: str, actor: str, scope: str | None,
+                if_match: int | None = None) -> tuple[Doc, bool]:
+    """Cancel the current revision wherever it is; True if this call cancelled it.
+
+    A revision not yet launched never will be: each stage advances by compare-and-set
+    and finds it ``cancelled``.  A launched one is stopped by the launch workers.
+    """
+    while True:
+        doc = svc.tasks.get(task_id, scope)
+        check_match(doc, if_match)
+        if doc["state"] == states.CANCELLED:
+            return doc, False
+        if doc["state"] in states.FINAL:
+            raise StateConflict(f"task {task_id} has already ended: it is {doc['state']}")
+        done = _cancel_revision(svc, doc, actor, states.ACTIVE, f"cancelled by {actor}")
+        if done is not None:
+            break
+    svc.audit.record(actor, "task.cancel", task_id, revision=done["revision"],
+                     was=doc["state"])
+    if doc["state"] in states.LAUNCHED:
+        svc.send("cancel", task_id, done["revision"])
+    return done, True
+
+
+def with_env_file(env: list[Doc], text: str | None) -> list[Doc]:
+    """``env`` and the variables of a pasted or uploaded .env text, checked together."""
+    if text is None:
+        return env
+    from_file, problems = envfile.parse(text)
+    problems += envfile.combine(env, from_file)
+    if problems:
+        raise EnvInvalid("the .env text cannot be used", problems)
+    return [*env, *from_file]
+
+
+def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
+               revision: int | None = None, pin: bool = False,
+               if_match: int | None = None) -> Doc:
+    """Run a revision (the current one by default) again, as a new revision.
+
+    Without ``pin`` its env as set is resolved against today's policy; with ``pin`` its
+    resolved values are kept where today's policy allows them.  Either way the policy
+    stage reports what drifted from that revision.
+    """
+    current = svc.tasks.get(task_id, scope)
+    base = revision or current["revision"]
+    earlier = svc.tasks.revision(task_id, base)
+    env = _pinned(svc, earlier) if pin else earlier["env"]
+    if revision is None and not pin and current.get("next_env") is not None:
+        env = current["next_env"]  # a change kept for the next run (apply: next-run)
+    set_, unset = _replacing(current["env"], env)
+    origin: Doc = {"rerun_of": base, **({"pinned_from": base} if pin else {})}
+    return revise_task(svc, task_id, actor, scope, set_, unset, "task.rerun", origin,
+                       if_match=if_match)
+
+
+def _pinned(svc: Services, earlier: Doc) -> list[Doc]:
+    if earlier.get("resolved") is None:
+        raise StateConflict(f"revision {earlier['revision']} was never resolved "
+                            f"({earlier.get('state')}): it has no values to pin; rerun it "
+                            "without pin")
+    protected_now = {p.name for p in svc.policies.current().protected}
+    return revisions.pinned_env(earlier["resolved"], protected_now)
+
+
+def _replacing(current: list[Doc], target: list[Doc]) -> tuple[list[Doc], list[str]]:
+    """The ``set`` and ``unset`` that turn env ``current`` into ``target``."""
+    def shape(e: Doc) -> tuple[Any, Any, bool]:
+        return e.get("name"), e.get("value"), bool(e.get("secret"))
+
+    before = {e.get("name"): shape(e) for e in current}
+    wanted = {e.get("name") for e in target}
+    set_ = [dict(e) for e in target if before.get(e.get("name")) != shape(e)]
+    return set_, [str(n) for n in before if n not in wanted]
 
 
 def resolved_now(svc: Services, doc: Doc) -> Doc:
@@ -64,18 +273,32 @@ def resolved_now(svc: Services, doc: Doc) -> Doc:
     if state == states.REJECTED:
         raise EnvInvalid("the task's env is not valid",
                          [Problem(**e) for e in checked["errors"]])
-    state, decided = decide_policy({**doc, **checked}, svc.policies.current())
+    state, decided = decide_policy({**doc, **checked}, svc.policies.current(),
+                                   project=svc.policies.project(doc.get("project")))
     if state == states.REJECTED:
         raise PolicyConflict("the policy refuses the task's env",
                              [Problem(**e) for e in decided["errors"]])
     return {**doc, **decided}
 
 
-def preview(svc: Services, data: Doc) -> Doc:
-    """What a task with this env would get, secrets masked; nothing is stored or launched."""
+def in_project(doc: Doc, project: str | None) -> Doc:
+    """A new record in ``project``; a task in no project has no such field at all."""
+    return doc if project is None else {**doc, "project": project}
+
+
+def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool = False) -> Doc:
+    """What a task with this env would get, secrets masked; nothing is stored or launched.
+
+    The project is chosen as for a new task of ``owner``; with the task's ``resources``
+    and ``image``, conditional entries apply as they would to it.
+    """
     version = data["policy_version"]
     policy = svc.policies.current() if version is None else svc.policies.get(version)
-    shown = resolution.preview(data["env"], data["name"], policy, svc.limits)
+    project = (svc.projects.for_task(owner, data.get("project"), is_admin)
+               if owner is not None else data.get("project"))
+    task = {"project": project, "resources": data.get("resources"), "image": data.get("image")}
+    shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
+                               svc.policies.project(project))
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
 
 

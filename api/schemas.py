@@ -37,6 +37,17 @@ def relative_workdir(value: str) -> None:
         raise ma.ValidationError(f"workdir {problem}.")
 
 
+# The task's own hash holds the steps: bounded, so a record's size never depends on input.
+MAX_STEPS_BYTES = 64 * 1024
+
+
+def bounded_steps(steps: list[list[str]]) -> None:
+    size = sum(len(arg.encode("utf-8", "surrogatepass")) for step in steps for arg in step)
+    if size > MAX_STEPS_BYTES:
+        raise ma.ValidationError(f"The steps' arguments take {size} bytes; at most "
+                                 f"{MAX_STEPS_BYTES} are allowed.")
+
+
 class EnvEntry(Strict):
     name = fields.String(required=True, metadata={"example": "LEARNING_RATE"})
     value = fields.String(required=True, metadata={"example": "0.01"})
@@ -61,12 +72,24 @@ class TaskCreate(Strict):
                   "example": "runs/exp1"})
     steps = fields.List(
         fields.List(fields.String(), validate=validate.Length(min=1, max=1000)),
-        required=True, validate=validate.Length(min=1, max=100),
+        required=True, validate=[validate.Length(min=1, max=100), bounded_steps],
         metadata={"description": "Scripts run in order in one container; each an argv list, "
-                                 "executed without a shell.",
+                                 "executed without a shell; at most "
+                                 f"{MAX_STEPS_BYTES} bytes of arguments in all.",
                   "example": [["sh", "prepare.sh"], ["python3", "train.py"]]})
     env = fields.List(fields.Nested(EnvEntry), load_default=list)
     resources = fields.Nested(ResourcesSchema, load_default=None)
+    project = fields.String(
+        load_default=None, validate=validate.Length(min=1, max=63),
+        metadata={"description": "The project the task runs in: its policy applies. "
+                                 "Defaults to the owner's only project; required for an "
+                                 "owner in several."})
+    env_file = fields.String(
+        load_default=None, validate=validate.Length(max=1024 * 1024),
+        metadata={"description": "dotenv text (KEY=value, export, quotes, # comments), read "
+                                 "as data: nothing is expanded or run. A name it shares "
+                                 "with env is refused.",
+                  "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
 
 
 class EnvPatch(Strict):
@@ -74,6 +97,21 @@ class EnvPatch(Strict):
                       metadata={"description": "Variables to add or modify."})
     unset = fields.List(fields.String(), load_default=list,
                         metadata={"description": "Names of variables to delete."})
+    env_file = fields.String(
+        load_default=None, validate=validate.Length(max=1024 * 1024),
+        metadata={"description": "dotenv text (KEY=value, export, quotes, # comments), read "
+                                 "as data: nothing is expanded or run. A name it shares "
+                                 "with set is refused.",
+                  "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
+    apply = fields.String(
+        load_default="restart", validate=validate.OneOf(["restart", "next-run"]),
+        metadata={"description": "When the change takes effect. restart (the default): a "
+                                 "launching or running task is stopped, and the new revision "
+                                 "is launched once its container is gone (never two at "
+                                 "once); a task not running gets the new revision at once. "
+                                 "next-run: nothing is launched and the run carries on; the "
+                                 "changed env is kept as the task's next_env, which the next "
+                                 "rerun uses and later changes build on."})
 
 
 class Problem(ma.Schema):
@@ -88,6 +126,14 @@ class Error(ma.Schema):
     code = fields.String(required=True)
     message = fields.String(required=True)
     errors = fields.List(fields.Nested(Problem), required=True)
+    revision = fields.Integer(metadata={"description": "With 412 (a stale If-Match): the "
+                                                       "task's current revision."})
+
+
+class ShadowedOut(ma.Schema):
+    source = fields.String()
+    scope = fields.String(allow_none=True)
+    value = fields.String(metadata={"description": "Masked when the variable is secret."})
 
 
 class ResolvedVar(ma.Schema):
@@ -97,6 +143,12 @@ class ResolvedVar(ma.Schema):
                                                     "default"]))
     overrode = fields.List(fields.String())
     secret = fields.Boolean()
+    scope = fields.String(metadata={"description": "The policy layer that set it: platform "
+                                                   "or project:<name>."})
+    policy_version = fields.Integer(metadata={"description": "That layer's version."})
+    when = fields.String(metadata={"description": "The condition that matched, e.g. gpus>=1."})
+    shadowed = fields.List(fields.Nested(ShadowedOut), metadata={
+        "description": "Every layer it took precedence over; secret values masked."})
 
 
 class EnvOut(ma.Schema):
@@ -109,6 +161,14 @@ class Event(ma.Schema):
     at = fields.Float()
     revision = fields.Integer()
     state = fields.String()
+
+
+class DriftEntry(ma.Schema):
+    name = fields.String()
+    old = fields.String(allow_none=True, metadata={"description": "Masked for a secret."})
+    new = fields.String(allow_none=True, metadata={"description": "Masked for a secret."})
+    secret = fields.Boolean()
+    why = fields.String()
 
 
 class TaskOut(ma.Schema):
@@ -125,6 +185,10 @@ class TaskOut(ma.Schema):
     env = fields.List(fields.Nested(EnvOut), metadata={"description": "As the user set it."})
     resolved_env = fields.List(fields.Nested(ResolvedVar), allow_none=True)
     policy_version = fields.Integer(allow_none=True)
+    policy_versions = fields.Dict(keys=fields.String(), values=fields.Integer(),
+                                  allow_none=True, metadata={
+                                      "description": "Each policy layer's version, by scope."})
+    project = fields.String(allow_none=True)
     errors = fields.List(fields.Nested(Problem))
     warnings = fields.List(fields.Nested(Problem))
     exit_code = fields.Integer(allow_none=True)
@@ -132,7 +196,16 @@ class TaskOut(ma.Schema):
     created_at = fields.Float()
     updated_at = fields.Float()
     events = fields.List(fields.Nested(Event))
+    drift = fields.List(fields.Nested(DriftEntry), allow_none=True)
+    pinned_from = fields.Integer(allow_none=True)
+    rerun_of = fields.Integer(allow_none=True)
     note = fields.String(metadata={"description": "How env changes take effect."})
+    next_env = fields.List(
+        fields.Nested(EnvOut), allow_none=True,
+        metadata={"description": "A change made with apply: next-run, kept for the next "
+                                 "rerun; null when there is none."})
+    cancelled_by = fields.String(allow_none=True)
+    cancelled_at = fields.Float(allow_none=True)
 
 
 class ManifestOut(ma.Schema):
@@ -152,6 +225,11 @@ class TaskAccepted(ma.Schema):
     status = fields.String()
 
 
+class TaskCancelled(TaskAccepted):
+    cancelled_by = fields.String(allow_none=True)
+    cancelled_at = fields.Float(allow_none=True)
+
+
 class TaskSummary(ma.Schema):
     id = fields.String()
     url = fields.String()
@@ -167,13 +245,31 @@ class TaskSummary(ma.Schema):
 class TaskPage(ma.Schema):
     items = fields.List(fields.Nested(TaskSummary),
                         metadata={"description": "Summaries; GET /tasks/{id} for a whole task."})
-    next_cursor = fields.Integer(allow_none=True)
+    next_cursor = fields.String(allow_none=True, metadata={
+        "description": "Pass it back as cursor for the next page; opaque."})
 
 
 class TaskQuery(Strict):
     status = fields.String(load_default=None, validate=validate.OneOf(states.ALL))
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=500))
-    cursor = fields.Integer(load_default=None, validate=validate.Range(min=0))
+    cursor = fields.String(load_default=None, validate=validate.Length(min=1, max=500))
+
+
+class WhenIn(Strict):
+    """Which tasks an entry applies to; checked by ``shared.conditions.check_when``."""
+
+    gpus = fields.Raw(metadata={"description": "A GPU count or comparison: 0, \">=1\", \"<2\"."})
+    image = fields.String(metadata={"description": "A glob the task's image must match."})
+    project = fields.String(metadata={"description": "A glob the task's project must match."})
+
+
+def when_field() -> fields.Nested:
+    return fields.Nested(WhenIn, allow_none=True,
+                         metadata={"description": "Only for the tasks it matches."})
+
+
+class DefaultIn(EnvEntry):
+    when = when_field()
 
 
 class ProtectedIn(Strict):
@@ -184,20 +280,42 @@ class ProtectedIn(Strict):
     reason = fields.String(required=True, validate=validate.Length(min=1, max=1000),
                            metadata={"description": "Shown to users."})
     secret = StrictBool(load_default=False)
+    when = when_field()
+
+
+class RuleIn(Strict):
+    """A value rule; its values are checked by ``shared.rules`` (all problems at once)."""
+
+    name = fields.String(required=True, metadata={"description": "A name or glob: NCCL_*."})
+    required = StrictBool()
+    allowed = fields.List(fields.String())
+    pattern = fields.String(metadata={"description": "A full-match RE2 regular expression."})
+    min = fields.Raw()
+    max = fields.Raw()
+    max_length = fields.Raw()
+    description = fields.String(validate=validate.Length(max=1000))
+    when = when_field()
 
 
 class PolicyIn(Strict):
     # Both lists are required: a PUT with an empty body must not wipe the policy.
-    defaults = fields.List(fields.Nested(EnvEntry), required=True)
+    defaults = fields.List(fields.Nested(DefaultIn), required=True)
     protected = fields.List(fields.Nested(ProtectedIn), required=True)
     on_conflict = fields.String(load_default="reject",
                                 validate=validate.OneOf(["reject", "drop"]))
+    rules = fields.List(fields.Nested(RuleIn), load_default=list)
+
+
+class DefaultOut(EnvOut):
+    when = fields.Dict()
 
 
 class PolicyOut(ma.Schema):
     version = fields.Integer()
-    defaults = fields.List(fields.Nested(EnvOut))
+    scope = fields.String(metadata={"description": "platform or project:<name>."})
+    defaults = fields.List(fields.Nested(DefaultOut))
     protected = fields.List(fields.Dict())
+    rules = fields.List(fields.Dict())
     on_conflict = fields.String()
     author = fields.String(allow_none=True)
     created_at = fields.Float(allow_none=True)
@@ -212,11 +330,190 @@ class PreviewIn(Strict):
     name = fields.String(load_default="preview", validate=validate.Length(min=1, max=200))
     env = fields.List(fields.Nested(EnvEntry), required=True)
     policy_version = fields.Integer(strict=True, load_default=None, validate=validate.Range(min=0))
+    project = fields.String(load_default=None, validate=validate.Length(min=1, max=63),
+                            metadata={"description": "As for a new task: its policy applies."})
+    resources = fields.Nested(ResourcesSchema, load_default=None,
+                              metadata={"description": "resources.gpus is what when.gpus "
+                                                       "matches."})
+    image = fields.String(load_default=None, validate=validate.Length(max=500),
+                          metadata={"description": "What when.image matches."})
+
+
+class NotApplied(ma.Schema):
+    name = fields.String()
+    kind = fields.String(validate=validate.OneOf(["default", "protected", "rule"]))
+    scope = fields.String()
+    when = fields.String(metadata={"description": "The condition the task does not match."})
 
 
 class PreviewOut(ma.Schema):
     ok = fields.Boolean()
     policy_version = fields.Integer()
+    policy_versions = fields.Dict(keys=fields.String(), values=fields.Integer(),
+                                  metadata={"description": "Each layer's version, by scope."})
     variables = fields.List(fields.Nested(ResolvedVar))
+    not_applied = fields.List(fields.Nested(NotApplied), metadata={
+        "description": "Conditional entries that do not reach this task, and why."})
     warnings = fields.List(fields.Nested(Problem))
     errors = fields.List(fields.Nested(Problem))
+
+
+class RerunIn(Strict):
+    revision = fields.Integer(
+        strict=True, load_default=None, validate=validate.Range(min=1),
+        metadata={"description": "The revision to run again; the current one by default."})
+    pin = StrictBool(
+        load_default=False,
+        metadata={"description": "true: that revision's resolved values where today's "
+                                 "policy still allows them (protected values are always "
+                                 "today's); false: its env as set, resolved anew."})
+
+
+class EnvQuery(Strict):
+    format = fields.String(load_default="json", validate=validate.OneOf(["json", "dotenv"]))
+    resolved = fields.Boolean(load_default=False,
+                              metadata={"description": "Export the resolved env, not the "
+                                                       "env as set (format=dotenv)."})
+
+
+class TaskEnvOut(ma.Schema):
+    revision = fields.Integer()
+    env = fields.List(fields.Nested(EnvOut))
+    resolved_env = fields.List(fields.Nested(ResolvedVar), allow_none=True)
+
+
+class RevisionSummary(ma.Schema):
+    revision = fields.Integer()
+    state = fields.String(allow_none=True)
+    policy_version = fields.Integer(allow_none=True)
+    policy_versions = fields.Raw(allow_none=True)
+    made_by = fields.String(allow_none=True)
+    how = fields.String(allow_none=True, metadata={
+        "description": "What made it: create, patch, rerun or restart."})
+    made_at = fields.Float(allow_none=True)
+    started_at = fields.Float(allow_none=True)
+    ended_at = fields.Float(allow_none=True)
+    exit_code = fields.Integer(allow_none=True)
+    reason = fields.String(allow_none=True)
+    pinned_from = fields.Integer(allow_none=True)
+    rerun_of = fields.Integer(allow_none=True)
+
+
+class RevisionList(ma.Schema):
+    items = fields.List(fields.Nested(RevisionSummary), metadata={"description": "Oldest first."})
+
+
+class RevisionOut(RevisionSummary):
+    env = fields.List(fields.Nested(EnvOut), metadata={"description": "As the user set it."})
+    resolved_env = fields.List(fields.Nested(ResolvedVar), allow_none=True)
+    errors = fields.List(fields.Nested(Problem))
+    warnings = fields.List(fields.Nested(Problem))
+    drift = fields.List(fields.Nested(DriftEntry), allow_none=True, metadata={
+        "description": "For a rerun: each variable whose value differs from the revision "
+                       "it was made from, and why."})
+    events = fields.List(fields.Nested(Event))
+
+
+class DiffQuery(Strict):
+    of = fields.String(load_default="resolved", validate=validate.OneOf(["resolved", "env"]),
+                       metadata={"description": "Compare the resolved envs (default) or the "
+                                                "envs as set."})
+
+
+class DiffVar(ma.Schema):
+    name = fields.String()
+    value = fields.String(metadata={"description": "Masked for a secret."})
+    source = fields.String(allow_none=True)
+    secret = fields.Boolean()
+
+
+class DiffChange(ma.Schema):
+    name = fields.String()
+    old = fields.String(metadata={"description": "Masked for a secret."})
+    new = fields.String(metadata={"description": "Masked for a secret."})
+    source = fields.String(allow_none=True, metadata={"description": "The new source."})
+    old_source = fields.String(allow_none=True)
+    new_source = fields.String(allow_none=True)
+    secret = fields.Boolean()
+    value_changed = fields.Boolean(metadata={
+        "description": "False when only the source changed; a secret shows only this."})
+
+
+class DiffOut(ma.Schema):
+    from_ = fields.Integer(data_key="from", attribute="from")
+    to = fields.Integer()
+    of = fields.String()
+    added = fields.List(fields.Nested(DiffVar))
+    removed = fields.List(fields.Nested(DiffVar))
+    changed = fields.List(fields.Nested(DiffChange))
+    unchanged = fields.List(fields.String(), metadata={
+        "description": "Names whose value is the same (secrets compared, never shown)."})
+
+
+# --- projects and a draft policy's impact ----------------------------------------------------
+
+OWNER = validate.Regexp(r"^[A-Za-z0-9_.@-]{1,100}$", error="not an owner name")
+OWNERS = validate.Length(max=1000)
+
+
+class ProjectIn(Strict):
+    name = fields.String(required=True, metadata={
+        "description": "Lower-case letters, digits and '-', at most 63 characters.",
+        "example": "vision"})
+    members = fields.List(fields.String(validate=OWNER), load_default=list, validate=OWNERS)
+    maintainers = fields.List(fields.String(validate=OWNER), load_default=list, validate=OWNERS)
+
+
+class ProjectPatch(Strict):
+    members = fields.List(fields.String(validate=OWNER), load_default=None,
+                          metadata={"description": "Replaces the list."}, validate=OWNERS)
+    maintainers = fields.List(fields.String(validate=OWNER), load_default=None,
+                              metadata={"description": "Replaces the list."}, validate=OWNERS)
+
+
+class ProjectOut(ma.Schema):
+    name = fields.String()
+    members = fields.List(fields.String())
+    maintainers = fields.List(fields.String())
+    created_by = fields.String(allow_none=True)
+    created_at = fields.Float()
+    policy_version = fields.Integer(metadata={"description": "The project policy's current "
+                                                             "version."})
+
+
+class ProjectList(ma.Schema):
+    items = fields.List(fields.Nested(ProjectOut))
+
+
+class Rejection(ma.Schema):
+    variable = fields.String(allow_none=True)
+    rule = fields.String()
+    message = fields.String()
+    tasks = fields.Integer()
+    owners = fields.Integer()
+    examples = fields.List(fields.String(), metadata={"description": "Some task ids."})
+
+
+class ValueChange(ma.Schema):
+    name = fields.String()
+    kind = fields.String(validate=validate.OneOf(["added", "removed", "changed"]))
+    old = fields.String(allow_none=True, metadata={"description": "null for a secret."})
+    new = fields.String(allow_none=True, metadata={"description": "null for a secret."})
+    secret = fields.Boolean()
+    source = fields.String(allow_none=True)
+    tasks = fields.Integer()
+    owners = fields.Integer()
+    examples = fields.List(fields.String())
+
+
+class ImpactOut(ma.Schema):
+    considered = fields.Integer(metadata={"description": "Every task not final and the most "
+                                                         "recent 1,000 final ones, in scope."})
+    rejected = fields.Integer(metadata={"description": "Tasks the draft would reject."})
+    newly_rejected = fields.Integer(metadata={"description": "Of those, tasks resolved now."})
+    accepted = fields.Integer(metadata={"description": "Tasks without a resolved env now "
+                                                       "that the draft would resolve."})
+    changed = fields.Integer(metadata={"description": "Tasks some value would change for."})
+    unchanged = fields.Integer()
+    rejections = fields.List(fields.Nested(Rejection))
+    changes = fields.List(fields.Nested(ValueChange))

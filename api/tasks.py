@@ -9,24 +9,34 @@ from flask import Response, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions, svc
-from api.auth import actor, scope
+from api import actions, cursors, svc
+from api.auth import actor, readable_projects, scope
 from api.schemas import (
     EnvPatch,
+    EnvQuery,
     ManifestOut,
+    RerunIn,
     TaskAccepted,
+    TaskCancelled,
     TaskCreate,
+    TaskEnvOut,
     TaskOut,
     TaskPage,
     TaskQuery,
 )
-from shared import manifest, records
-from shared.errors import BadRequest
+from shared import envfile, manifest, records
+from shared.errors import BadRequest, StateConflict
+from shared.secrets import masked
 from shared.workload import Workload
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
                 description="Training tasks and their env.")
 
+IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
+            "schema": {"type": "string", "example": '"3"'},
+            "description": "The revision the change was made against (the ETag of GET "
+                           "/tasks/{id}); when the task has moved on: 412 with the "
+                           "current revision."}
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
@@ -47,9 +57,10 @@ class Tasks(MethodView):
     @blp.response(200, TaskPage)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""
-        page = svc().tasks.list(scope(), query["status"], query["cursor"], query["limit"])
+        page = svc().tasks.list(scope(), query["status"], cursors.decode(query["cursor"]),
+                                query["limit"])
         return {"items": [records.summary_view(d, task_url(d["id"])) for d in page.items],
-                "next_cursor": page.next_cursor}
+                "next_cursor": cursors.encode(page.next_cursor)}
 
     @blp.arguments(TaskCreate)
     @blp.response(202, TaskAccepted)
@@ -66,31 +77,105 @@ class Tasks(MethodView):
 @blp.route("/<task_id>")
 class Task(MethodView):
     @blp.response(200, TaskOut)
-    def get(self, task_id: str) -> dict[str, Any]:
-        """A task's status, errors, warnings and resolved env with each variable's source."""
-        return records.public_view(svc().tasks.get(task_id, scope()), task_url(task_id))
+    def get(self, task_id: str) -> Any:
+        """A task's status, errors, warnings and resolved env with each variable's source.
+
+        The ``ETag`` is the revision, for ``If-Match`` on a change.
+        """
+        doc = svc().tasks.get(task_id, scope(), readable_projects())
+        view = records.public_view(doc, task_url(task_id))
+        kept = doc.get("next_env")
+        view["next_env"] = None if kept is None else [masked(e) for e in kept]
+        view.update(cancelled_by=doc.get("cancelled_by"), cancelled_at=doc.get("cancelled_at"))
+        return view, 200, {"ETag": f'"{doc["revision"]}"'}
+
+
+def if_match() -> int | None:
+    """The revision ``If-Match`` names (``3``, ``"3"`` or ``W/"3"``); None without one."""
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    text = raw.strip().removeprefix("W/").strip('"')
+    if not text.isdigit() or len(text) > 12:
+        raise BadRequest(f"If-Match must name a revision (a number), not {raw[:40]!r}")
+    return int(text)
+
+
+@blp.route("/<task_id>/cancel")
+class TaskCancel(MethodView):
+    @blp.response(202, TaskCancelled)
+    @blp.alt_response(200, schema=TaskCancelled, description="Cancelled already: nothing "
+                      "changed.")
+    @blp.doc(parameters=[IF_MATCH])
+    def post(self, task_id: str) -> Any:
+        """Cancel the task: a revision not yet launched never starts, a running one is
+        stopped (the process group, the pod or the Job with its pods).  Cancelling a
+        cancelled task again answers 200; a task that has ended, 409."""
+        doc, changed = actions.cancel_task(svc(), task_id, actor(), scope(), if_match())
+        body = {**accepted(doc), "cancelled_by": doc.get("cancelled_by"),
+                "cancelled_at": doc.get("cancelled_at")}
+        return body, 202 if changed else 200, {"Location": task_url(task_id)}
 
 
 @blp.route("/<task_id>/env")
 class TaskEnv(MethodView):
+    @blp.arguments(EnvQuery, location="query", unknown=ma.RAISE)
+    @blp.response(200, TaskEnvOut)
+    @blp.alt_response(200, content_type="text/plain", description=(
+        "format=dotenv: the env as set (resolved=true: the resolved env) as .env text that "
+        "parses back to the same values; each secret is left out, named in a comment."))
+    def get(self, query: dict[str, Any], task_id: str) -> Any:
+        """The env as set and the resolved env (secrets masked), or either as a .env file."""
+        doc = svc().tasks.get(task_id, scope())
+        if query["format"] == "dotenv":
+            return _dotenv(doc, query["resolved"])
+        resolved = doc.get("resolved")
+        return {"revision": doc["revision"], "env": [masked(e) for e in doc["env"]],
+                "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
+
     @blp.arguments(EnvPatch)
     @blp.response(202, TaskAccepted)
+    @blp.doc(parameters=[IF_MATCH])
     def patch(self, data: dict[str, Any], task_id: str) -> Any:
-        """Add, modify or delete variables: makes a new revision, launched anew."""
-        return _revise(task_id, data["set"], data["unset"], "task.env.patch")
+        """Add, modify or delete variables: makes a new revision, launched anew.
+
+        ``env_file`` adds the variables of a .env text to ``set``.  On a running task
+        ``apply`` says when the change takes effect: ``restart`` stops the run and
+        launches the new revision once it is gone; ``next-run`` keeps it (``next_env``)
+        for the next rerun while the run carries on.
+        """
+        set_ = actions.with_env_file(data["set"], data.get("env_file"))
+        doc = actions.revise_task(svc(), task_id, actor(), scope(), set_, data["unset"],
+                                  "task.env.patch", apply=data["apply"], if_match=if_match())
+        return accepted(doc), 202, {"Location": task_url(task_id)}
+
+
+def _dotenv(doc: dict[str, Any], resolved: bool) -> Response:
+    entries = doc.get("resolved") if resolved else doc["env"]
+    if entries is None:
+        raise StateConflict(f"revision {doc['revision']} is not resolved yet "
+                            f"({doc['state']}): export the env as set instead")
+    which = "resolved env" if resolved else "env as set"
+    header = f"task {doc['id']} revision {doc['revision']}, {which}"
+    return Response(envfile.export(entries, header), mimetype="text/plain")
 
 
 @blp.route("/<task_id>/rerun")
 class TaskRerun(MethodView):
+    @blp.arguments(RerunIn, required=False)
     @blp.response(202, TaskAccepted)
-    def post(self, task_id: str) -> Any:
-        """Resolve the same env against the current policy and launch it again."""
-        return _revise(task_id, [], [], "task.rerun")
+    @blp.doc(parameters=[IF_MATCH])
+    def post(self, data: dict[str, Any] | None, task_id: str) -> Any:
+        """Run a revision again (the current one by default) as a new revision.
 
-
-def _revise(task_id: str, set_: list[dict[str, Any]], unset: list[str], action: str) -> Any:
-    doc = actions.revise_task(svc(), task_id, actor(), scope(), set_, unset, action)
-    return accepted(doc), 202, {"Location": task_url(task_id)}
+        Without ``pin`` its env as set is resolved against the current policy; with
+        ``pin: true`` its resolved values are kept where today's policy allows them.
+        The new revision carries a drift report: what differs from that revision, and why.
+        """
+        data = data or {}
+        doc = actions.rerun_task(svc(), task_id, actor(), scope(), data.get("revision"),
+                                 bool(data.get("pin")), if_match=if_match())
+        return accepted(doc), 202, {"Location": task_url(task_id)}
 
 
 @blp.route("/<task_id>/manifest")
@@ -120,7 +205,7 @@ class TaskLogs(MethodView):
                           "schema": {"type": "integer", "minimum": 1}}])
     def get(self, task_id: str) -> Response:
         """The output of the task's steps, for the current revision or ``?revision=n``."""
-        doc = svc().tasks.get(task_id, scope())
+        doc = svc().tasks.get(task_id, scope(), readable_projects())
         revision = request.args.get("revision", type=int) or doc["revision"]
         text = svc().tasks.read_log(task_id, revision)
         return Response(text, mimetype="text/plain")

@@ -119,3 +119,13 @@ def test_admin_creates_lists_and_revokes_a_token(stack: Stack):
     assert new_token not in listed.stdout + listed.stderr + revoked.stdout + revoked.stderr
     assert refused.returncode == 5
     assert "401" in refused.stderr
+
+
+def test_env_diff_shows_what_revision_2_changed(stack: Stack, user: str, succeeded_task: str):
+    stack.wait(succeeded_task, revision=2)  # made by the env set test
+    result = taskenv(stack, user, "env", "diff", succeeded_task, "1", "2")
+
+    assert result.returncode == 0, result.stderr
+    assert "~ LR: 0.01 -> 0.5  [user]" in result.stdout
+    assert "~ TASK_ENV_REVISION: 1 -> 2  [platform]" in result.stdout
+    assert "NCCL_DEBUG" not in result.stdout  # unchanged variables are not listed

@@ -1,0 +1,83 @@
+"""A task's revisions: the list, one revision whole, and what changed between two."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import marshmallow as ma
+from flask.views import MethodView
+from flask_smorest import Blueprint
+
+from api import svc
+from api.auth import scope
+from api.schemas import DiffOut, DiffQuery, RevisionList, RevisionOut
+from shared import revisions
+from shared.errors import NotFound, StateConflict
+from shared.secrets import masked
+
+blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revisions",
+                description="Every revision of a task's env: as set, as resolved, its outcome.")
+
+Doc = dict[str, Any]
+
+
+def revision_of(task_id: str, number: int) -> Doc:
+    """Revision ``number`` of one of the caller's tasks; someone else's task is 404."""
+    doc = svc().tasks.get(task_id, scope())
+    if not 1 <= number <= doc["revision"]:
+        raise NotFound(f"task {task_id} has no revision {number}")
+    return svc().tasks.revision(task_id, number)
+
+
+def revision_view(rev: Doc) -> Doc:
+    """A revision as the API shows it: secrets masked (the drift report is stored masked)."""
+    resolved = rev.get("resolved")
+    return {**{name: rev.get(name) for name in RevisionOut().fields if name in rev},
+            "revision": rev["revision"], "env": [masked(e) for e in rev.get("env") or []],
+            "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
+
+
+def compared(rev: Doc, of: str) -> list[Doc]:
+    """The variables a diff compares: the resolved env, or the env as the user set it."""
+    if of == "env":
+        return [{**e, "source": "user"} for e in rev.get("env") or []]
+    if rev.get("resolved") is None:
+        raise StateConflict(f"revision {rev['revision']} has no resolved env "
+                            f"({rev.get('state')}): compare the envs as set with ?of=env")
+    return list(rev["resolved"])
+
+
+def env_diff(task_id: str, old: int, new: int, of: str) -> Doc:
+    a, b = revision_of(task_id, old), revision_of(task_id, new)
+    found = revisions.diff(compared(a, of), compared(b, of))
+    found["changed"] = [{**c, "source": c["new_source"]} for c in found["changed"]]
+    return {"from": old, "to": new, "of": of, **found}
+
+
+@blp.route("")
+class Revisions(MethodView):
+    @blp.response(200, RevisionList)
+    def get(self, task_id: str) -> Doc:
+        """Every revision, oldest first: state, policy version, who made it and how, when it
+        started and ended, its exit code."""
+        doc = svc().tasks.get(task_id, scope())
+        return {"items": svc().tasks.revisions(task_id, doc["revision"])}
+
+
+@blp.route("/<int:number>")
+class Revision(MethodView):
+    @blp.response(200, RevisionOut)
+    def get(self, task_id: str, number: int) -> Doc:
+        """One revision: env as set, resolved env with each variable's source (secrets
+        masked), errors, warnings, outcome and, for a rerun, its drift report."""
+        return revision_view(revision_of(task_id, number))
+
+
+@blp.route("/<int:old>/diff/<int:new>")
+class RevisionDiff(MethodView):
+    @blp.arguments(DiffQuery, location="query", unknown=ma.RAISE)
+    @blp.response(200, DiffOut)
+    def get(self, query: Doc, task_id: str, old: int, new: int) -> Doc:
+        """Variables added, removed and changed from revision ``old`` to ``new``, each with
+        its values and source; a secret shows only as changed or unchanged."""
+        return env_diff(task_id, old, new, query["of"])
