@@ -36,24 +36,22 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from api import actions, auth, sessions, svc
+from api import actions, auth, cursors, sessions, svc
 from api import page_forms as forms
 from api.errors import status_for
-from api.schemas import PolicyIn, TaskQuery
+from api.revisions import env_diff
+from api.schemas import TaskQuery
 from api.sessions import RedisSessions
 from shared import records, states
 from shared.errors import (
     EnvInvalid,
-    Forbidden,
-    PolicyInvalid,
     Problem,
     SecretsUnavailable,
     StateConflict,
     TaskenvError,
     TooManyRequests,
 )
-from shared.policy import Policy
-from shared.secrets import MASK, blanked
+from shared.secrets import MASK, blanked, masked
 from shared.tokens import Identity, SessionStore, digest
 
 bp = Blueprint("pages", __name__)
@@ -112,6 +110,7 @@ def guard() -> Any:
         sessions.renew(session)
         back = request.path if request.method == "GET" else None
         return redirect(url_for(".login", next=back))
+    auth.check_task_id()
     return None
 
 
@@ -198,10 +197,11 @@ def tasks() -> Any:
         query = TaskQuery().load({k: v for k, v in request.args.items() if v})
     except ma.ValidationError as error:
         abort(400, f"Bad list parameters: {error.messages}")
-    found = svc().tasks.list(auth.scope(), query["status"], query["cursor"], query["limit"])
+    found = svc().tasks.list(auth.scope(), query["status"], cursors.decode(query["cursor"]),
+                             query["limit"])
     items = [records.summary_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
-    return page("tasks.html", items=items, next_cursor=found.next_cursor, query=query,
-                states=states.ALL)
+    return page("tasks.html", items=items, next_cursor=cursors.encode(found.next_cursor),
+                query=query, states=states.ALL)
 
 
 @bp.route("/ui/tasks/new", methods=["GET", "POST"])
@@ -214,10 +214,14 @@ def task_new() -> Any:
     form_id = form_id if FORM_ID.fullmatch(form_id) else secrets.token_urlsafe(16)
     more = "more" in request.form
     rows = forms.shown(typed["env"]) + forms.blank(BLANK_ROWS * (2 if more else 1))
+    typed["env_file"] = request.form.get("env_file", "")
+    typed["project"] = request.form.get("project", "")
     if more or data is None:
         return new_task_page(typed, rows, form_id, 200 if more else 422,
                              errors={} if more else errors)
     try:
+        data["env_file"] = env_file_sent()
+        data["project"] = request.form.get("project") or None  # the project switcher
         # The form's id is the idempotency key: a double-click makes one task, not two.
         doc = actions.create_task(svc(), data, auth.actor(), form_id)
     except TaskenvError as error:
@@ -226,6 +230,24 @@ def task_new() -> Any:
     flash(f"Task {doc['name']} created: its env is being validated, resolved and launched. "
           "Reload this page to follow it.", "ok")
     return redirect(url_for(".task", task_id=doc["id"]))
+
+
+def env_file_sent() -> str | None:
+    """The .env text a form sent: an uploaded file, then what was pasted; None if neither.
+
+    Both together are read as one text, so a name in both is reported as set twice.
+    """
+    texts = [request.form.get("env_file", "").replace("\r\n", "\n")]
+    upload = request.files.get("env_file_upload")
+    if upload is not None and upload.filename:
+        try:
+            texts.insert(0, upload.read().decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise EnvInvalid("the uploaded .env file cannot be read", [Problem(
+                rule="env_file.encoding", field="env_file",
+                message=f"{upload.filename} is not UTF-8 text ({error.reason})")]) from error
+    text = "\n".join(t for t in texts if t.strip())
+    return text or None
 
 
 def new_task_page(typed: dict[str, Any], rows: list[dict[str, Any]], form_id: str,
@@ -245,11 +267,13 @@ def task_page(doc: dict[str, Any], status: int = 200,
               new_rows: list[dict[str, Any]] | None = None,
               errors: dict[str, Any] | None = None, error: TaskenvError | None = None) -> Any:
     view = records.public_view(doc, url_for(".task", task_id=doc["id"]))
+    view["next_env"] = [masked(e) for e in doc.get("next_env") or []]
     if env_rows is None:  # a secret's field starts empty: its value is write-only
         env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
     revision = request.args.get("revision", type=int) or view["revision"]
     revision = revision if 1 <= revision <= view["revision"] else view["revision"]
     return page("task.html", status, task=view,
+                revisions=svc().tasks.revisions(doc["id"], view["revision"]),
                 log=svc().tasks.read_log(doc["id"], revision), log_revision=revision,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
                 errors=errors or {}, error=error,
@@ -268,24 +292,51 @@ def task_env(task_id: str) -> Any:
     new_rows = forms.shown(typed_new) + forms.blank(BLANK_ROWS * (2 if more else 1))
     if more or patch is None:
         return task_page(doc, 200 if more else 422, env_rows, new_rows, {} if more else errors)
+    try:
+        patch["set"] = actions.with_env_file(patch["set"], env_file_sent())
+    except EnvInvalid as error:
+        return task_page(doc, status_for(error), env_rows, new_rows, error=error)
     if not patch["set"] and not patch["unset"]:
         flash("Nothing changed: edit a value, tick delete or fill in a new row.", "info")
         return redirect(url_for(".task", task_id=task_id))
+    apply = request.form.get("apply", actions.RESTART)
+    if apply not in (actions.RESTART, actions.NEXT_RUN):
+        abort(400, "Choose restart or next run.")
     try:
         new = actions.revise_task(svc(), task_id, auth.actor(), auth.scope(), patch["set"],
-                                  patch["unset"], "task.env.patch")
+                                  patch["unset"], "task.env.patch", apply=apply)
     except (EnvInvalid, StateConflict, SecretsUnavailable) as error:
         return task_page(doc, status_for(error), env_rows, new_rows, error=error)
-    flash(f"Revision {new['revision']} created with the changed env; it is validated, "
-          "resolved and launched in a new container.", "ok")
+    flash(applied_message(doc, new, apply), "ok")
+    return redirect(url_for(".task", task_id=task_id))
+
+
+def applied_message(old: dict[str, Any], new: dict[str, Any], apply: str) -> str:
+    if apply == actions.NEXT_RUN:
+        return ("The changed env is kept for the next run (Rerun); the current run carries "
+                "on unchanged.")
+    if old["state"] in states.LAUNCHED:
+        return (f"Revision {old['revision']} is being stopped; revision {new['revision']}, "
+                "with the changed env, is launched in a new container once it is gone.")
+    return (f"Revision {new['revision']} created with the changed env; it is validated, "
+            "resolved and launched in a new container.")
+
+
+@bp.post("/ui/tasks/<task_id>/cancel")
+def task_cancel(task_id: str) -> Any:
+    try:
+        doc, changed = actions.cancel_task(svc(), task_id, auth.actor(), auth.scope())
+        flash(f"Revision {doc['revision']} cancelled." if changed
+              else "The task was cancelled already.", "ok")
+    except StateConflict as error:
+        flash(error.message, "error")
     return redirect(url_for(".task", task_id=task_id))
 
 
 @bp.post("/ui/tasks/<task_id>/rerun")
 def task_rerun(task_id: str) -> Any:
     try:
-        new = actions.revise_task(svc(), task_id, auth.actor(), auth.scope(), [], [],
-                                  "task.rerun")
+        new = actions.rerun_task(svc(), task_id, auth.actor(), auth.scope())
         flash(f"Revision {new['revision']} launched with the same env and the current policy.",
               "ok")
     except StateConflict as error:
@@ -293,45 +344,30 @@ def task_rerun(task_id: str) -> Any:
     return redirect(url_for(".task", task_id=task_id))
 
 
+@bp.get("/ui/tasks/<task_id>/diff")
+def task_diff(task_id: str) -> Any:
+    """What changed between two revisions of a task; secrets only as changed or not."""
+    doc = svc().tasks.get(task_id, auth.scope())
+    last = doc["revision"]
+    old = request.args.get("from", type=int) or max(1, last - 1)
+    new = request.args.get("to", type=int) or last
+    of = request.args.get("of", "resolved")
+    if not (1 <= old <= last and 1 <= new <= last and of in ("resolved", "env")):
+        abort(400, f"Choose two revisions between 1 and {last}, and resolved or env.")
+    view = records.public_view(doc, url_for(".task", task_id=task_id))
+    try:
+        diff, error = env_diff(task_id, old, new, of), None
+    except StateConflict as conflict:
+        diff, error = None, conflict
+    return page("task_diff.html", 409 if error else 200, task=view, diff=diff, error=error,
+                old=old, new=new, of=of)
+
+
 # --- policy ------------------------------------------------------------------------------
 
 @bp.route("/ui/policy", methods=["GET", "POST"])
 def policy() -> Any:
-    if not auth.identity().is_admin:
-        raise Forbidden("Only an admin may see and edit the platform policy.")
-    current = svc().policies.current()
-    if request.method == "GET":
-        defaults, protected = forms.policy_rows(current)
-        return policy_page(current, {"defaults": defaults, "protected": protected,
-                                     "on_conflict": current.on_conflict})
-    data, errors, typed = forms.read_policy(request.form, current)
-    more = "more" in request.form
-    shown = {**typed, "defaults": forms.shown(typed["defaults"]),
-             "protected": forms.shown(typed["protected"])}
-    if more or data is None:
-        return policy_page(current, shown, 200 if more else 422, {} if more else errors,
-                           extra=2 if more else 1)
-    try:
-        # The rules first (they name the variable), then the API's shape (PolicyIn).
-        saved = actions.save_policy(svc(), data, auth.actor(), shape=PolicyIn())
-    except PolicyInvalid as error:
-        return policy_page(current, shown, status_for(error), problems=error.problems)
-    except ma.ValidationError as error:
-        return policy_page(current, shown, 422, forms.errors_of(error))
-    except SecretsUnavailable as error:  # a secret row, but no TASKENV_SECRET_KEYS
-        return policy_page(current, shown, status_for(error), {"_schema": [error.message]})
-    flash(f"Policy version {saved.version} saved: new tasks and new revisions are resolved "
-          "with it; tasks already resolved keep their version.", "ok")
-    return redirect(url_for(".policy"))
+    """The platform policy's editor; projects' policies share it (api.policy_pages)."""
+    from api.policy_pages import editor  # it adds its routes to this blueprint
 
-
-def policy_page(current: Policy, form: dict[str, Any], status: int = 200,
-                errors: dict[str, Any] | None = None, problems: list[Problem] | None = None,
-                extra: int = 1) -> Any:
-    # Typed rows first, so that error indexes (defaults[2]) point at the row shown third.
-    blank = BLANK_ROWS * extra
-    return page("policy.html", status, policy=current, on_conflict=form["on_conflict"],
-                defaults=form["defaults"] + forms.blank(blank),
-                protected=form["protected"] + forms.blank(blank, reason=""),
-                errors=errors or {}, problems=problems or [],
-                bad={p.variable for p in problems or [] if p.variable})
+    return editor(None)
