@@ -17,7 +17,7 @@ from api import svc
 from shared.errors import Forbidden, TooManyRequests, Unauthorized
 from shared.tokens import Identity
 
-PUBLIC_ENDPOINTS = {"health.healthz", "static"}
+PUBLIC_ENDPOINTS = {"health.healthz", "health.readyz", "metrics.scrape", "static"}
 # The web pages (api/pages.py) authenticate by session cookie, not bearer token.
 SESSION_BLUEPRINTS = {"pages"}
 # Whole blueprints only admins reach; checked before the body is even parsed, so a

@@ -45,6 +45,11 @@ class Settings:
     heartbeat_seconds: int = 5
     # A worker whose queue has waited this long with nothing received restarts itself.
     consumer_stall_seconds: int = 60
+    # Log lines: "text" for people at a terminal, "json" (one object per line) for services.
+    log_format: str = "text"
+    # A worker or reconciler serves /metrics on this port (0: none, as under ``make run``,
+    # where the API's /metrics shows every process: they share PROMETHEUS_MULTIPROC_DIR).
+    metrics_port: int = 0
     # Sentinel: with a sentinel:// URL, the name of the monitored master.
     redis_master_name: str = "mymaster"
     podman_image: str = DEFAULT_IMAGE

@@ -76,6 +76,12 @@ class Keys:
     def policy_current(self) -> str:
         return f"{self.prefix}:policy:current"
 
+    # --- projects ------------------------------------------------------------------------
+
+    def projects(self) -> str:
+        """The set of every project's name."""
+        return f"{self.prefix}:projects"
+
     # --- tokens, audit, authentication ---------------------------------------------------
 
     def token(self, digest: str) -> str:
@@ -110,6 +116,15 @@ class Keys:
 
     def reconciler_lock(self) -> str:
         return f"{self.prefix}:reconciler:lock"
+
+    def reconciler_last_pass(self) -> str:
+        """When a reconciler last finished a pass (epoch seconds); expires when none runs."""
+        return f"{self.prefix}:reconciler:last-pass"
+
+    def consumers(self, queue: str) -> str:
+        """The workers consuming ``queue``: a sorted set of worker names by the time their
+        liveness expires.  One key per queue, so readiness reads it without a SCAN."""
+        return f"{self.prefix}:consumers:{queue}"
 
     def celery_prefix(self) -> str:
         """What kombu puts before each of its keys (``global_keyprefix``)."""

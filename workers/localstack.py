@@ -28,6 +28,8 @@ from pathlib import Path
 
 import redis
 
+from shared import logs
+from shared.metrics import MULTIPROC_ENV
 from workers.celery_app import QUEUES
 from workers.services import process_settings
 
@@ -224,13 +226,26 @@ def local_redis(directory: Path) -> RedisServer:
     return RedisServer((directory / "redis").resolve(), appendonly=True, password=password)
 
 
+def metrics_env(directory: Path) -> dict[str, str]:
+    """Every process of a local run writes its metrics to one directory, so the API's
+    ``/metrics`` shows them all (see shared/metrics.py).  Ours is emptied at the start:
+    an earlier run's samples are no longer true.  One set in the environment is used
+    as it is."""
+    if os.environ.get(MULTIPROC_ENV):
+        return {}
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return {MULTIPROC_ENV: str(directory.resolve())}
+
+
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure(process_settings().log_format)  # text unless TASKENV_LOG_FORMAT=json
     var = Path("var")
     env: dict[str, str] = local_credentials(var)
     if "TASKENV_ADMIN_TOKEN" in env:
         log.info("the admin token is in var/admin.token: "
                  "curl -H \"Authorization: Bearer $(cat var/admin.token)\" ...")
+    env.update(metrics_env(var / "metrics"))
     redis_server = None
     # Whether a Redis was configured at all, which Settings (with its default URL) cannot
     # tell: the environment is asked directly, as for the credentials above.

@@ -26,7 +26,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from shared import states
+from shared import logs, metrics, states
+from shared.config import Settings
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Launcher
@@ -106,6 +107,8 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
 
 
 def run_forever(svc: Services) -> None:
+    """A pass every interval; each pass's actions are counted (``taskenv_reconciler_*``)
+    and its end is written to Redis, where ``/readyz`` checks that passes keep coming."""
     settings = svc.settings
     lock = svc.keys.reconciler_lock()
     interval = settings.reconcile_interval_seconds
@@ -115,16 +118,36 @@ def run_forever(svc: Services) -> None:
                 counts = reconcile_once(svc.tasks, svc.launcher, svc.send,
                                         settings.stuck_after_seconds,
                                         heartbeat_ttl=3 * settings.heartbeat_seconds)
-                if counts:
-                    log.info("reconcile: %s", dict(counts))
+                _passed(svc, counts)
         except Exception:  # Redis restarting: try again next interval
+            metrics.RECONCILER_PASSES.labels(result="failed").inc()
             log.exception("reconcile pass failed")
         time.sleep(interval)
 
 
+def last_pass_ttl(settings: Settings) -> int:
+    """How long a pass counts as recent: a few intervals, so one slow pass is no alarm."""
+    return max(30, 6 * settings.reconcile_interval_seconds)
+
+
+def _passed(svc: Services, counts: Counter[str]) -> None:
+    svc.redis.set(svc.keys.reconciler_last_pass(), repr(time.time()),
+                  ex=last_pass_ttl(svc.settings))
+    metrics.RECONCILER_PASSES.labels(result="ok").inc()
+    for action, count in counts.items():
+        metrics.RECONCILER_ACTIONS.labels(action=action).inc(count)
+    if counts:
+        log.info("reconcile: %s", dict(counts))
+
+
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_forever(current())
+    svc = current()
+    logs.configure(svc.settings.log_format)
+    from workers import observe  # noqa: F401 - stamps the messages a pass re-enqueues
+
+    if svc.settings.metrics_port:
+        metrics.serve(svc.settings.metrics_port, svc.settings.host)
+    run_forever(svc)
 
 
 if __name__ == "__main__":

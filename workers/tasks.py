@@ -1,5 +1,8 @@
 """Thin Celery tasks: load the context, call the stage, hand off to the next queue.
 
+Each message's log lines carry its task id and revision, and its queue wait and
+processing time are measured, by the signals in ``workers.observe``.
+
 Transient errors (Redis hiccups, a backend answering 429/5xx) are retried with
 capped exponential backoff.  Anything else, or a transient error that outlasts
 its retries, ends the revision as ``failed`` with the reason: a task never sits
@@ -17,6 +20,7 @@ from celery import Task
 from shared.errors import TransientError
 from workers import stages
 from workers.celery_app import app
+from workers.observe import CountingLauncher  # also connects the stages' log and timing signals
 from workers.services import current
 
 log = logging.getLogger(__name__)
@@ -59,4 +63,5 @@ def apply_policy(task_id: str, revision: int) -> None:
 @app.task(name="taskenv.launch", base=StageTask)
 def launch(task_id: str, revision: int) -> None:
     ctx = current()
-    stages.launch(ctx.tasks, ctx.launcher, task_id, revision, ctx.settings.heartbeat_seconds)
+    stages.launch(ctx.tasks, CountingLauncher(ctx.launcher), task_id, revision,
+                  ctx.settings.heartbeat_seconds)

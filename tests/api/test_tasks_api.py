@@ -10,7 +10,6 @@ import fakeredis
 import pytest
 from flask.testing import FlaskClient
 
-from api import create_app
 from shared import states
 from shared.envlist import EnvVar, Limits
 from shared.policy import Policy
@@ -459,23 +458,6 @@ def test_openapi_document_lists_every_path(app: Any, client: FlaskClient) -> Non
             "/api/v1/policy", "/api/v1/policy/versions", "/api/v1/policy/versions/{version}",
             "/api/v1/env/preview"} <= routes
     assert set(response.get_json()["paths"]) == routes
-
-
-def test_healthz_is_ok_with_redis(client: FlaskClient) -> None:
-    response = client.get("/healthz")
-    assert response.status_code == 200
-    assert response.get_json() == {"status": "ok", "redis": "ok"}
-
-
-def test_healthz_is_503_without_redis(enqueued: Any) -> None:
-    server = fakeredis.FakeServer()
-    app = create_app({}, redis_client=fakeredis.FakeRedis(server=server,
-                                                          decode_responses=True),
-                     enqueue=enqueued)
-    server.connected = False
-    response = app.test_client().get("/healthz")
-    assert response.status_code == 503
-    assert response.get_json()["status"] == "unavailable"
 
 
 # --- secrets -----------------------------------------------------------------------------

@@ -35,6 +35,9 @@ from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 log = logging.getLogger(__name__)
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What the runner (never a step: the sandbox starts with an empty environment) inherits
+# besides PATH: where its metrics go and how its log lines look.
+RUNNER_PASSES = ("PROMETHEUS_MULTIPROC_DIR", "TASKENV_LOG_FORMAT")
 SANDBOXED = "bwrap"
 UNSAFE = "off-unsafe-dev"
 SANDBOX_MODES = (SANDBOXED, UNSAFE)
@@ -92,7 +95,8 @@ class LocalLauncher:
     def _start_runner(self, run_dir: Path, spec: dict[str, Any]) -> int:
         runner_log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                              0o600)
-        env = {"PATH": MINIMAL_PATH, "PYTHONPATH": str(PROJECT_ROOT)}
+        env = {"PATH": MINIMAL_PATH, "PYTHONPATH": str(PROJECT_ROOT),
+               **{k: os.environ[k] for k in RUNNER_PASSES if k in os.environ}}
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "workers.launchers.local_runner"], stdin=subprocess.PIPE,

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis
 
+from shared import logs
 from shared.config import Settings
 from shared.redis_conn import connect
 from shared.secrets import Cipher, redact
@@ -134,9 +135,10 @@ def store_for(settings: dict[str, Any]) -> TaskStore:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
     spec = json.loads(sys.stdin.read())
     runner = Runner(spec)
+    logs.bind(task_id=runner.workload.task_id, revision=runner.workload.revision)
     tasks = store_for(spec["settings"])
     task_id, revision = runner.workload.task_id, runner.workload.revision
     with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):

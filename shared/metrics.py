@@ -1,0 +1,148 @@
+"""Prometheus metrics of every taskenv process, in multiprocess mode.
+
+Why multiprocess mode rather than a port per process: the stages run in Celery's
+prefork children, which come and go (``max-tasks-per-child``, a child killed by a
+time limit) and cannot each open a port a scraper would know of, and the API
+answers from several threads.  With ``PROMETHEUS_MULTIPROC_DIR`` set, every
+process writes its samples to files in that directory and one scrape reads them
+all, summed: the API's ``/metrics`` shows every process that shares its directory
+(all of ``make run``'s), and a worker or reconciler in its own container serves its
+own directory on ``TASKENV_METRICS_PORT``.  Without the variable (unit tests) each
+process keeps its samples in memory.  Only counters and histograms are kept, so a
+child that exits leaves correct totals behind; queue depths are read from Redis
+when scraped.
+
+Labels are bounded: a route is the Flask endpoint, never the path; a stage, state,
+launcher, reason, action or queue comes from a fixed set in the code; a project is
+named only if the project store knows it, else ``other``.  A task id or a variable
+name is never a label.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+import redis
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from shared.keys import Keys
+
+log = logging.getLogger(__name__)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+if os.environ.get(MULTIPROC_ENV):  # samples go to files there; it must exist first
+    os.makedirs(os.environ[MULTIPROC_ENV], exist_ok=True)
+
+# Seconds: an API call is milliseconds; a launch may wait for a backend; a queue may back up.
+FAST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+HTTP_REQUESTS = Counter("taskenv_http_requests", "API requests answered, by Flask endpoint.",
+                        ["route", "method", "status"])
+HTTP_DURATION = Histogram("taskenv_http_request_duration_seconds",
+                          "Time the API took to answer, by Flask endpoint.",
+                          ["route", "method"], buckets=FAST_BUCKETS)
+TRANSITIONS = Counter("taskenv_task_transitions", "Task revisions entering each state.",
+                      ["state", "project"])
+STAGE_DURATION = Histogram("taskenv_stage_duration_seconds",
+                           "Time a stage worker spent on one message.", ["stage"],
+                           buckets=SLOW_BUCKETS)
+QUEUE_WAIT = Histogram("taskenv_stage_queue_wait_seconds",
+                       "Time a message waited in its stage's queue before a worker took it.",
+                       ["stage"], buckets=SLOW_BUCKETS)
+LAUNCH_ERRORS = Counter("taskenv_launch_errors", "Launches a backend refused or failed.",
+                        ["launcher", "reason"])
+RECONCILER_ACTIONS = Counter("taskenv_reconciler_actions",
+                             "What the reconciler did to tasks (requeued, lost, ...).",
+                             ["action"])
+RECONCILER_PASSES = Counter("taskenv_reconciler_passes", "Reconciler passes, by result.",
+                            ["result"])
+CONSUMER_RESTARTS = Counter("taskenv_consumer_restarts",
+                            "Workers that shut down because their consumer stalled.",
+                            ["queue"])
+
+PROJECT_CACHE_SECONDS = 60.0
+PROJECT_CACHE_SIZE = 1000
+_projects_known: dict[str, tuple[bool, float]] = {}
+
+
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def project_label(project: str | None, exists: Callable[[str], bool]) -> str:
+    """The project as a label: itself if the store knows it (asked once a minute)."""
+    if not project:
+        return ""
+    now = time.monotonic()
+    known = _projects_known.get(project)
+    if known is None or known[1] < now:
+        if len(_projects_known) >= PROJECT_CACHE_SIZE:
+            _projects_known.clear()
+        known = (exists(project), now + PROJECT_CACHE_SECONDS)
+        _projects_known[project] = known
+    return project if known[0] else "other"
+
+
+def task_entered(state: str, project: str | None, exists: Callable[[str], bool]) -> None:
+    """Count a revision entering ``state``; never fails the write it follows."""
+    try:
+        TRANSITIONS.labels(state=state, project=project_label(project, exists)).inc()
+    except Exception:  # a metric must not undo a committed transition
+        log.debug("could not count a transition to %s", state, exc_info=True)
+
+
+class QueueDepth(Collector):
+    """``taskenv_queue_depth{queue}``: each queue's waiting messages, read when scraped."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, queues: Iterable[str]) -> None:
+        self.client, self.keys, self.queues = client, keys, tuple(queues)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("taskenv_queue_depth",
+                                   "Messages waiting in each stage's queue.", labels=["queue"])
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for queue in self.queues:
+                pipe.llen(self.keys.queue(queue))
+            depths = pipe.execute()
+        except redis.RedisError:  # the scrape still shows the processes' own metrics
+            log.warning("queue depths unavailable: Redis did not answer")
+            return
+        for queue, depth in zip(self.queues, depths, strict=True):
+            family.add_metric([queue], float(depth))
+        yield family
+
+
+def exposition(*extra: Collector) -> bytes:
+    """The text a scrape gets: every process's samples (or this one's), then ``extra``."""
+    registry = CollectorRegistry()
+    if multiprocess_mode():
+        multiprocess.MultiProcessCollector(registry)
+    for collector in extra:
+        registry.register(collector)
+    text = generate_latest(registry)
+    return text if multiprocess_mode() else generate_latest(REGISTRY) + text
+
+
+def serve(port: int, host: str) -> None:
+    """Serve this process's directory of samples on ``host:port`` (a worker, the reconciler)."""
+    registry = REGISTRY
+    if multiprocess_mode():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    start_http_server(port, addr=host, registry=registry)
+    log.info("metrics on :%d/metrics", port)
