@@ -11,9 +11,9 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions, svc
+from api import actions, project_actions, svc
 from api.auth import actor
-from api.schemas import PolicyIn, PolicyOut, PolicyVersions
+from api.schemas import ImpactOut, PolicyIn, PolicyOut, PolicyVersions
 from shared.secrets import masked_policy
 
 blp = Blueprint("policy", __name__, url_prefix="/api/v1/policy",
@@ -49,3 +49,14 @@ class Version(MethodView):
     def get(self, version: int) -> dict[str, Any]:
         """One version, as it was written."""
         return masked_policy(svc().policies.get(version).to_dict())
+
+
+@blp.route("/impact")
+class Impact(MethodView):
+    @blp.arguments(PolicyIn)
+    @blp.response(200, ImpactOut)
+    def post(self, data: dict[str, Any]) -> dict[str, Any]:
+        """What saving this draft platform policy would do: every task not final and the
+        1,000 most recent final ones, re-resolved with it (each with its project's policy).
+        Nothing is saved."""
+        return project_actions.draft_impact(svc(), data)

@@ -64,23 +64,41 @@ class Keys:
         """The counter that orders tasks in the indexes."""
         return f"{self.prefix}:seq"
 
+    def project_index(self, project: str) -> str:
+        """A sorted set of one project's task ids by creation order, written at creation."""
+        return f"{self.prefix}:tasks:project:{project}"
+
     # --- policy --------------------------------------------------------------------------
 
-    def policy_seq(self) -> str:
-        return f"{self.prefix}:policy:seq"
+    def _policy(self, scope: str) -> str:
+        """The platform's policy keys as they always were; a project's under the project."""
+        if scope == "platform":
+            return f"{self.prefix}:policy"
+        return f"{self.project(scope.removeprefix('project:'))}:policy"
 
-    def policy_version(self, version: int | str = "") -> str:
+    def policy_seq(self, scope: str = "platform") -> str:
+        return f"{self._policy(scope)}:seq"
+
+    def policy_version(self, version: int | str = "", scope: str = "platform") -> str:
         """One immutable version; without a number, the stem the store's script completes."""
-        return f"{self.prefix}:policy:v:{version}"
+        return f"{self._policy(scope)}:v:{version}"
 
-    def policy_current(self) -> str:
-        return f"{self.prefix}:policy:current"
+    def policy_current(self, scope: str = "platform") -> str:
+        return f"{self._policy(scope)}:current"
 
     # --- projects ------------------------------------------------------------------------
+
+    def project(self, name: str) -> str:
+        """A project's record (JSON): members, maintainers, who made it and when."""
+        return f"{self.prefix}:project:{name}"
 
     def projects(self) -> str:
         """The set of every project's name."""
         return f"{self.prefix}:projects"
+
+    def owner_projects(self, owner: str) -> str:
+        """The set of projects an owner is a member or maintainer of."""
+        return f"{self.prefix}:owner:{owner}:projects"
 
     # --- tokens, audit, authentication ---------------------------------------------------
 

@@ -25,6 +25,7 @@ from shared.audit import AuditLog
 from shared.config import Settings
 from shared.envlist import Limits
 from shared.keys import Keys
+from shared.projects import ProjectStore
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
@@ -46,7 +47,8 @@ class Services:
     redis: RedisClient
     keys: Keys
     tasks: TaskStore
-    policies: PolicyStore
+    policies: PolicyStore  # the platform's; .scoped("project:<name>") for a project's
+    projects: ProjectStore
     tokens: TokenStore
     audit: AuditLog
     auth_failures: AuthFailures
@@ -75,6 +77,7 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
         settings=settings, redis=client, keys=Keys(prefix),
         tasks=TaskStore(client, prefix, cipher, settings.retention_days * 86400),
         policies=PolicyStore(client, prefix, cipher),
+        projects=ProjectStore(client, prefix),
         tokens=TokenStore(client, prefix),
         audit=AuditLog(client, prefix),
         auth_failures=AuthFailures(client, prefix, settings.auth_failures_per_minute),

@@ -35,6 +35,6 @@ def test_a_preview_the_policy_refuses_still_lists_the_variables() -> None:
 def test_an_invalid_env_stops_the_preview_before_the_policy() -> None:
     got = preview([{"name": "bad name", "value": "1"}, {"name": "1X", "value": "2"}],
                   "train", POLICY, LIMITS)
-    assert got == {"ok": False, "policy_version": 3, "variables": [], "warnings": [],
-                   "errors": got["errors"]}
+    assert got == {"ok": False, "policy_version": 3, "policy_versions": {"platform": 3},
+                   "not_applied": [], "variables": [], "warnings": [], "errors": got["errors"]}
     assert [e["variable"] for e in got["errors"]] == ["bad name", "1X"]

@@ -1,0 +1,113 @@
+"""What admins and maintainers do to projects and layered policies, for the API and pages.
+
+A project policy is saved only if :func:`shared.layers.check_layer` finds nothing it
+would weaken in the platform's; a draft's impact is measured with the same merge the
+policy stage runs (``shared.resolution.draft_resolution``), over the latest revision of
+every task not final plus the most recent 1,000 final ones in scope.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import marshmallow as ma
+
+from shared import envlist
+from shared.errors import PolicyInvalid, Problem
+from shared.impact import TaskSnapshot, impact
+from shared.layers import check_layer
+from shared.policy import Policy, Resolution, Resolved, check_policy
+from shared.projects import Project, project_scope
+from shared.resolution import draft_resolution, facts_of
+from shared.store import Doc
+from workers.services import Services
+
+FINAL_CONSIDERED = 1000
+
+
+def project_view(svc: Services, project: Project) -> Doc:
+    policy = svc.policies.scoped(project_scope(project.name)).current()
+    return {**project.to_dict(), "policy_version": policy.version}
+
+
+def delete_project(svc: Services, name: str, actor: str) -> None:
+    """The project and its memberships go; its policy versions stay, so the tasks resolved
+    with them can still be explained (a project made again under this name starts empty)."""
+    svc.projects.delete(name)
+    svc.policies.scoped(project_scope(name)).retire()
+    svc.audit.record(actor, "project.delete", name)
+
+
+def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Problem]:
+    """Why the draft cannot be saved: a platform draft on its own, a project draft
+    against the platform's current policy."""
+    if project is None:
+        return check_policy(data, svc.limits)
+    return check_layer(data, svc.policies.current(), svc.limits)
+
+
+def save_project_policy(svc: Services, name: str, data: Doc, actor: str,
+                        shape: ma.Schema | None = None) -> Policy:
+    """Check the draft against the platform's policy, store it as the project's next
+    version and audit it.  ``shape``: the API's schema, for data from a page."""
+    problems = draft_problems(svc, data, name)
+    if problems:
+        raise PolicyInvalid(f"the policy of project {name} cannot be saved", problems)
+    if shape is not None:
+        data = shape.load(data)
+    store = svc.policies.scoped(project_scope(name))
+    policy = store.put(Policy.from_dict({**data, "author": actor, "created_at": time.time()}))
+    svc.audit.record(actor, "project.policy.put", f"{name} v{policy.version}",
+                     defaults=[d.name for d in policy.defaults],
+                     protected=[p.name for p in policy.protected],
+                     rules=[r.name for r in policy.rules])
+    return policy
+
+
+def draft_impact(svc: Services, data: Doc, project: str | None = None) -> Doc:
+    """What saving ``data`` (the platform's draft, or ``project``'s) would do; nothing is
+    saved.  A draft that could not be saved is refused with the same problems."""
+    problems = draft_problems(svc, data, project)
+    if problems:
+        raise PolicyInvalid("the draft policy cannot be saved", problems)
+    draft = Policy.from_dict({**data, "scope": project_scope(project) if project else None})
+    docs = {d["id"]: d for d in _latest(svc, project)}
+
+    def resolve_draft(snapshot: TaskSnapshot) -> Resolution:
+        doc = docs[snapshot.id]
+        platform = draft if project is None else svc.policies.current()
+        layer = draft if project is not None else svc.policies.project(doc.get("project"))
+        return draft_resolution(doc, platform, layer, svc.limits)
+
+    return impact_view(impact((snapshot(d) for d in docs.values()), resolve_draft))
+
+
+def _latest(svc: Services, project: str | None) -> list[Doc]:
+    found = (svc.tasks.find(t) for t in svc.tasks.latest_ids(project, FINAL_CONSIDERED))
+    return [d for d in found if d is not None]
+
+
+def snapshot(doc: Doc) -> TaskSnapshot:
+    """A record's current revision as the impact sees it; an env the validation stage
+    refused still counts (the draft rejects it too)."""
+    env = [e for e in doc["env"] if isinstance(e.get("name"), str)
+           and isinstance(e.get("value"), str)]
+    resolved = doc.get("resolved")
+    return TaskSnapshot(doc["id"], doc["owner"], tuple(envlist.parse(env)), facts_of(doc),
+                        None if resolved is None
+                        else tuple(Resolved.from_dict(v) for v in resolved))
+
+
+def impact_view(found: dict[str, Any]) -> Doc:
+    """``shared.impact``'s summary in the API's shape: counts first, then the rejections
+    and the value changes, each with how many tasks and owners it touches."""
+    rejected = found["rejected"]
+    changed = found["tasks"] - rejected["tasks"] - found["accepted"] - found["unchanged"]
+    return {
+        "considered": found["tasks"], "rejected": rejected["tasks"],
+        "newly_rejected": rejected["newly"], "accepted": found["accepted"],
+        "changed": changed, "unchanged": found["unchanged"],
+        "rejections": rejected["problems"],
+        "changes": [{"name": c.pop("variable"), **c} for c in found["changes"]],
+    }
