@@ -22,6 +22,7 @@ from shared.errors import (
     NotFound,
     PolicyConflict,
     PolicyInvalid,
+    PreconditionFailed,
     Problem,
     SecretsUnavailable,
     StateConflict,
@@ -42,6 +43,7 @@ STATUS: dict[type[TaskenvError], int] = {
     Forbidden: 403,
     NotFound: 404,
     StateConflict: 409,
+    PreconditionFailed: 412,
     TooManyRequests: 429,
     LaunchFailed: 500,
     TransientError: 503,
@@ -89,7 +91,11 @@ class TaskenvApi(Api):
         app.register_error_handler(RecursionError, self.handle_too_deep)
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
-        return jsonify(body(error.code, error.message, error.problems)), status_for(error)
+        payload = body(error.code, error.message, error.problems)
+        if isinstance(error, PreconditionFailed):  # what to send If-Match next time
+            payload["revision"] = error.current_revision
+            return jsonify(payload), 412, {"ETag": f'"{error.current_revision}"'}
+        return jsonify(payload), status_for(error)
 
     def handle_redis_error(self, error: redis.RedisError) -> Any:
         # Safe to retry: with the same Idempotency-Key a retry never makes a second task.

@@ -95,6 +95,16 @@ class StateConflict(PermanentError):
     code = "conflict"
 
 
+class PreconditionFailed(PermanentError):
+    """The caller's ``If-Match`` names a revision the task has moved past."""
+
+    code = "precondition_failed"
+
+    def __init__(self, message: str, current_revision: int) -> None:
+        super().__init__(message)
+        self.current_revision = current_revision
+
+
 class SecretsUnavailable(TaskenvError):
     """A secret needs sealing or opening but no usable key is configured."""
 

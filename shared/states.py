@@ -2,6 +2,7 @@
 
 pending -> validated -> resolved -> launching -> running -> succeeded | failed
 pending -> rejected (validation);  validated -> rejected (policy)
+any state not final -> cancelled (a user stopped it; who and when are recorded)
 Any state may move to ``pending`` again when the user changes the env: that is
 a new revision, and messages that carry the old revision become no-ops.
 """
@@ -16,22 +17,29 @@ RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 REJECTED = "rejected"
+CANCELLED = "cancelled"
 
-ALL = (PENDING, VALIDATED, RESOLVED, LAUNCHING, RUNNING, SUCCEEDED, FAILED, REJECTED)
-FINAL = frozenset({SUCCEEDED, FAILED, REJECTED})
+ALL = (PENDING, VALIDATED, RESOLVED, LAUNCHING, RUNNING, SUCCEEDED, FAILED, REJECTED,
+       CANCELLED)
+FINAL = frozenset({SUCCEEDED, FAILED, REJECTED, CANCELLED})
+# States a workload of the revision may exist in, so a cancel must ask the backend to stop it.
+LAUNCHED = frozenset({LAUNCHING, RUNNING})
+# States a cancel can still stop.
+ACTIVE = frozenset(set(ALL) - FINAL)
 # States whose work is still in a queue or a worker's hands.
 IN_FLIGHT = frozenset({PENDING, VALIDATED, RESOLVED, LAUNCHING})
 
 ALLOWED = {
-    PENDING: {VALIDATED, REJECTED, FAILED},
-    VALIDATED: {RESOLVED, REJECTED, FAILED},
-    RESOLVED: {LAUNCHING, FAILED},
+    PENDING: {VALIDATED, REJECTED, FAILED, CANCELLED},
+    VALIDATED: {RESOLVED, REJECTED, FAILED, CANCELLED},
+    RESOLVED: {LAUNCHING, FAILED, CANCELLED},
     # Back to resolved only when the reconciler finds nothing started: launch again.
-    LAUNCHING: {RUNNING, SUCCEEDED, FAILED, RESOLVED},
-    RUNNING: {SUCCEEDED, FAILED},
+    LAUNCHING: {RUNNING, SUCCEEDED, FAILED, RESOLVED, CANCELLED},
+    RUNNING: {SUCCEEDED, FAILED, CANCELLED},
     SUCCEEDED: set(),
     FAILED: set(),
     REJECTED: set(),
+    CANCELLED: set(),
 }
 
 

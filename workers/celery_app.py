@@ -17,6 +17,8 @@ from shared.keys import Keys
 from workers.services import process_settings
 
 QUEUES = ("validate", "policy", "launch")
+# Stopping a workload talks to the backend, as launching does: the launch workers do it.
+QUEUE_OF = {"cancel": "launch"}
 
 
 def launch_time_limit(settings: Settings) -> int:
@@ -44,7 +46,7 @@ def make_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue="validate",
-        task_routes={f"taskenv.{q}": {"queue": q} for q in QUEUES},
+        task_routes={f"taskenv.{q}": {"queue": QUEUE_OF.get(q, q)} for q in (*QUEUES, *QUEUE_OF)},
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_seconds,
@@ -70,7 +72,8 @@ def celery_for(settings: Settings) -> Celery:
 
 def send_to_stage(settings: Settings, stage: str, task_id: str, revision: int) -> None:
     """One message, carrying ids only, to a stage's queue."""
-    celery_for(settings).send_task(f"taskenv.{stage}", args=[task_id, revision], queue=stage)
+    celery_for(settings).send_task(f"taskenv.{stage}", args=[task_id, revision],
+                                   queue=QUEUE_OF.get(stage, stage))
 
 
 # The worker's command line (``celery -A workers.celery_app worker``) and the task

@@ -25,6 +25,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from shared import logs, metrics, states
 from shared.config import Settings
@@ -56,7 +57,7 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
             if (doc and doc["state"] == state and now - doc["updated_at"] > stuck_after
                     and tasks.claim_requeue(task_id, doc["revision"], state, int(stuck_after))):
                 # Once per stuck_after: a long queue must not fill up with copies.
-                enqueue(stage, task_id, doc["revision"])
+                enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
     for state in (states.LAUNCHING, states.RUNNING):
         for task_id in tasks.ids_in_state(state, limit):
@@ -69,6 +70,14 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
     counts = +counts  # drop zero counts
     counts.pop("", None)
     return counts
+
+
+def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
+    """A restart's revision waits for its predecessor to stop: drive that stop again
+    (it starts the new revision once the old workload is gone), never the validation."""
+    if doc["state"] == states.PENDING and doc.get("apply") == "restart":
+        return "cancel", doc["id"], doc["revision"] - 1
+    return stage, doc["id"], doc["revision"]
 
 
 def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task_id: str,

@@ -65,3 +65,11 @@ def launch(task_id: str, revision: int) -> None:
     ctx = current()
     stages.launch(ctx.tasks, CountingLauncher(ctx.launcher), task_id, revision,
                   ctx.settings.heartbeat_seconds)
+
+
+@app.task(name="taskenv.cancel", base=Task, autoretry_for=TRANSIENT, retry_backoff=1,
+          retry_backoff_max=10, retry_jitter=False, max_retries=30, time_limit=300)
+def cancel(task_id: str, revision: int) -> None:
+    """Stop a cancelled revision's workload (on the launch queue: it talks to the backend)."""
+    ctx = current()
+    stages.stop(ctx.tasks, ctx.launcher, task_id, revision, ctx.enqueue)

@@ -286,8 +286,7 @@ def test_list_items_are_summaries_of_the_task(client: FlaskClient,
     assert "env" not in item  # a listing never carries env: its size is bounded
 
 
-@pytest.mark.parametrize("query", ["?status=sleeping", "?limit=0", "?limit=501", "?cursor=-1",
-                                   "?limit=ten"])
+@pytest.mark.parametrize("query", ["?status=sleeping", "?limit=0", "?limit=501", "?limit=ten"])
 def test_list_with_bad_parameters_is_422(client: FlaskClient, error_shape: ErrorShape,
                                          query: str) -> None:
     response = client.get(f"{TASKS}{query}")
@@ -353,19 +352,20 @@ def test_patch_is_allowed_once_the_task_has_finished(client: FlaskClient,
 
 
 @pytest.mark.parametrize("state", [states.LAUNCHING, states.RUNNING])
-def test_patch_of_a_running_task_is_a_conflict(client: FlaskClient, create_task: CreateTask,
-                                               move_to: MoveTo, tasks: TaskStore,
-                                               enqueued: Any, error_shape: ErrorShape,
-                                               state: str) -> None:
+def test_patch_of_a_running_task_restarts_it_by_default(
+        client: FlaskClient, create_task: CreateTask, move_to: MoveTo, tasks: TaskStore,
+        enqueued: Any, app: Any, state: str) -> None:
+    sent: list[tuple[str, str, int]] = []
+    app.extensions["taskenv"].send = lambda *message: sent.append(message)
     task_id = create_task()
     move_to(task_id, state)
     response = client.patch(f"{TASKS}/{task_id}/env",
                             json={"set": [{"name": "X", "value": "1"}]})
-    assert response.status_code == 409
-    error_shape(response.get_json(), "conflict")
-    assert state in response.get_json()["message"]
-    assert len(enqueued.calls) == 1
-    assert tasks.get(task_id)["revision"] == 1
+    assert response.status_code == 202
+    assert tasks.get(task_id)["revision"] == 2
+    assert tasks.revision(task_id, 1)["state"] == states.CANCELLED
+    # Revision 2 waits for revision 1 to stop: the launch workers enqueue it then.
+    assert len(enqueued.calls) == 1 and sent == [("cancel", task_id, 1)]
 
 
 def test_patch_unsetting_an_unknown_name_is_422_naming_it(
@@ -437,13 +437,16 @@ def test_rerun_makes_a_new_revision_with_the_same_env(client: FlaskClient,
     assert tasks.get(task_id)["env"] == env_before
 
 
-def test_rerun_of_a_running_task_is_a_conflict(client: FlaskClient, create_task: CreateTask,
-                                               move_to: MoveTo, error_shape: ErrorShape) -> None:
+def test_rerun_of_a_running_task_restarts_it(client: FlaskClient, create_task: CreateTask,
+                                             move_to: MoveTo, app: Any,
+                                             tasks: TaskStore) -> None:
+    sent: list[tuple[str, str, int]] = []
+    app.extensions["taskenv"].send = lambda *message: sent.append(message)
     task_id = create_task()
     move_to(task_id, states.RUNNING)
     response = client.post(f"{TASKS}/{task_id}/rerun")
-    assert response.status_code == 409
-    error_shape(response.get_json(), "conflict")
+    assert response.status_code == 202
+    assert tasks.get(task_id)["how"] == "restart" and sent == [("cancel", task_id, 1)]
 
 
 # --- health and the API document ---------------------------------------------------------

@@ -16,7 +16,11 @@ server-side behaviour the launcher depends on:
   a pod log is ``text/plain``; asking for the log of a container that is still
   waiting answers 400, as the real server does;
 * ``PATCH`` takes a strategic-merge or merge patch (applied as a JSON merge
-  patch, RFC 7386: enough for the launcher's ``metadata.ownerReferences``).
+  patch, RFC 7386: enough for the launcher's ``metadata.ownerReferences``);
+* ``DELETE`` of a Job reads ``propagationPolicy`` from the ``DeleteOptions`` body
+  or the query: ``Foreground`` or ``Background`` deletes the pods it owns (and a
+  Secret it owns) with it, while none (or ``Orphan``) leaves them behind, as a
+  batch/v1 Job's default does.  Deletion is immediate (no finalizers modelled).
 
 Tests script answers (``script("POST", path, 429, headers={"Retry-After": "1"})``,
 a delay, a dropped connection), set a Job's status and add its pods, and read
@@ -59,6 +63,8 @@ ROUTES = [
     ("PATCH", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "patch_secret"),
     ("POST", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"), "create_job"),
     ("GET", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs/{_NAME}"), "read_job"),
+    ("DELETE", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs/{_NAME}"), "delete_job"),
+    ("DELETE", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "delete_secret"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods"), "list_pods"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods/{_NAME}/log"), "read_log"),
 ]
@@ -376,6 +382,20 @@ class FakeKubeApi:
     def read_job(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
         return Response(200, copy.deepcopy(self._get("job", ns, name)))
 
+    def delete_job(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
+        job = self._get("job", ns, name)
+        del self.objects[("job", ns, name)]
+        if propagation(req) in ("Foreground", "Background"):
+            uid = job["metadata"]["uid"]
+            for key in [k for k, obj in self.objects.items() if _owned_by(obj, uid)]:
+                del self.objects[key]
+        return _deleted(name)
+
+    def delete_secret(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
+        self._get("secret", ns, name)
+        del self.objects[("secret", ns, name)]
+        return _deleted(name)
+
     def list_pods(self, req: Recorded, content_type: str, ns: str) -> Response:
         selector = _parse_selector((req.query.get("labelSelector") or [""])[0])
         items = [copy.deepcopy(obj) for (k, pns, _), obj in self.objects.items()
@@ -396,6 +416,22 @@ class FakeKubeApi:
             raise _ApiError(400, f'container "{wanted}" in pod "{name}" is waiting to start: '
                                  f"{reason}")
         return Response(200, self.pod_logs.get((ns, name), ""))
+
+
+def _deleted(name: str) -> Response:
+    return Response(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                          "status": "Success", "details": {"name": name}})
+
+
+def propagation(req: Recorded) -> str | None:
+    """A DELETE's ``propagationPolicy``: from its DeleteOptions body, else its query."""
+    if isinstance(req.body, dict) and req.body.get("propagationPolicy"):
+        return str(req.body["propagationPolicy"])
+    return (req.query.get("propagationPolicy") or [None])[0]
+
+
+def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
 
 
 def _merge(target: Any, patch: Any) -> Any:

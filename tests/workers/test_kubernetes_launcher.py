@@ -437,3 +437,53 @@ def test_rate_limit_holds_against_the_server_in_real_time(api):
     assert len(times) == 40
     for i, t in enumerate(times):  # seen by the server: never more than burst + rate * time
         assert i + 1 <= 30 + 20 * (t - started) + 1
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+def test_cancel_deletes_the_job_with_propagation_so_its_pods_and_secret_go(api, launcher):
+    job = workload()
+    launcher.launch(job, RecordingHooks().hooks)
+    name = job_name(job)
+    api.add_pod(name, state=running(), namespace=NS)
+    launcher.cancel(job)
+    (delete,) = api.requests_to("DELETE", f"{JOBS}/{name}")
+    assert delete.body["propagationPolicy"] == "Foreground"
+    assert api.requests_to("DELETE", f"{SECRETS}/{secret_name(job)}")
+    assert api.stored("job", NS) == [] and api.stored("pod", NS) == []
+    assert api.stored("secret", NS) == []
+    assert launcher.observe(job) is None
+
+
+def test_the_contract_server_orphans_pods_without_propagation(api, launcher):
+    """Why the launcher names a propagation: a batch/v1 Job's default leaves its pods."""
+    job = workload(secret=False)
+    launcher.launch(job, RecordingHooks().hooks)
+    api.add_pod(job_name(job), state=running(), namespace=NS)
+    launcher.batch.delete_namespaced_job(job_name(job), NS)
+    assert api.stored("job", NS) == [] and len(api.stored("pod", NS)) == 1
+
+
+def test_cancel_of_a_job_already_gone_is_quiet_and_twice_is_fine(api, launcher):
+    job = workload()
+    launcher.cancel(job)
+    launcher.cancel(job)
+    assert len(api.requests_to("DELETE", f"{JOBS}/{job_name(job)}")) == 2
+
+
+def test_cancel_while_the_job_is_still_there_is_transient(api, launcher):
+    """Foreground deletion keeps the Job until its pods are gone: not stopped yet."""
+    job = workload(secret=False)
+    launcher.launch(job, RecordingHooks().hooks)
+    api.script("DELETE", f"{JOBS}/{job_name(job)}", 200, body={"kind": "Status"})
+    with pytest.raises(TransientError, match="still being deleted"):
+        launcher.cancel(job)
+
+
+def test_cancel_retries_a_busy_api_server(api, launcher, clock):
+    job = workload(secret=False)
+    launcher.launch(job, RecordingHooks().hooks)
+    api.script("DELETE", f"{JOBS}/{job_name(job)}", 503, times=2)
+    launcher.cancel(job)
+    assert len(api.requests_to("DELETE", f"{JOBS}/{job_name(job)}")) == 3
+    assert api.stored("job", NS) == []

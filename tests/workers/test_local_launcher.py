@@ -8,6 +8,7 @@ launch adopts the runner) through ``stages.launch`` on a real Redis.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -364,3 +365,55 @@ def wait_until(check: Any, timeout: float = 10.0) -> None:
     while not check():
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+# --- cancel --------------------------------------------------------------------------------
+
+def cancel_through_the_store(tasks: TaskStore, job: Workload) -> None:
+    """What the API does first: the revision is cancelled, then its workload is stopped."""
+    assert tasks.transition(job.task_id, job.revision, set(states.LAUNCHED),
+                            states.CANCELLED, cancelled_by="alice") is not None
+
+
+@pytest.mark.parametrize("sandbox", ["bwrap", "off-unsafe-dev"])
+def test_cancel_stops_the_runner_and_everything_its_step_started(
+        tasks: TaskStore, settings: Settings, sandbox: str) -> None:
+    launcher = LocalLauncher(dataclasses.replace(settings, local_sandbox=sandbox))
+    seconds = f"1000.{time.monotonic_ns() % 10**9:09d}"  # a sleep no other test runs
+    marker = f"sleep {seconds}"
+    step = ["sh", "-c", f"sleep {seconds} & sleep {seconds}"]
+    job = submit(tasks, [step, ["sh", "-c", "echo never"]], [])
+    stages.launch(tasks, launcher, job.task_id, 1, settings.heartbeat_seconds)
+    wait_until(lambda: alive_with(marker))
+    cancel_through_the_store(tasks, job)
+    started = time.monotonic()
+    launcher.cancel(job)
+    assert time.monotonic() - started < local.CANCEL_GRACE  # ended by its SIGTERM handler
+    assert launcher.observe(job) is None
+    wait_until(lambda: not alive_with(marker), timeout=5)
+    doc = tasks.get(job.task_id)
+    assert doc["state"] == states.CANCELLED and doc["cancelled_by"] == "alice"
+    assert "never" not in tasks.read_log(job.task_id, 1)
+
+
+def test_cancel_of_a_workload_never_started_or_gone_does_nothing(
+        launcher: LocalLauncher) -> None:
+    job = workload([["true"]])
+    launcher.cancel(job)
+    launcher.cancel(job)
+    assert launcher.observe(job) is None
+
+
+def test_a_runner_that_ignores_sigterm_is_killed_with_its_group(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    launcher = LocalLauncher(Settings(work_dir=str(tmp_path / "work")))
+    job = workload([["true"]])
+    run_dir = launcher.run_dir(job)
+    run_dir.mkdir(parents=True)
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 1000 & wait"],
+                                start_new_session=True)
+    local.write_pid_file(run_dir, stubborn.pid)
+    monkeypatch.setattr(local, "CANCEL_GRACE", 0.3)
+    launcher.cancel(job)
+    assert stubborn.wait(timeout=5) == -9
+    assert not runner_alive(run_dir)

@@ -330,3 +330,17 @@ def test_expand_inverts_the_manifest_escape(value: str):
 def test_expand_follows_kubernetes():
     known = {"A": "1"}.get
     assert expand("$(A)-$(B)-$$(A)-$$-$x-$", known) == "1-$(B)-$(A)-$-$x-$"
+
+
+# --- cancel ------------------------------------------------------------------------------
+
+def test_cancel_stops_and_removes_the_pod(launcher: PodmanLauncher, make_workload):
+    workload = make_workload([["sleep", "60"]])
+    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
+    assert launcher.observe(workload) == Outcome("running")
+    started = time.monotonic()
+    launcher.cancel(workload)
+    assert time.monotonic() - started < 30
+    assert pods_and_containers(workload) == ([], [])
+    assert launcher.observe(workload) is None
+    launcher.cancel(workload)  # nothing left: quietly nothing

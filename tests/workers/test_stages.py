@@ -386,3 +386,112 @@ def test_secret_looking_plain_variables_get_a_warning_that_survives_the_policy_s
     assert doc["state"] == states.SUCCEEDED
     assert [(w["rule"], w["variable"]) for w in doc["warnings"]] == [
         ("secret.suggested", "WANDB_API_KEY")]
+
+
+# --- cancel ------------------------------------------------------------------------------
+
+class StoppableLauncher(FakeLauncher):
+    """A launcher whose workloads run until cancelled; ``lingers`` cancels leave one up."""
+
+    def __init__(self, lingers: int = 0, on_launch: Any = None) -> None:
+        super().__init__(Outcome(states.RUNNING))
+        self.running: set[tuple[str, int]] = set()
+        self.cancelled: list[Workload] = []
+        self.lingers = lingers
+        self.on_launch = on_launch
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        if self.on_launch is not None:
+            self.on_launch()  # what lands while the backend starts it
+        self.running.add((workload.task_id, workload.revision))
+        return super().launch(workload, hooks)
+
+    def cancel(self, workload: Workload) -> None:
+        self.cancelled.append(workload)
+        if self.lingers:
+            self.lingers -= 1
+            return
+        self.running.discard((workload.task_id, workload.revision))
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        running = (workload.task_id, workload.revision) in self.running
+        return Outcome(states.RUNNING) if running else None
+
+
+def cancel_now(tasks: TaskStore, task_id: str, revision: int = 1) -> None:
+    assert tasks.transition(task_id, revision, set(states.ACTIVE), states.CANCELLED,
+                            cancelled_by="alice") is not None
+
+
+def test_a_cancel_landing_while_the_backend_starts_stops_the_workload(
+        tasks: TaskStore, policies: PolicyStore) -> None:
+    task_id = submit(tasks)
+    launcher = StoppableLauncher(on_launch=lambda: cancel_now(tasks, task_id))
+    run_all(tasks, policies, launcher, task_id)
+    assert [w.revision for w in launcher.cancelled] == [1]
+    assert launcher.running == set()
+    assert tasks.get(task_id)["state"] == states.CANCELLED  # the started hook lost its CAS
+
+
+@pytest.mark.parametrize("stage", ["validate", "policy", "launch"])
+def test_a_cancelled_task_never_reaches_the_backend(tasks: TaskStore, policies: PolicyStore,
+                                                    stage: str) -> None:
+    task_id = submit(tasks)
+    launcher = StoppableLauncher()
+    if stage != "validate":
+        assert stages.validate(tasks, LIMITS, task_id, 1)
+    if stage == "launch":
+        assert stages.apply_policy(tasks, policies, task_id, 1)
+    cancel_now(tasks, task_id)
+    run_all(tasks, policies, launcher, task_id)
+    stages.launch(tasks, launcher, task_id, 1)
+    assert launcher.launched == [] and tasks.get(task_id)["state"] == states.CANCELLED
+
+
+def running_task(tasks: TaskStore, policies: PolicyStore, launcher: StoppableLauncher) -> str:
+    task_id = submit(tasks, [{"name": "LR", "value": "0.1"}])
+    run_all(tasks, policies, launcher, task_id)
+    assert tasks.get(task_id)["state"] == states.RUNNING
+    return task_id
+
+
+def test_stop_cancels_the_workload_of_a_cancelled_revision(tasks: TaskStore,
+                                                          policies: PolicyStore) -> None:
+    launcher = StoppableLauncher()
+    task_id = running_task(tasks, policies, launcher)
+    cancel_now(tasks, task_id)
+    enqueued: list[tuple[str, int]] = []
+    stages.stop(tasks, launcher, task_id, 1, lambda *m: enqueued.append(m))
+    assert launcher.running == set() and enqueued == []
+
+
+def test_stop_never_touches_a_revision_that_was_not_cancelled(tasks: TaskStore,
+                                                             policies: PolicyStore) -> None:
+    launcher = StoppableLauncher()
+    task_id = running_task(tasks, policies, launcher)
+    stages.stop(tasks, launcher, task_id, 1, lambda *m: None)
+    assert launcher.cancelled == [] and launcher.running == {(task_id, 1)}
+
+
+def restart(tasks: TaskStore, task_id: str) -> None:
+    """What the API does for apply: restart: revision 1 cancelled, 2 pending, waiting."""
+    cancel_now(tasks, task_id)
+    tasks.update(task_id, lambda d: {**records.new_revision(
+        d, [{"name": "LR", "value": "0.2"}], "alice", "restart"), "apply": "restart"})
+
+
+def test_a_restart_starts_its_revision_only_once_the_old_workload_is_gone(
+        tasks: TaskStore, policies: PolicyStore) -> None:
+    launcher = StoppableLauncher(lingers=1)
+    task_id = running_task(tasks, policies, launcher)
+    restart(tasks, task_id)
+    enqueued: list[tuple[str, int]] = []
+    with pytest.raises(TransientError, match="still stopping"):
+        stages.stop(tasks, launcher, task_id, 1, lambda *m: enqueued.append(m))
+    assert enqueued == []  # never two at once: revision 2 waits
+    stages.stop(tasks, launcher, task_id, 1, lambda *m: enqueued.append(m))  # the retry
+    assert enqueued == [(task_id, 2)]
+    run_all(tasks, policies, launcher, task_id, 2)
+    assert launcher.running == {(task_id, 2)}
+    assert resolved(tasks, task_id)["LR"]["value"] == "0.2"
+    assert tasks.revision(task_id, 1)["state"] == states.CANCELLED

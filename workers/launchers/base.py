@@ -40,3 +40,11 @@ class Launcher(Protocol):
     def logs(self, workload: Workload) -> str | None:
         """The workload's output as the backend keeps it; None if it keeps none."""
         ...
+
+    def cancel(self, workload: Workload) -> None:
+        """Stop the workload and remove what it left running; nothing if it does not exist.
+
+        Safe to call twice.  Once it returns, :meth:`observe` no longer says ``running``
+        (a backend that stops asynchronously raises ``TransientError`` until it has).
+        """
+        ...

@@ -20,3 +20,6 @@ class DryRunLauncher:
 
     def logs(self, workload: Workload) -> str | None:
         return None  # written to the task's log as the steps ran
+
+    def cancel(self, workload: Workload) -> None:
+        """Nothing runs, so nothing to stop."""

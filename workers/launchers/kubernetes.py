@@ -29,6 +29,7 @@ from kubernetes.client import (
     Configuration,
     CoreV1Api,
     V1ContainerState,
+    V1DeleteOptions,
     V1Job,
     V1ObjectMeta,
     V1OwnerReference,
@@ -127,6 +128,21 @@ class KubernetesLauncher:
         except ApiException:
             return None  # the pod is gone, or its container has not started yet
 
+    def cancel(self, workload: Workload) -> None:
+        """Delete the Job, its pods with it (``Foreground``: the Job stays until they are
+        gone, so :meth:`observe` says gone only when nothing runs), and its Secret."""
+        options = V1DeleteOptions(propagation_policy="Foreground")
+        self._delete("delete job", self.batch.delete_namespaced_job, job_name(workload),
+                     options)
+        self._delete("delete secret", self.core.delete_namespaced_secret,
+                     secret_name(workload), V1DeleteOptions())
+        if self.observe(workload) is not None:
+            raise TransientError(f"job {self.namespace}/{job_name(workload)} is still "
+                                 "being deleted")
+
+    # -- steps ----------------------------------------------------------------------------
+
+
     # -- steps ----------------------------------------------------------------------------
 
     def _create(self, what: str, create: Callable[..., T], body: Any) -> T | None:
@@ -135,6 +151,14 @@ class KubernetesLauncher:
             return self._call(what, create, self.namespace, body, passthrough={409})
         except ApiException:
             return None
+
+    def _delete(self, what: str, delete: Callable[..., Any], name: str,
+                options: V1DeleteOptions) -> None:
+        """Delete one object; one already gone (404) is what was wanted."""
+        try:
+            self._call(what, delete, name, self.namespace, body=options, passthrough={404})
+        except ApiException:
+            pass
 
     def _adopt(self, workload: Workload, name: str) -> V1Job:
         job = self._call("read job", self.batch.read_namespaced_job, name, self.namespace)

@@ -21,8 +21,10 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ UNSAFE = "off-unsafe-dev"
 SANDBOX_MODES = (SANDBOXED, UNSAFE)
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
+CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
                    "heartbeat_seconds", "step_timeout_seconds")
 
@@ -81,6 +84,26 @@ class LocalLauncher:
         """``running`` while the runner lives; None once it is gone (it recorded the end)."""
         self.reap()
         return Outcome("running") if runner_alive(self.run_dir(workload)) else None
+
+    def cancel(self, workload: Workload) -> None:
+        """Stop the runner: it kills its step's process group, then it is killed with its own.
+
+        The runner gets ``SIGTERM`` first so it can end the step it runs (a sandboxed
+        step also dies with its runner: bwrap runs with ``--die-with-parent``); whatever
+        outlives ``CANCEL_GRACE`` seconds is killed with the runner's whole process group.
+        """
+        run_dir = self.run_dir(workload)
+        pid = live_runner_pid(run_dir)
+        if pid is None:
+            return
+        _signal_group(pid, signal.SIGTERM, group=False)
+        deadline = time.monotonic() + CANCEL_GRACE
+        while runner_alive(run_dir) and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+        if runner_alive(run_dir):
+            _signal_group(pid, signal.SIGKILL, group=True)
+        self.reap()
 
     def reap(self) -> None:
         """Collect the exit status of the runners this process started that have ended."""
@@ -182,11 +205,27 @@ def write_pid_file(run_dir: Path, pid: int) -> None:
 
 def runner_alive(run_dir: Path) -> bool:
     """True if the runner recorded in ``run_dir`` still runs (not a reused pid, not a zombie)."""
+    return live_runner_pid(run_dir) is not None
+
+
+def live_runner_pid(run_dir: Path) -> int | None:
+    """The pid of the runner recorded in ``run_dir`` if it still runs, else None."""
     try:
         pid, started = (run_dir / "runner.pid").read_text().split()
     except (OSError, ValueError):
-        return False
-    return process_start_time(int(pid)) == started
+        return None
+    return int(pid) if process_start_time(int(pid)) == started else None
+
+
+def _signal_group(pid: int, sig: signal.Signals, group: bool) -> None:
+    """Signal the runner (or its whole process group: it leads its own session)."""
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass  # it ended meanwhile
 
 
 def process_start_time(pid: int) -> str | None:

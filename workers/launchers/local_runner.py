@@ -51,10 +51,23 @@ class Runner:
         self.home = Path(spec["home"])
         self.bwrap: str | None = spec["bwrap"]
         self.timeout = int(spec["settings"]["step_timeout_seconds"])
+        self.step: subprocess.Popen[bytes] | None = None
+        self.cancelled = False
+
+    def cancel(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
+        """The task was cancelled (``SIGTERM``): kill the step's group, start no other."""
+        self.cancelled = True
+        if self.step is not None and self.step.returncode is None:
+            try:
+                os.killpg(self.step.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def run(self, write_log: Write) -> Outcome:
         steps = self.workload.steps
         for number, step in enumerate(steps, start=1):
+            if self.cancelled:
+                return Outcome("cancelled", reason="cancelled")
             write_log(f"==> step {number}/{len(steps)}: {step[0]}\n")
             outcome = self.run_step(number, step, write_log)
             if outcome is not None:
@@ -79,6 +92,9 @@ class Runner:
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
             return Outcome("failed", reason=f"step {number} could not start: {exc.strerror}")
+        self.step = proc
+        if self.cancelled:  # the signal came while the step was starting
+            self.cancel()
         # A watchdog, because reading the output blocks until the step closes it.  Killing
         # bwrap's process group ends the sandbox's PID namespace, and everything in it.
         watchdog = threading.Timer(self.timeout, os.killpg, (proc.pid, signal.SIGKILL))
@@ -92,6 +108,8 @@ class Runner:
             finally:
                 timed_out = not watchdog.is_alive()
                 watchdog.cancel()
+        if self.cancelled:
+            return Outcome("cancelled", reason="cancelled")
         if timed_out:
             return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
         if code != 0:
@@ -138,6 +156,7 @@ def main() -> int:
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
     spec = json.loads(sys.stdin.read())
     runner = Runner(spec)
+    signal.signal(signal.SIGTERM, runner.cancel)  # before any step starts
     logs.bind(task_id=runner.workload.task_id, revision=runner.workload.revision)
     tasks = store_for(spec["settings"])
     task_id, revision = runner.workload.task_id, runner.workload.revision

@@ -57,6 +57,7 @@ NAME_IN_USE = re.compile(r"is in use|already exists", re.I)
 NO_SUCH = re.compile(r"no such (container|pod|object)|no container with name|not found", re.I)
 NOISE = re.compile(r"^failed to connect to syslog|level=(warning|info|debug)")
 FINISHED = {"exited", "stopped"}
+STOP_SECONDS = 2  # a cancelled container's grace between SIGTERM and SIGKILL
 NOT_STARTED = {"created", "configured", "initialized"}
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,15 @@ class PodmanLauncher:
         if result.returncode != 0:
             return None
         return result.stdout
+
+    def cancel(self, workload: Workload) -> None:
+        """Stop the pod at once and remove it with its containers; nothing if it is gone."""
+        result = self.podman("pod", "rm", "--force", "--ignore", "--time", str(STOP_SECONDS),
+                             workload.run_name)
+        if result.returncode != 0:
+            raise self._error("pod rm", result)
+        if self.pod_exists(workload.run_name):  # a launch racing this one played it again
+            raise TransientError(f"podman pod {workload.run_name} is still there")
 
     # -- what the launcher plays ---------------------------------------------------------
 
