@@ -9,6 +9,7 @@ put a new key first, keep the old ones, run ``python -m api.cli rotate-secrets``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,11 @@ from shared.errors import SecretsUnavailable
 
 MASK = "********"
 REDACTED = "[secret]"
+# GitLab's rule for masked variables: shorter values are refused (shared.envlist).
+MIN_SECRET_LENGTH = 8
+# Lines of a multi-line secret at least this long are hidden on their own too.
+MIN_LINE_REDACTED = MIN_SECRET_LENGTH
+
 
 class Cipher:
     def __init__(self, keys: Iterable[str]) -> None:
@@ -88,8 +94,85 @@ def blanked(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {**out, "value": "" if secret else (out.get("value") or ""), "secret": secret}
 
 
+def redaction_targets(secrets: Iterable[str]) -> list[str]:
+    """The strings output must never show: every secret value, longest first.
+
+    A multi-line value (a PEM key) is hidden whole wherever it appears; each of its
+    lines of at least :data:`MIN_LINE_REDACTED` characters is hidden too, so a script
+    that prints one line of a key does not show that line.  Shorter lines (``-----``,
+    an empty line) are left alone: hiding them would hide ordinary output.  Every
+    non-empty value counts, however short: values under the 8-character minimum can
+    only come from records written before that rule, and a mangled log is better
+    than a shown secret.
+    """
+    targets: set[str] = set()
+    for value in secrets:
+        if value:
+            targets.add(value)
+        if "\n" in value:
+            targets |= {line for line in value.replace("\r", "").split("\n")
+                        if len(line) >= MIN_LINE_REDACTED}
+    return sorted(targets, key=len, reverse=True)
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Hide secret values that a script printed, before its output is stored."""
-    for value in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(value, REDACTED)
-    return text
+    """Hide secret values in one complete text (for a stream, use :class:`StreamRedactor`)."""
+    redactor = StreamRedactor(secrets)
+    return redactor.feed(text) + redactor.flush()
+
+
+class StreamRedactor:
+    """Hide secret values in output that arrives in pieces, before it is stored.
+
+    A secret may be cut anywhere by the writes that carry it (a line break, a pipe's
+    chunk, one byte at a time): ``feed`` emits what can no longer be part of a secret
+    and keeps back the shortest tail that could still begin one (at most the longest
+    secret's length minus one), ``flush`` emits the rest at the end of the stream.
+    What comes out is exactly what redacting the whole stream at once would give.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        targets = redaction_targets(secrets)
+        # Alternatives are tried in order: the longest wins where several start at one spot.
+        self._pattern = re.compile("|".join(map(re.escape, targets))) if targets else None
+        self._targets = targets
+        self._firsts = {t[0] for t in targets}
+        self._keep = max((len(t) for t in targets), default=1) - 1
+        self._pending = ""
+
+    def feed(self, text: str) -> str:
+        if self._pattern is None:
+            return text
+        buffer = self._pending + text
+        # A match starting before ``cut`` has all the text it could need to be decided.
+        cut = max(0, len(buffer) - self._keep)
+        out: list[str] = []
+        pos = 0
+        for match in self._pattern.finditer(buffer):
+            if match.start() >= cut:
+                break
+            out += [buffer[pos:match.start()], REDACTED]
+            pos = match.end()
+        hold = self._hold_from(buffer, max(pos, cut))
+        out.append(buffer[pos:hold])
+        self._pending = buffer[hold:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        """The text kept back, redacted: call it once the stream has ended."""
+        rest, self._pending = self._pending, ""
+        return self._pattern.sub(REDACTED, rest) if self._pattern else rest
+
+    def _hold_from(self, buffer: str, start: int) -> int:
+        """The first position from ``start`` where a secret starts or may start."""
+        for at in range(start, len(buffer)):
+            if buffer[at] in self._firsts and any(
+                    _agree(buffer, at, target) for target in self._targets):
+                return at
+        return len(buffer)
+
+
+def _agree(buffer: str, at: int, target: str) -> bool:
+    """``buffer`` from ``at`` and ``target`` are equal over their common length."""
+    common = min(len(target), len(buffer) - at)
+    return buffer.startswith(target[:common], at)

@@ -5,10 +5,10 @@ on stdin as JSON, the workload, the step env, the task's home, the bwrap binary
 (or null when unsandboxed) and the few settings it needs to reach Redis; nothing
 of it is on a command line or in this process's environment.  It runs the steps
 one after another, each in its sandbox, streams their output into the task's
-log with secret values redacted, keeps the revision's heartbeat alive so the
-reconciler leaves the task alone, kills a step that runs over
-``step_timeout_seconds`` and records the outcome.  Redis being away never loses
-the outcome: each write is retried until Redis is back.
+log with secret values redacted (whole, however the output is cut), keeps the
+revision's heartbeat alive so the reconciler leaves the task alone, kills a step
+that runs over ``step_timeout_seconds`` and records the outcome.  Redis being away
+never loses the outcome: each write is retried until Redis is back.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import redis
 from shared import logs
 from shared.config import Settings
 from shared.redis_conn import connect
-from shared.secrets import Cipher, redact
+from shared.secrets import Cipher, StreamRedactor
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Outcome
@@ -133,17 +133,30 @@ def patiently(write: Callable[[], None], give_up_after: float) -> bool:
             delay = min(delay * 2, 5.0)
 
 
-def log_writer(tasks: TaskStore, workload: Workload) -> Write:
-    secrets = [v.value for v in workload.env if v.secret]
+class LogWriter:
+    """Stores a task's output in its log with secret values redacted on the stream.
 
-    def write(text: str) -> None:
-        clean = redact(text, secrets)
-        if not patiently(lambda: tasks.append_log(workload.task_id, workload.revision, clean),
-                         LOG_PATIENCE):
-            log.error("task %s r%s: output lost, Redis stayed away", workload.task_id,
-                      workload.revision)
+    A secret cut by a line break or a pipe's chunk is still hidden whole: the text that
+    could begin one is kept back until the next write shows what follows, or until
+    :meth:`flush`, once the steps have ended.
+    """
 
-    return write
+    def __init__(self, tasks: TaskStore, workload: Workload) -> None:
+        self.tasks = tasks
+        self.workload = workload
+        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+
+    def __call__(self, text: str) -> None:
+        self._store(self.redactor.feed(text))
+
+    def flush(self) -> None:
+        self._store(self.redactor.flush())
+
+    def _store(self, clean: str) -> None:
+        task_id, revision = self.workload.task_id, self.workload.revision
+        if clean and not patiently(lambda: self.tasks.append_log(task_id, revision, clean),
+                                   LOG_PATIENCE):
+            log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
 
 
 def store_for(settings: dict[str, Any]) -> TaskStore:
@@ -156,12 +169,16 @@ def main() -> int:
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
     spec = json.loads(sys.stdin.read())
     runner = Runner(spec)
-    signal.signal(signal.SIGTERM, runner.cancel)  # before any step starts
     logs.bind(task_id=runner.workload.task_id, revision=runner.workload.revision)
+    signal.signal(signal.SIGTERM, runner.cancel)  # before any step starts
     tasks = store_for(spec["settings"])
     task_id, revision = runner.workload.task_id, runner.workload.revision
     with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
-        outcome = runner.run(log_writer(tasks, runner.workload))
+        write_log = LogWriter(tasks, runner.workload)
+        try:
+            outcome = runner.run(write_log)
+        finally:
+            write_log.flush()
         recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                                     outcome.exit_code, outcome.reason),
                              OUTCOME_PATIENCE)
