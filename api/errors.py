@@ -14,6 +14,7 @@ from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from api.schemas import Error
+from shared.envlist import capped
 from shared.errors import (
     BadRequest,
     EnvInvalid,
@@ -24,6 +25,7 @@ from shared.errors import (
     PolicyInvalid,
     PreconditionFailed,
     Problem,
+    QuotaExceeded,
     SecretsUnavailable,
     StateConflict,
     TaskenvError,
@@ -42,6 +44,7 @@ STATUS: dict[type[TaskenvError], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     NotFound: 404,
+    QuotaExceeded: 409,
     StateConflict: 409,
     PreconditionFailed: 412,
     TooManyRequests: 429,
@@ -57,8 +60,16 @@ def status_for(error: TaskenvError) -> int:
 
 
 def body(code: str, message: str, problems: list[Problem] | None = None) -> dict[str, Any]:
+    """The one error shape; however many problems there are, at most a capped list."""
     return {"code": code, "message": message,
-            "errors": [p.to_dict() for p in problems or []]}
+            "errors": [p.to_dict() for p in capped(problems or [])]}
+
+
+def headers_for(error: TaskenvError) -> dict[str, str]:
+    """``Retry-After`` on a 429 whose wait is known."""
+    if isinstance(error, TooManyRequests) and error.retry_after is not None:
+        return {"Retry-After": str(error.retry_after)}
+    return {}
 
 
 def _schema_problems(messages: Any, path: str = "") -> list[Problem]:
@@ -95,7 +106,7 @@ class TaskenvApi(Api):
         if isinstance(error, PreconditionFailed):  # what to send If-Match next time
             payload["revision"] = error.current_revision
             return jsonify(payload), 412, {"ETag": f'"{error.current_revision}"'}
-        return jsonify(payload), status_for(error)
+        return jsonify(payload), status_for(error), headers_for(error)
 
     def handle_redis_error(self, error: redis.RedisError) -> Any:
         # Safe to retry: with the same Idempotency-Key a retry never makes a second task.

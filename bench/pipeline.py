@@ -28,6 +28,7 @@ from bench.measure import (
 from bench.processes import Processes
 from shared import states
 from shared.keys import Keys
+from shared.store import TaskStore
 from shared.tokens import PREFIX as TOKEN_PREFIX
 from workers.celery_app import QUEUES
 from workers.localstack import free_port, start_api, start_worker, wait_http
@@ -51,8 +52,12 @@ class Taskenv:
         self.env = {"TASKENV_REDIS_URL": procs.redis_url, "TASKENV_LAUNCHER": "dryrun",
                     "TASKENV_PORT": str(self.port), "TASKENV_ADMIN_TOKEN": self.token,
                     "TASKENV_KEY_PREFIX": prefix,
-                    "TASKENV_WORK_DIR": str(procs.work / "tasks")}
+                    "TASKENV_WORK_DIR": str(procs.work / "tasks"),
+                    # Quotas counted as usual (their cost is measured), never reached.
+                    "TASKENV_QUOTA_CREATES_PER_MINUTE": str(10**9),
+                    "TASKENV_QUOTA_UNFINISHED_TASKS": str(10**9)}
         self.keys = Keys(prefix)
+        self.store = TaskStore(client, prefix)
         self.counter = RedisCounter(client)
         self.api: subprocess.Popen[bytes] | None = None
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -101,13 +106,8 @@ class Taskenv:
             raise RuntimeError(f"taskenv workers did not come up; see {self.procs.logs}")
 
     def docs(self, ids: list[str]) -> list[dict[str, Any]]:
-        out = []
-        for start in range(0, len(ids), 500):
-            pipe = self.client.pipeline(transaction=False)
-            for task_id in ids[start:start + 500]:
-                pipe.hget(self.keys.task(task_id), "doc")
-            out += [json.loads(raw) for raw in pipe.execute() if raw is not None]
-        return out
+        """The current records, read as the workers read them (after the run: not timed)."""
+        return [doc for task_id in ids if (doc := self.store.find(task_id)) is not None]
 
     def marks(self, ids: list[str]) -> tuple[Marks, dict[str, int], dict[str, Any]]:
         """When each task reached each state (first event of revision 1), its final states,

@@ -64,6 +64,12 @@ class Settings:
     # 1: page session cookies only travel over HTTPS (set it behind a TLS proxy).
     session_cookie_secure: int = 0
     auth_failures_per_minute: int = 20
+    # Quotas per user (0: no limit), see README "Limits and quotas": tasks created per clock
+    # minute (over it: 429 with Retry-After), tasks not yet finished and revisions per task
+    # (over them: 409).
+    quota_creates_per_minute: int = 300
+    quota_unfinished_tasks: int = 500
+    quota_revisions_per_task: int = 500
 
     @classmethod
     def from_env(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.errors import Problem
+from shared.secrets import MIN_SECRET_LENGTH
 
 SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Kubernetes >= 1.34 accepts any printable ASCII except '='.
@@ -63,7 +64,7 @@ def utf8_len(text: str) -> int | None:
 
 def entry_bytes(name: str, value: str) -> int:
     """Bytes one variable takes in a process's environment: ``NAME=value\\0``."""
-    return (utf8_len(name) or 0) + (utf8_len(value) or 0) + 2
+    return _stored_len(name) + _stored_len(value) + 2
 
 
 def validate(entries: Iterable[Mapping[str, Any]], limits: Limits,
@@ -106,6 +107,31 @@ def validate(entries: Iterable[Mapping[str, Any]], limits: Limits,
     return problems
 
 
+# At most this many problems are stored or returned for one list; one more entry says
+# how many were left out (a list of 120,000 duplicates must not become 120,000 errors).
+MAX_PROBLEMS = 100
+# What the API refuses before anything is stored: what could make a record large, a value
+# no store can encode, a secret too short to hide.  The other rules are the validation
+# stage's to report on the record (the workers check these again too).
+STORABLE_RULES = frozenset({"env.max_vars", "env.max_bytes", "value.max_bytes",
+                            "value.encoding", "secret.too_short"})
+
+
+def check_storable(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[Problem]:
+    """The problems that keep an env from being stored at all, capped."""
+    return capped([p for p in validate(entries, limits) if p.rule in STORABLE_RULES])
+
+
+def capped(problems: list[Problem], limit: int = MAX_PROBLEMS) -> list[Problem]:
+    """The first ``limit`` problems and, if there were more, one saying how many."""
+    if len(problems) <= limit:
+        return problems
+    more = len(problems) - limit
+    return [*problems[:limit], Problem(
+        rule="errors.truncated", limit=limit,
+        message=f"... and {more} more problems; only the first {limit} are listed")]
+
+
 def _check_entry(where: str, entry: Mapping[str, Any], limits: Limits) -> list[Problem]:
     name, value = entry.get("name"), entry.get("value")
     label = name if isinstance(name, str) else None
@@ -126,32 +152,59 @@ def _check_entry(where: str, entry: Mapping[str, Any], limits: Limits) -> list[P
             message=f"{_show(label or where)}: the value must be a string, "
                     f"not {type(value).__name__}",
         ))
-    elif "\x00" in value:
-        problems.append(Problem(
-            rule="value.nul", variable=label, field=f"{where}.value",
-            message=f"{_show(label or where)}: the value contains a NUL byte, "
-                    "which no process environment can hold",
-        ))
-    elif utf8_len(value) is None:
-        problems.append(Problem(
-            rule="value.encoding", variable=label, field=f"{where}.value",
-            message=f"{_show(label or where)}: the value is not valid Unicode text "
-                    "(it holds a lone surrogate) and cannot be encoded as UTF-8",
-        ))
-    elif (size := utf8_len(value) or 0) > limits.max_value_bytes:
-        problems.append(Problem(
-            rule="value.max_bytes", variable=label, field=f"{where}.value",
-            limit=limits.max_value_bytes,
-            message=f"{_show(label or where)}: the value is {size} bytes; "
-                    f"at most {limits.max_value_bytes} are allowed",
-        ))
+    else:
+        problems += _value_problems(where, label, value, limits)
     secret = entry.get("secret", False)
     if not isinstance(secret, bool):
         problems.append(Problem(
             rule="secret.type", variable=label, field=f"{where}.secret",
             message=f"{_show(label or where)}: 'secret' must be true or false",
         ))
+    elif secret and isinstance(value, str) and len(value) < MIN_SECRET_LENGTH:
+        problems.append(_too_short(where, label))
     return problems
+
+
+def _value_problems(where: str, label: str | None, value: str,
+                    limits: Limits) -> list[Problem]:
+    shown = _show(label or where)
+    problems: list[Problem] = []
+    if "\x00" in value:
+        problems.append(Problem(
+            rule="value.nul", variable=label, field=f"{where}.value",
+            message=f"{shown}: the value contains a NUL byte, "
+                    "which no process environment can hold",
+        ))
+    if utf8_len(value) is None:
+        problems.append(Problem(
+            rule="value.encoding", variable=label, field=f"{where}.value",
+            message=f"{shown}: the value is not valid Unicode text "
+                    "(it holds a lone surrogate) and cannot be encoded as UTF-8",
+        ))
+    # Sized even when it cannot be encoded: a huge value is refused for its size, too.
+    if (size := _stored_len(value)) > limits.max_value_bytes:
+        problems.append(Problem(
+            rule="value.max_bytes", variable=label, field=f"{where}.value",
+            limit=limits.max_value_bytes,
+            message=f"{shown}: the value is {size} bytes; "
+                    f"at most {limits.max_value_bytes} are allowed",
+        ))
+    return problems
+
+
+def _too_short(where: str, label: str | None) -> Problem:
+    return Problem(
+        rule="secret.too_short", variable=label, field=f"{where}.value",
+        limit=MIN_SECRET_LENGTH,
+        message=f"{_show(label or where)}: a secret value must be at least "
+                f"{MIN_SECRET_LENGTH} characters, so that it can be hidden in logs without "
+                "hiding ordinary output; use a longer value, or do not mark it secret",
+    )
+
+
+def _stored_len(text: str) -> int:
+    """Bytes ``text`` takes, a lone surrogate counted as the 3 bytes it would take."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 SECRET_LOOKING = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)

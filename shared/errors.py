@@ -78,9 +78,14 @@ class Forbidden(PermanentError):
 
 
 class TooManyRequests(PermanentError):
-    """Too many failed attempts from one client; wait before trying again."""
+    """Too many requests or failed attempts from one client; wait before trying again."""
 
     code = "too_many_requests"
+
+    def __init__(self, message: str, problems: list[Problem] | None = None,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message, problems)
+        self.retry_after = retry_after  # seconds, when the wait is known
 
 
 class NotFound(PermanentError):
@@ -103,6 +108,12 @@ class PreconditionFailed(PermanentError):
     def __init__(self, message: str, current_revision: int) -> None:
         super().__init__(message)
         self.current_revision = current_revision
+
+
+class QuotaExceeded(StateConflict):
+    """A count limit (tasks not yet finished, revisions of a task) is reached."""
+
+    code = "quota_exceeded"
 
 
 class SecretsUnavailable(TaskenvError):

@@ -130,6 +130,12 @@ class Keys:
         """The digests of the console sessions opened with one token, ended with it."""
         return f"{self.prefix}:token-sessions:{token_id}"
 
+    # --- quotas --------------------------------------------------------------------------
+
+    def quota_creates(self, subject: str, window: int) -> str:
+        """Tasks a subject (``user:<owner>``) created in one minute window (a counter)."""
+        return f"{self.prefix}:quota:creates:{subject}:{window}"
+
     # --- workers -------------------------------------------------------------------------
 
     def reconciler_lock(self) -> str:

@@ -213,9 +213,7 @@ def _check_lists(defaults: list[Any], protected: list[Any], limits: Limits) -> l
     problems = envlist.validate(defaults, limits, where="defaults")
     # A protected entry without a value still needs a valid name; "" stands in for its value
     # so that every entry is checked at its own position.
-    problems += envlist.validate(
-        [{"name": p.get("name"), "value": "" if p.get("value") is None else p.get("value")}
-         for p in protected], limits, where="protected")
+    problems += envlist.validate([_as_entry(p) for p in protected], limits, where="protected")
     # Two entries of one name are fine when no task can match both of their conditions.
     problems = [p for p in problems if p.rule != "name.duplicate"]
     for where, entries in (("defaults", defaults), ("protected", protected)):
@@ -223,6 +221,15 @@ def _check_lists(defaults: list[Any], protected: list[Any], limits: Limits) -> l
         problems += [p for i, e in enumerate(entries)
                      for p in check_when(e.get("when"), f"{where}[{i}].when")]
     return problems
+
+
+def _as_entry(protected: Mapping[str, Any]) -> dict[str, Any]:
+    """A protected entry as an env entry; a secret value must be long enough to redact."""
+    value = protected.get("value")
+    if value is None:
+        return {"name": protected.get("name"), "value": ""}  # reserved: nothing is injected
+    return {"name": protected.get("name"), "value": value,
+            "secret": protected.get("secret", False)}
 
 
 def _duplicates(entries: list[Any], where: str) -> list[Problem]:

@@ -26,6 +26,7 @@ from shared.config import Settings
 from shared.envlist import Limits
 from shared.keys import Keys
 from shared.projects import ProjectStore
+from shared.quotas import QuotaCounter, Quotas
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store import PolicyStore, TaskStore
@@ -53,6 +54,7 @@ class Services:
     audit: AuditLog
     auth_failures: AuthFailures
     limits: Limits
+    quotas: QuotaCounter
     send: SendToStage
     enqueue: Enqueue
 
@@ -82,6 +84,7 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
         audit=AuditLog(client, prefix),
         auth_failures=AuthFailures(client, prefix, settings.auth_failures_per_minute),
         limits=Limits.from_settings(settings),
+        quotas=QuotaCounter(client, prefix, Quotas.from_settings(settings)),
         send=send,
         enqueue=enqueue or functools.partial(send, "validate"),
     )

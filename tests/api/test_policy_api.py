@@ -136,7 +136,7 @@ def test_a_secret_policy_value_without_a_key_is_refused(
         error_shape: ErrorShape) -> None:
     client = admin_client_with(secret_keys="")
     response = client.put(POLICY, json=policy(
-        defaults=[{"name": "DB_PASSWORD", "value": "pw", "secret": True}]))
+        defaults=[{"name": "DB_PASSWORD", "value": "pw-in-policy", "secret": True}]))
     assert response.status_code == 422
     error_shape(response.get_json(), "secrets_unavailable")
     assert client.get(f"{POLICY}/versions").get_json()["versions"] == []

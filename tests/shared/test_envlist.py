@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from shared.envlist import EnvVar, Limits, entry_bytes, parse, validate
+from shared.envlist import (
+    MAX_PROBLEMS,
+    EnvVar,
+    Limits,
+    capped,
+    check_storable,
+    entry_bytes,
+    parse,
+    validate,
+)
 from shared.errors import Problem
 
 SHELL = Limits()
@@ -36,7 +45,8 @@ def the_one(problems: list[Problem], rule: str) -> Problem:
 
 
 def test_a_valid_list_has_no_problems() -> None:
-    env = [var("LEARNING_RATE", "0.01"), var("DATA_DIR", "/data"), var("TOKEN", "t", secret=True)]
+    env = [var("LEARNING_RATE", "0.01"), var("DATA_DIR", "/data"),
+           var("TOKEN", "t-secret-1", secret=True)]
     assert validate(env, SHELL) == []
 
 
@@ -206,7 +216,7 @@ def test_secret_must_be_a_boolean(secret: object) -> None:
 
 @pytest.mark.parametrize("secret", [True, False])
 def test_boolean_secret_is_valid(secret: bool) -> None:
-    assert validate([var("S", "v", secret=secret)], SHELL) == []
+    assert validate([var("S", "value-of-8", secret=secret)], SHELL) == []
 
 
 # --- all at once -------------------------------------------------------------------------
@@ -293,3 +303,60 @@ def test_value_that_is_not_encodable_text_is_a_problem_not_a_crash(value: str) -
 def test_name_that_is_not_encodable_text_is_a_problem_not_a_crash() -> None:
     problems = validate([var("\ud800", "v")], KUBERNETES)
     assert [p.rule for p in problems] == ["name.kubernetes"]
+
+
+# --- secrets long enough to redact ---------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["", "abc", "1234567"])
+def test_a_secret_shorter_than_eight_characters_is_refused_with_its_name_and_limit(
+        value: str) -> None:
+    problem = the_one(validate([var("HF_TOKEN", value, secret=True)], SHELL),
+                      "secret.too_short")
+    assert (problem.variable, problem.limit, problem.field) == ("HF_TOKEN", 8, "env[0].value")
+    assert "at least 8 characters" in problem.message
+
+
+def test_eight_characters_make_a_secret_and_a_short_plain_value_is_fine() -> None:
+    assert validate([var("A", "12345678", secret=True), var("B", "x")], SHELL) == []
+
+
+def test_a_policy_secret_default_or_protected_value_must_be_eight_characters_too() -> None:
+    from shared.policy import check_policy
+
+    problems = check_policy({
+        "defaults": [var("DB_PASSWORD", "pw", secret=True)],
+        "protected": [{"name": "REGISTRY_TOKEN", "value": "abc", "secret": True,
+                       "reason": "platform registry"},
+                      {"name": "GPUS", "reason": "the scheduler's", "secret": True}],
+    }, SHELL)
+    assert [(p.rule, p.variable, p.limit) for p in problems] == [
+        ("secret.too_short", "DB_PASSWORD", 8), ("secret.too_short", "REGISTRY_TOKEN", 8)]
+
+
+# --- refused before anything is stored, and capped ------------------------------------------
+
+def test_check_storable_keeps_only_what_could_make_a_record_large_or_unsafe() -> None:
+    limits = Limits(max_vars=3, max_value_bytes=10)
+    env = [var("BAD NAME", "v"), var("A", "x" * 11), var("A", "s", secret=True),
+           var("B", "v"), var("C", "\ud800")]
+    assert sorted(rules_of(check_storable(env, limits))) == [
+        "env.max_vars", "secret.too_short", "value.encoding", "value.max_bytes"]
+
+
+def test_a_huge_value_that_cannot_be_encoded_is_still_refused_for_its_size() -> None:
+    problems = validate([var("V", "\ud800" + "x" * 20)], Limits(max_value_bytes=10))
+    assert {"value.encoding", "value.max_bytes"} <= set(rules_of(problems))
+
+
+def test_a_long_problem_list_is_capped_with_a_count_of_the_rest() -> None:
+    env = [var("DUP", "v")] * 120_000
+    problems = capped(validate(env, Limits(max_vars=10**6, max_env_bytes=10**9)))
+    assert len(problems) == MAX_PROBLEMS + 1
+    last = problems[-1]
+    assert (last.rule, last.limit) == ("errors.truncated", MAX_PROBLEMS)
+    assert f"and {120_000 - 1 - MAX_PROBLEMS} more" in last.message
+
+
+def test_a_short_problem_list_is_not_touched() -> None:
+    problems = validate([var("1X", "v")], SHELL)
+    assert capped(problems) == problems

@@ -26,7 +26,7 @@ from shared.policy import (
     resolve,
     resolve_layers,
 )
-from shared.secrets import MASK
+from shared.secrets import MASK, MIN_SECRET_LENGTH
 from shared.workload import Workload
 
 LIMITS = Limits()
@@ -371,17 +371,24 @@ NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,6}", fullmatch=True).filter(
 VALUES = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=12)
 
 
+def secret_if_long(value: str | None, secret: bool) -> bool:
+    """A drawn secret flag, dropped where the value is too short to be a secret."""
+    return secret and len(value or "") >= MIN_SECRET_LENGTH
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy]:
     """A policy that passes check_policy, and a valid user list that may collide with it."""
     names = draw(st.lists(NAMES, unique=True, max_size=12))
     kinds = [draw(st.sampled_from(["default", "locked", "reserved", "free"])) for _ in names]
-    defaults = tuple(EnvVar(n, draw(VALUES), draw(st.booleans()))
-                     for n, k in zip(names, kinds, strict=True) if k == "default")
+    defaults = tuple(EnvVar(n, v, secret_if_long(v, draw(st.booleans())))
+                     for n, k in zip(names, kinds, strict=True) if k == "default"
+                     for v in [draw(VALUES)])
     protected = tuple(
         Protected(n, draw(st.text(min_size=1, max_size=8).filter(str.strip)),
-                  draw(VALUES) if k == "locked" else None, draw(st.booleans()))
-        for n, k in zip(names, kinds, strict=True) if k in ("locked", "reserved"))
+                  v, secret_if_long(v, draw(st.booleans())))
+        for n, k in zip(names, kinds, strict=True) if k in ("locked", "reserved")
+        for v in [draw(VALUES) if k == "locked" else None])
     policy = Policy(version=draw(st.integers(0, 50)), defaults=defaults, protected=protected,
                     on_conflict=draw(st.sampled_from(["reject", "drop"])))
     assert check_policy(policy.to_dict(), LIMITS) == []
@@ -727,7 +734,7 @@ def layered_scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy, Policy, Ta
                 continue
             if (when := draw(conds)) is not None:
                 entry["when"] = when
-            entry["secret"] = draw(st.booleans())
+            entry["secret"] = secret_if_long(entry.get("value"), draw(st.booleans()))
             out.append(entry)
         return out
 

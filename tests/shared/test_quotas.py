@@ -1,0 +1,116 @@
+"""Quotas: the pure decisions, and counting in Redis (fakeredis)."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from shared import states
+from shared.errors import QuotaExceeded, TooManyRequests
+from shared.quotas import (
+    QuotaCounter,
+    Quotas,
+    over_rate,
+    over_revisions,
+    over_unfinished,
+    seconds_left,
+    user,
+)
+from shared.store import TaskStore
+
+SMALL = Quotas(creates_per_minute=3, unfinished_tasks=2, revisions_per_task=4)
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_each_refusal_names_its_rule_and_limit() -> None:
+    assert over_rate(SMALL, "user:ann", 3) is None
+    rate = over_rate(SMALL, "user:ann", 4)
+    assert rate is not None and (rate.rule, rate.limit) == ("quota.creates_per_minute", 3)
+    assert over_unfinished(SMALL, "user:ann", 1) is None
+    count = over_unfinished(SMALL, "user:ann", 2)
+    assert count is not None and (count.rule, count.limit) == ("quota.unfinished_tasks", 2)
+    assert over_revisions(SMALL, "t1", 3) is None
+    revs = over_revisions(SMALL, "t1", 4)
+    assert revs is not None and (revs.rule, revs.limit) == ("quota.revisions_per_task", 4)
+    assert "user:ann" in count.message and "t1" in revs.message
+
+
+def test_a_quota_of_zero_is_no_limit() -> None:
+    off = Quotas(0, 0, 0)
+    assert over_rate(off, "s", 10**6) is None
+    assert over_unfinished(off, "s", 10**6) is None
+    assert over_revisions(off, "t", 10**6) is None
+
+
+def test_retry_after_is_what_is_left_of_the_minute() -> None:
+    assert seconds_left(120.0) == 60
+    assert seconds_left(179.2) == 1
+    assert seconds_left(150.5) == 30
+
+
+@pytest.fixture
+def client() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis(decode_responses=True)
+
+
+def task(owner: str, state: str = states.PENDING) -> dict[str, object]:
+    return {"name": "t", "owner": owner, "state": state, "revision": 1, "steps": [["true"]],
+            "env": [], "created_at": 0.0, "updated_at": 0.0}
+
+
+def test_creations_past_the_rate_in_one_minute_are_told_when_to_retry(
+        client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(client, quotas=Quotas(3, 0, 0), clock=Clock(600.0 + 45))
+    for _ in range(3):
+        counter.check_create("ann")
+    with pytest.raises(TooManyRequests) as refused:
+        counter.check_create("ann")
+    assert refused.value.retry_after == 15
+    assert [p.rule for p in refused.value.problems] == ["quota.creates_per_minute"]
+    counter.check_create("bob")  # another user's budget is their own
+
+
+def test_the_next_minute_starts_a_new_count(client: fakeredis.FakeRedis) -> None:
+    clock = Clock(600.0)
+    counter = QuotaCounter(client, quotas=Quotas(1, 0, 0), clock=clock)
+    counter.check_create("ann")
+    clock.now = 660.0
+    counter.check_create("ann")
+    assert 0 < client.ttl(counter.keys.quota_creates(user("ann"), 11)) <= 120
+
+
+def test_unfinished_tasks_are_counted_per_owner_from_the_state_indexes(
+        client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(client)
+    tasks.load_many([task("ann"), task("ann", states.RUNNING), task("ann", states.SUCCEEDED),
+                     task("ann", states.REJECTED), task("bob")])
+    counter = QuotaCounter(client, quotas=Quotas(0, 2, 0))
+    assert counter.unfinished("ann") == 2
+    with pytest.raises(QuotaExceeded) as refused:
+        counter.check_create("ann")
+    assert refused.value.problems[0].limit == 2
+    counter.check_create("bob")
+
+
+def test_a_new_revision_past_the_limit_is_refused(client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(client, quotas=Quotas(0, 0, 4))
+    counter.check_revision({**task("ann"), "id": "t1", "revision": 3})
+    with pytest.raises(QuotaExceeded) as refused:
+        counter.check_revision({**task("ann"), "id": "t1", "revision": 4})
+    assert refused.value.problems[0].rule == "quota.revisions_per_task"
+
+
+def test_reopening_a_finished_task_counts_against_the_unfinished_quota(
+        client: fakeredis.FakeRedis) -> None:
+    TaskStore(client).load_many([task("ann")])
+    counter = QuotaCounter(client, quotas=Quotas(0, 1, 0))
+    counter.check_revision({**task("ann"), "id": "t1"})  # unfinished already: no change
+    with pytest.raises(QuotaExceeded):
+        counter.check_revision({**task("ann", states.SUCCEEDED), "id": "t2"})
