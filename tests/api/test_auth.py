@@ -197,7 +197,7 @@ def test_secret_variables_are_refused_when_no_key_is_configured(client_redis):
     resp = app.test_client().post(
         "/api/v1/tasks", headers=auth(ADMIN),
         json={"name": "t", "steps": [["true"]],
-              "env": [{"name": "HF_TOKEN", "value": "x", "secret": True}]})
+              "env": [{"name": "HF_TOKEN", "value": "hf-token-x", "secret": True}]})
     assert resp.status_code == 422
     assert "HF_TOKEN" in resp.json["message"] and "TASKENV_SECRET_KEYS" in resp.json["message"]
     assert list(client_redis.scan_iter("taskenv:task:*")) == []

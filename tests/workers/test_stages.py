@@ -380,7 +380,7 @@ def test_secrets_reach_the_launcher_in_clear_and_the_log_redacted(
 def test_secret_looking_plain_variables_get_a_warning_that_survives_the_policy_stage(
         tasks: TaskStore, policies: PolicyStore) -> None:
     task_id = submit(tasks, [{"name": "WANDB_API_KEY", "value": "abc"},
-                             {"name": "HF_TOKEN", "value": "x", "secret": True}])
+                             {"name": "HF_TOKEN", "value": "hf-token-x", "secret": True}])
     run_all(tasks, policies, FakeLauncher(), task_id)
     doc = tasks.get(task_id)
     assert doc["state"] == states.SUCCEEDED
