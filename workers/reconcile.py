@@ -5,9 +5,20 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
 
 * a task sitting in ``pending``, ``validated`` or ``resolved`` past
   ``stuck_after`` gets its stage's message again (stages ignore duplicates);
-* a ``launching``/``running`` task whose launch worker is alive (heartbeat) is
-  left alone; otherwise the backend is asked (``workers.sync``): a finished
-  workload's outcome and logs are recorded, a running one is left to run;
+* the launcher's ``changes()`` (a Kubernetes watch, one podman listing: what
+  changed in the backend since the last pass, at a cost that grows with what
+  changed, never with what runs) are applied to their tasks (``workers.sync``): a
+  finished workload's outcome and logs are recorded, a ``launching`` one the
+  backend runs moves to ``running``, and a running task whose workload vanished
+  (its Job deleted, its pod removed) ends ``failed``, saying so;
+* then every ``launching`` task, and on a full sweep every ``running`` one,
+  however many (the indexes are read in pages), is looked at against the
+  launcher's ``seen()`` (what the last ``changes()`` left it knowing: no backend
+  call per task).  One whose launch worker is alive (heartbeat) is left alone; a
+  finished workload not yet recorded is recorded.  ``run_forever`` sweeps the
+  running tasks about once a minute: changes keep them current in between, and
+  the sweep only catches what needs time to pass (a container that never
+  starts, a worker lost with no backend record) at a Redis read per task;
 * a ``launching`` task that nobody holds and the backend does not know was never
   started: it goes back to ``resolved`` and is launched again;
 * a ``running`` task that nobody holds and the backend does not know was lost
@@ -31,7 +42,7 @@ from shared import logs, metrics, states
 from shared.config import Settings
 from shared.store import TaskStore
 from shared.workload import Workload
-from workers.launchers.base import Launcher
+from workers.launchers.base import Change, Launcher, Outcome
 from workers.services import Services, current
 from workers.stages import fail
 from workers.sync import record_observed
@@ -43,29 +54,35 @@ Enqueue = Callable[[str, str, int], None]  # stage, task id, revision
 # such a pod pending forever, so past ``stuck_after`` the task ends ``failed``.
 NEVER_STARTS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                           "CreateContainerConfigError", "CreateContainerError"})
+FULL_SWEEP_SECONDS = 60  # how often run_forever looks at every running task
+# Launchers whose changes() report nothing (the local runner records its own end): their
+# running tasks are looked at every pass, as their seen() is a cheap local look.
+SWEPT_EVERY_PASS = frozenset({"local", "dryrun"})
 STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESOLVED: "launch"}
 
 
 def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                    stuck_after: float, now: float | None = None,
-                   limit: int = 1000, heartbeat_ttl: float = 15.0) -> Counter[str]:
+                   heartbeat_ttl: float = 15.0, sweep_running: bool = True) -> Counter[str]:
     now = time.time() if now is None else now
     counts: Counter[str] = Counter()
     for state, stage in STAGE_FOR.items():
-        for task_id in tasks.ids_in_state(state, limit):
+        for task_id in tasks.iter_ids_in_state(state):
             doc = tasks.find(task_id)
             if (doc and doc["state"] == state and now - doc["updated_at"] > stuck_after
                     and tasks.claim_requeue(task_id, doc["revision"], state, int(stuck_after))):
                 # Once per stuck_after: a long queue must not fill up with copies.
                 enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
-    for state in (states.LAUNCHING, states.RUNNING):
-        for task_id in tasks.ids_in_state(state, limit):
-            try:
-                counts[_check_launched(tasks, launcher, enqueue, task_id, stuck_after, now,
-                                       heartbeat_ttl)] += 1
-            except Exception:  # one task's trouble must not stop the pass
-                log.exception("reconcile: task %s could not be checked", task_id)
+    if _apply_changes(tasks, launcher, counts):
+        for state in (states.LAUNCHING, states.RUNNING) if sweep_running else (
+                states.LAUNCHING,):
+            for task_id in tasks.iter_ids_in_state(state):
+                try:
+                    counts[_check_launched(tasks, launcher, enqueue, task_id, stuck_after,
+                                           now, heartbeat_ttl)] += 1
+                except Exception:  # one task's trouble must not stop the pass
+                    log.exception("reconcile: task %s could not be checked", task_id)
     counts["expired"] = tasks.expire_finished(now)
     counts = +counts  # drop zero counts
     counts.pop("", None)
@@ -80,6 +97,38 @@ def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
     return stage, doc["id"], doc["revision"]
 
 
+def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str]) -> bool:
+    """Record what changed in the backend; False if it could not be read this pass."""
+    try:
+        changes = list(launcher.changes())
+    except Exception:  # the backend unreachable: knowing nothing, decide nothing
+        log.exception("reconcile: the %s backend could not be read", launcher.name)
+        return False
+    for change in changes:
+        try:
+            counts[_apply(tasks, launcher, change)] += 1
+        except Exception:
+            log.exception("reconcile: task %s could not be updated", change.task_id)
+    return True
+
+
+def _apply(tasks: TaskStore, launcher: Launcher, change: Change) -> str:
+    if change.outcome == Outcome(states.RUNNING):
+        return ""  # news only to a launching task, and the sweep of those reads seen()
+    doc = tasks.find(change.task_id)
+    if (doc is None or doc["revision"] != change.revision
+            or doc["state"] not in (states.LAUNCHING, states.RUNNING)):
+        return ""  # a task of another revision, or one already settled
+    if change.outcome is not None:
+        workload = Workload.from_doc(doc)
+        return "finished" if record_observed(tasks, launcher, workload, change.outcome) else ""
+    if doc["state"] != states.RUNNING:
+        return ""  # a launch in progress: the sweep relaunches it if nobody holds it
+    fail(tasks, change.task_id, change.revision,
+         change.gone_reason or f"the {launcher.name} backend no longer has this workload")
+    return "vanished"
+
+
 def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task_id: str,
                     stuck_after: float, now: float, heartbeat_ttl: float) -> str:
     doc = tasks.find(task_id)
@@ -90,8 +139,11 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
         tasks.seen_alive(task_id, revision)
         return ""  # a launch worker holds it
     workload = Workload.from_doc(doc)
-    observed = launcher.observe(workload)  # asked once per pass: a backend call may be costly
-    if observed is not None and record_observed(tasks, launcher, workload, observed):
+    observed = launcher.seen(workload)  # what the last changes() told: no backend call
+    # Only news is written: a task already running that the backend runs costs no write.
+    news = observed is not None and (observed.state != states.RUNNING
+                                     or doc["state"] == states.LAUNCHING)
+    if news and observed is not None and record_observed(tasks, launcher, workload, observed):
         return "finished"
     if now - doc["updated_at"] <= stuck_after:
         return ""
@@ -121,12 +173,17 @@ def run_forever(svc: Services) -> None:
     settings = svc.settings
     lock = svc.keys.reconciler_lock()
     interval = settings.reconcile_interval_seconds
+    sweep_every = 1 if svc.settings.launcher in SWEPT_EVERY_PASS else max(
+        1, round(FULL_SWEEP_SECONDS / max(1, interval)))
+    passes = 0
     while True:
         try:
             if svc.redis.set(lock, "1", nx=True, ex=max(1, interval)):
                 counts = reconcile_once(svc.tasks, svc.launcher, svc.send,
                                         settings.stuck_after_seconds,
-                                        heartbeat_ttl=3 * settings.heartbeat_seconds)
+                                        heartbeat_ttl=3 * settings.heartbeat_seconds,
+                                        sweep_running=passes % sweep_every == 0)
+                passes += 1
                 _passed(svc, counts)
         except Exception:  # Redis restarting: try again next interval
             metrics.RECONCILER_PASSES.labels(result="failed").inc()

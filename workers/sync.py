@@ -2,8 +2,10 @@
 
 A launcher such as podman (or kubernetes) returns ``running`` as soon as the
 workload is started; nothing in the pipeline waits for it to end.  The
-reconciler (``workers.reconcile``) asks the backend about each ``launching`` or
-``running`` task that no live launch worker holds, and hands the answer to
+reconciler (``workers.reconcile``) takes what changed in the backend since its
+last pass from the launcher's ``changes()`` (a watch, one listing), and what the
+launcher last saw of each ``launching`` or ``running`` task that no live launch
+worker holds from its ``seen()``, and hands each answer to
 :func:`record_observed`: once the workload has finished, its output is stored
 (once per revision, with secret values redacted) and the outcome recorded through
 :func:`workers.stages.record_outcome`.

@@ -20,13 +20,23 @@ server-side behaviour the launcher depends on:
 * ``DELETE`` of a Job reads ``propagationPolicy`` from the ``DeleteOptions`` body
   or the query: ``Foreground`` or ``Background`` deletes the pods it owns (and a
   Secret it owns) with it, while none (or ``Orphan``) leaves them behind, as a
-  batch/v1 Job's default does.  Deletion is immediate (no finalizers modelled).
+  batch/v1 Job's default does.  Deletion is immediate (no finalizers modelled);
+* Jobs and pods are listed by ``labelSelector``, the list's ``metadata`` carrying the
+  ``resourceVersion`` it was read at; every change (create, patch, status, delete)
+  takes the next resourceVersion and is kept as an event;
+* ``?watch=true&resourceVersion=N`` streams, as JSON lines of ``{type, object}``
+  (chunked), every event after N that the selector matches, then waits for more
+  until ``timeoutSeconds`` and closes; a BOOKMARK ends it when
+  ``allowWatchBookmarks`` is set.  A resourceVersion older than the kept history
+  (:meth:`FakeKubeApi.expire_history`) gets an ``ERROR`` event with a 410 ``Expired``
+  Status, as etcd's compaction makes a real server send.
 
 Tests script answers (``script("POST", path, 429, headers={"Retry-After": "1"})``,
-a delay, a dropped connection), set a Job's status and add its pods, and read
-every request back (method, path, query, monotonic time, parsed body).
+a delay, a dropped connection, :meth:`FakeKubeApi.drop_next_watch`), set a Job's
+status and add its pods, and read every request back (method, path, query,
+monotonic time, parsed body), or their numbers by verb (:meth:`FakeKubeApi.count`).
 
-Not modelled: authentication, watches, resourceVersion conflicts, field
+Not modelled: authentication, resourceVersion conflicts, field
 validation beyond names, the Job controller (tests play it with
 :meth:`FakeKubeApi.set_job_status` and :meth:`FakeKubeApi.add_pod`).
 """
@@ -41,6 +51,8 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,12 +74,17 @@ ROUTES = [
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "read_secret"),
     ("PATCH", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "patch_secret"),
     ("POST", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"), "create_job"),
+    ("GET", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"), "list_jobs"),
     ("GET", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs/{_NAME}"), "read_job"),
     ("DELETE", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs/{_NAME}"), "delete_job"),
     ("DELETE", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "delete_secret"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods"), "list_pods"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods/{_NAME}/log"), "read_log"),
 ]
+WATCHABLE = {  # collection path → route family
+    re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"): "job",
+    re.compile(rf"/api/v1/namespaces/{_NS}/pods"): "pod",
+}
 KINDS = {  # route family → (kind, apiVersion, resource, group)
     "secret": ("Secret", "v1", "secrets", ""),
     "job": ("Job", "batch/v1", "jobs", "batch"),
@@ -90,6 +107,15 @@ class Recorded:
     time: float  # time.monotonic() on arrival
     body: Any
     headers: dict[str, str]  # names lower-cased
+
+
+@dataclass
+class Event:
+    version: int
+    family: str
+    namespace: str
+    type: str  # ADDED | MODIFIED | DELETED
+    object: dict[str, Any]
 
 
 @dataclass
@@ -158,6 +184,11 @@ class FakeKubeApi:
         self.requests: list[Recorded] = []
         self.scripts: list[Script] = []
         self._version = 1000
+        self.changed = threading.Condition(self.lock)
+        self.history: list[Event] = []
+        self.compacted = 0  # watches from before this resourceVersion get 410
+        self.calls: Counter[tuple[str, str]] = Counter()  # (verb, path) → requests
+        self._watch_drops: list[int] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -213,7 +244,9 @@ class FakeKubeApi:
     def set_job_status(self, name: str, status: dict[str, Any],
                        namespace: str = "default") -> None:
         with self.lock:
-            self.objects[("job", namespace, name)]["status"] = copy.deepcopy(status)
+            job = self.objects[("job", namespace, name)]
+            job["status"] = copy.deepcopy(status)
+            self._put("job", namespace, name, job, "MODIFIED")
 
     def add_pod(self, job: str, *, state: dict[str, Any], namespace: str = "default",
                 name: str | None = None, phase: str = "Running", log: str = "",
@@ -240,11 +273,51 @@ class FakeKubeApi:
                     "name": container["name"], "image": container["image"], "imageID": "",
                     "ready": "running" in state, "restartCount": 0, "state": state}]},
             }
-            self.objects[("pod", namespace, name)] = pod
+            self._put("pod", namespace, name, pod, "ADDED")
             self.pod_logs[(namespace, name)] = log
         return name
 
+    def add_job(self, body: dict[str, Any], namespace: str = "default") -> str:
+        """Store a Job as ``POST`` would, without a request (to fill the server quickly)."""
+        with self.lock:
+            body = copy.deepcopy(body)
+            name = self._check_new("job", body, namespace, "")
+            self._store_job(body, namespace, name)
+        return name
+
+    def delete(self, kind: str, name: str, namespace: str = "default") -> None:
+        """Remove an object as someone else's ``kubectl delete`` would (a DELETED event)."""
+        with self.lock:
+            self._remove((kind, namespace, name))
+
+    def set_pod_state(self, name: str, state: dict[str, Any], namespace: str = "default",
+                      phase: str | None = None) -> None:
+        with self.lock:
+            pod = self.objects[("pod", namespace, name)]
+            pod["status"]["containerStatuses"][0]["state"] = copy.deepcopy(state)
+            if phase:
+                pod["status"]["phase"] = phase
+            self._put("pod", namespace, name, pod, "MODIFIED")
+
+    def expire_history(self) -> None:
+        """Forget every event so far, as etcd's compaction does: a watch from an older
+        resourceVersion than the current one is answered 410 Expired."""
+        with self.lock:
+            self.history.clear()
+            self.compacted = self._version
+
+    def drop_next_watch(self, after_events: int = 0) -> None:
+        """The next watch sends ``after_events`` events, then loses its connection."""
+        with self.lock:
+            self._watch_drops.append(after_events)
+
     # -- what tests read -------------------------------------------------------------------
+
+    def count(self, verb: str | None = None) -> int:
+        """Requests served so far with that verb (list, watch, get, create, patch, delete),
+        or all of them."""
+        with self.lock:
+            return sum(n for (v, _), n in self.calls.items() if verb in (None, v))
 
     def stored(self, kind: str, namespace: str = "default") -> list[dict[str, Any]]:
         with self.lock:
@@ -262,6 +335,7 @@ class FakeKubeApi:
         rec = Recorded(method, parts.path, parse_qs(parts.query), time.monotonic(), body, headers)
         with self.lock:
             self.requests.append(rec)
+            self.calls[(_verb(rec), rec.path)] += 1
         return rec
 
     def _scripted(self, method: str, path: str) -> Script | None:
@@ -296,6 +370,53 @@ class FakeKubeApi:
     def _next_version(self) -> str:
         self._version += 1
         return str(self._version)
+
+    def _put(self, family: str, ns: str, name: str, obj: dict[str, Any], kind: str) -> None:
+        """Store ``obj`` at the next resourceVersion and keep the event (lock held)."""
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        self.objects[(family, ns, name)] = obj
+        self._emit(family, ns, kind, obj)
+
+    def _remove(self, key: tuple[str, str, str]) -> None:
+        obj = self.objects.pop(key)
+        obj["metadata"]["resourceVersion"] = self._next_version()
+        self._emit(key[0], key[1], "DELETED", obj)
+
+    def _emit(self, family: str, ns: str, kind: str, obj: dict[str, Any]) -> None:
+        self.history.append(Event(self._version, family, ns, kind, copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def events_after(self, family: str, ns: str, version: int, selector: str,
+                     deadline: float, bookmark: bool = False) -> Iterator[dict[str, Any]]:
+        """A watch's events after ``version``, as they happen, until ``deadline``; then a
+        BOOKMARK of the last resourceVersion looked at, if asked for."""
+        wanted = _parse_selector(selector)
+        with self.lock:
+            if version < self.compacted:
+                yield {"type": "ERROR", "object": status_body(
+                    410, f"too old resource version: {version} ({self.compacted})", "Expired")}
+                return
+        seen = version
+        while True:
+            with self.lock:
+                fresh = [e for e in self.history if e.version > seen]
+                if not fresh:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self.changed.wait(min(left, 0.1))
+                    continue
+            seen = fresh[-1].version
+            for event in fresh:
+                if (event.family, event.namespace) == (family, ns) and _selects(wanted,
+                                                                             event.object):
+                    yield {"type": event.type, "object": event.object}
+        if bookmark:
+            yield {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(seen)}}}
+
+    def _watch_drop(self) -> int | None:
+        with self.lock:
+            return self._watch_drops.pop(0) if self._watch_drops else None
 
     def _check_new(self, family: str, body: Any, ns: str, content_type: str) -> str:
         kind, api_version, resource, group = KINDS[family]
@@ -343,7 +464,7 @@ class FakeKubeApi:
             data[key] = base64.b64encode(value.encode()).decode()
         body["data"] = data
         body.setdefault("type", "Opaque")
-        self.objects[("secret", ns, name)] = body
+        self._put("secret", ns, name, body, "ADDED")
         return Response(201, copy.deepcopy(body))
 
     def read_secret(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
@@ -358,13 +479,17 @@ class FakeKubeApi:
         if secret.get("immutable") and patched.get("data") != secret.get("data"):
             raise _ApiError(422, f'Secret "{name}" is invalid: data: Forbidden: field is '
                                  f"immutable when `immutable` is set")
-        patched["metadata"]["resourceVersion"] = self._next_version()
-        self.objects[("secret", ns, name)] = patched
+        self._put("secret", ns, name, patched, "MODIFIED")
         return Response(200, copy.deepcopy(patched))
 
     def create_job(self, req: Recorded, content_type: str, ns: str) -> Response:
         body = copy.deepcopy(req.body)
         name = self._check_new("job", body, ns, content_type)
+        self._store_job(body, ns, name)
+        return Response(201, copy.deepcopy(body))
+
+    def _store_job(self, body: dict[str, Any], ns: str, name: str) -> None:
+        """What the server adds to a new Job: defaults, its selector and pod labels."""
         uid = body["metadata"]["uid"]
         spec = body.setdefault("spec", {})
         spec.setdefault("backoffLimit", 6)
@@ -376,31 +501,38 @@ class FakeKubeApi:
             "batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
             "batch.kubernetes.io/job-name": name, "job-name": name})
         body["status"] = {}
-        self.objects[("job", ns, name)] = body
-        return Response(201, copy.deepcopy(body))
+        self._put("job", ns, name, body, "ADDED")
 
     def read_job(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
         return Response(200, copy.deepcopy(self._get("job", ns, name)))
 
     def delete_job(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
         job = self._get("job", ns, name)
-        del self.objects[("job", ns, name)]
+        self._remove(("job", ns, name))
         if propagation(req) in ("Foreground", "Background"):
             uid = job["metadata"]["uid"]
             for key in [k for k, obj in self.objects.items() if _owned_by(obj, uid)]:
-                del self.objects[key]
+                self._remove(key)
         return _deleted(name)
 
     def delete_secret(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
         self._get("secret", ns, name)
-        del self.objects[("secret", ns, name)]
+        self._remove(("secret", ns, name))
         return _deleted(name)
 
+    def list_jobs(self, req: Recorded, content_type: str, ns: str) -> Response:
+        return self._list("job", "JobList", "batch/v1", req, ns)
+
     def list_pods(self, req: Recorded, content_type: str, ns: str) -> Response:
+        return self._list("pod", "PodList", "v1", req, ns)
+
+    def _list(self, family: str, kind: str, api_version: str, req: Recorded,
+              ns: str) -> Response:
+        """Every object of ``family`` the ``labelSelector`` matches, as of now."""
         selector = _parse_selector((req.query.get("labelSelector") or [""])[0])
         items = [copy.deepcopy(obj) for (k, pns, _), obj in self.objects.items()
-                 if k == "pod" and pns == ns and _selects(selector, obj)]
-        return Response(200, {"kind": "PodList", "apiVersion": "v1",
+                 if k == family and pns == ns and _selects(selector, obj)]
+        return Response(200, {"kind": kind, "apiVersion": api_version,
                               "metadata": {"resourceVersion": str(self._version)},
                               "items": items})
 
@@ -432,6 +564,16 @@ def propagation(req: Recorded) -> str | None:
 
 def _owned_by(obj: dict[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def _verb(req: Recorded) -> str:
+    """The Kubernetes verb of a request: a GET of a collection lists it (or watches it)."""
+    if req.method != "GET":
+        return {"POST": "create", "PATCH": "patch", "PUT": "update",
+                "DELETE": "delete"}.get(req.method, req.method.lower())
+    if (req.query.get("watch") or [""])[0] in ("true", "1"):
+        return "watch"
+    return "list" if any(p.fullmatch(req.path) for p in WATCHABLE) else "get"
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -501,6 +643,9 @@ class _Handler(BaseHTTPRequestHandler):
         if script is not None and script.drop:
             self.close_connection = True
             return
+        if _verb(req) == "watch" and (script is None or script.response is None):
+            self._watch(api, req)
+            return
         response = script.response if script and script.response else None
         if response is None:
             response = api.handle(req, self.headers.get("Content-Type") or "")
@@ -521,6 +666,37 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (a timeout test)
+
+    def _watch(self, api: FakeKubeApi, req: Recorded) -> None:
+        """Stream the events after ``resourceVersion``, one JSON line per chunk."""
+        family, ns = next((f, m["ns"]) for p, f in WATCHABLE.items()
+                          if (m := p.fullmatch(req.path)))
+        query = {k: v[0] for k, v in req.query.items()}
+        timeout = float(query.get("timeoutSeconds") or 30)
+        drop_after = api._watch_drop()
+        events = api.events_after(family, ns, int(query.get("resourceVersion") or 0),
+                                  query.get("labelSelector", ""), time.monotonic() + timeout,
+                                  bookmark=query.get("allowWatchBookmarks") in ("true", "1"))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for sent, event in enumerate(events):
+                if sent == drop_after:
+                    break
+                self._chunk(json.dumps(event).encode() + b"\n")
+            if drop_after is not None:  # the connection is lost: no final chunk
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 

@@ -7,11 +7,12 @@ import threading
 import pytest
 
 from shared import records, states
+from shared.errors import TransientError
 from shared.policy import Resolved
 from shared.secrets import REDACTED
 from shared.store import TaskStore
 from shared.workload import Workload
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome
 from workers.reconcile import reconcile_once
 
 STUCK = 10.0
@@ -19,7 +20,11 @@ TTL = 3.0
 
 
 class Backend:
-    """A launcher whose backend view the test sets: None (unknown) or an Outcome."""
+    """A launcher whose backend view the test sets (task id → Outcome; absent: unknown).
+
+    ``changes()`` reports what differs from what it reported last, as a watch would;
+    ``seen()`` answers from the view.  The reconciler must never ask per task.
+    """
 
     name = "backend"
 
@@ -27,11 +32,26 @@ class Backend:
         self.view: dict[str, Outcome] = {}
         self.output: dict[str, str] = {}
         self.log_reads = 0
+        self.reported: dict[str, Outcome] = {}
+        self.unreachable = False
+        self.gone_reason = "the pod was removed"
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         raise AssertionError("the reconciler never launches itself; it enqueues")
 
     def observe(self, workload: Workload) -> Outcome | None:
+        raise AssertionError("the reconciler reads changes, never one task at a time")
+
+    def changes(self) -> list[Change]:
+        if self.unreachable:
+            raise TransientError("backend unreachable")
+        out = [Change(t, 1, o) for t, o in self.view.items() if self.reported.get(t) != o]
+        out += [Change(t, 1, None, self.gone_reason) for t in self.reported
+                if t not in self.view]
+        self.reported = dict(self.view)
+        return out
+
+    def seen(self, workload: Workload) -> Outcome | None:
         return self.view.get(workload.task_id)
 
     def logs(self, workload: Workload) -> str | None:
@@ -218,3 +238,55 @@ def test_a_container_still_being_created_is_left_to_start(tasks):
     reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + STUCK + 1)
 
     assert tasks.get(task_id)["state"] == states.RUNNING
+
+
+def test_a_running_task_whose_workload_vanishes_fails_with_the_backends_reason(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.view[task_id] = Outcome(states.RUNNING)
+    reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + 1)
+    del backend.view[task_id]
+
+    counts = reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + 2)
+
+    doc = tasks.get(task_id)
+    assert counts["vanished"] == 1
+    assert (doc["state"], doc["reason"]) == (states.FAILED, "the pod was removed")
+
+
+def test_a_change_of_another_revision_is_ignored(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.changes = lambda: [Change(task_id, 2, Outcome(states.FAILED, 1, "old"))]
+
+    reconcile_once(tasks, backend, Queue(), STUCK, now=age(tasks, task_id) + 1)
+
+    assert tasks.get(task_id)["state"] == states.RUNNING
+
+
+def test_a_backend_that_cannot_be_read_loses_no_task(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.unreachable = True
+    t0 = age(tasks, task_id) + STUCK + 1
+
+    for step in range(3):
+        reconcile_once(tasks, backend, Queue(), STUCK, now=t0 + step * (TTL + 1),
+                       heartbeat_ttl=TTL)
+
+    assert tasks.get(task_id)["state"] == states.RUNNING  # silence is not absence
+
+
+def test_every_launched_task_is_looked_at_however_many(tasks):
+    docs = []
+    for _ in range(1_050):
+        doc = records.new_task({"name": "t", "steps": [["true"]], "env": []}, "u")
+        docs.append({**doc, "state": states.LAUNCHING, "resolved": [], "policy_version": 0})
+    tasks.load_many(docs)
+    queue = Queue()
+    t0 = max(d["updated_at"] for d in docs) + STUCK + 1
+
+    reconcile_once(tasks, Backend(), queue, STUCK, now=t0, heartbeat_ttl=TTL)
+    counts = reconcile_once(tasks, Backend(), queue, STUCK, now=t0 + TTL + 1, heartbeat_ttl=TTL)
+
+    assert counts["relaunched"] == 1_050 and len(queue.sent) == 1_050

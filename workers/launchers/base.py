@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,6 +16,16 @@ class Outcome:
     state: str  # "running" | "succeeded" | "failed"
     exit_code: int | None = None
     reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """A launched workload whose backend view changed: whose it is, and the new view."""
+
+    task_id: str
+    revision: int
+    outcome: Outcome | None  # None: the workload is gone from the backend
+    gone_reason: str | None = None  # why it is gone, in the backend's words
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,19 @@ class Launcher(Protocol):
 
     def logs(self, workload: Workload) -> str | None:
         """The workload's output as the backend keeps it; None if it keeps none."""
+        ...
+
+    def changes(self) -> Iterable[Change]:
+        """What changed in the backend since the last call (the first call: everything).
+
+        Costs the backend what changed, not what runs: a watch, or one listing.  Raises
+        when the backend cannot be read, so silence is never taken for absence.
+        """
+        ...
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        """The backend's view of the workload as of the last :meth:`changes`, from what the
+        launcher keeps: no backend call.  None: the backend had no such workload."""
         ...
 
     def cancel(self, workload: Workload) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.workload import Workload
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome
 
 
 class DryRunLauncher:
@@ -20,6 +20,12 @@ class DryRunLauncher:
 
     def logs(self, workload: Workload) -> str | None:
         return None  # written to the task's log as the steps ran
+
+    def changes(self) -> list[Change]:
+        return []  # a dry run ends within its launch: nothing is left to watch
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        return None
 
     def cancel(self, workload: Workload) -> None:
         """Nothing runs, so nothing to stop."""

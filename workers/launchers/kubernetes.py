@@ -4,6 +4,19 @@
 its pod to an outcome; ``logs`` reads the pod's log.  A redelivered launch meets
 409 AlreadyExists and adopts what is there, so one revision makes one Job.
 
+The reconciler learns status from ``changes``: one LIST of the Jobs and one of
+their pods that carry taskenv's label, then a WATCH of each from the list's
+resourceVersion (``workers.launchers.kube_watch``), resumed after a disconnect and
+listed again on 410 Gone.  The watch is drained once per reconciler pass (each
+WATCH asks for ``watch_seconds`` of events, from the last resourceVersion) rather
+than followed by a background thread: events only matter when a pass applies
+them, the reconciler's Redis lock already decides which replica that is, and a
+pass that reads its own events needs no queue, no thread to supervise and no
+second copy of the state to hand over.  What is missed between passes is not
+lost: the next WATCH starts where the last one stopped, and the API server keeps
+minutes of history (a longer pause gets 410 and a LIST).  A pass thus costs two
+requests however many Jobs run, plus one log read per Job that finished.
+
 Every API request first takes a token from a client-side bucket (20/s, burst 30
 by default; per launcher, so per worker process).  429, 5xx, timeouts and
 connection errors are retried with capped exponential backoff, waiting at least
@@ -28,7 +41,6 @@ from kubernetes.client import (
     BatchV1Api,
     Configuration,
     CoreV1Api,
-    V1ContainerState,
     V1DeleteOptions,
     V1Job,
     V1ObjectMeta,
@@ -48,11 +60,21 @@ from shared.manifest import (
     secret_name,
 )
 from shared.workload import Workload
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.kube_watch import (
+    GONE,
+    SELECTOR,
+    Fetch,
+    Gone,
+    Informer,
+    JobStatus,
+    job_outcome,
+    slim_job,
+    slim_pod,
+)
 from workers.launchers.ratelimit import TokenBucket
 
 T = TypeVar("T")
-DEFAULT_BACKOFF_LIMIT = 6  # what the API server sets when a Job omits backoffLimit
 
 
 def make_api_client(configuration: Configuration) -> ApiClient:
@@ -81,7 +103,7 @@ class KubernetesLauncher:
                  backoff_base: float = 0.5, backoff_cap: float = 30,
                  request_timeout: float | tuple[float, float] = (5, 30),
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, watch_seconds: int = 1) -> None:
         self.manifest_settings = ManifestSettings.from_settings(settings)
         self.namespace = self.manifest_settings.namespace
         self.api = api_client or load_api_client()
@@ -91,6 +113,11 @@ class KubernetesLauncher:
             max_retries, backoff_base, backoff_cap)
         self.request_timeout = request_timeout
         self._sleep = sleep
+        self.status = JobStatus(
+            Informer("jobs", self._lister("list jobs", self.batch.list_namespaced_job,
+                                          watch_seconds), slim_job, watch_seconds),
+            Informer("pods", self._lister("list pods", self.core.list_namespaced_pod,
+                                          watch_seconds), slim_pod, watch_seconds))
 
     # -- the Launcher interface ---------------------------------------------------------
 
@@ -116,14 +143,23 @@ class KubernetesLauncher:
                              passthrough={404})
         except ApiException:
             return None  # no such Job: the backend has no view of this workload
-        return job_outcome(job, self._latest_pod(name))
+        pod = self._latest_pod(name)
+        return job_outcome(self._as_dict(job), self._as_dict(pod) if pod else None)
+
+    def changes(self) -> list[Change]:
+        return self.status.changes()
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        return self.status.seen(job_name(workload))
 
     def logs(self, workload: Workload) -> str | None:
-        pod = self._latest_pod(job_name(workload))
+        name = job_name(workload)
+        known = self.status.latest_pod(name)  # the watch knows the pod: no list call
+        pod = known["metadata"]["name"] if known else _name(self._latest_pod(name))
         if pod is None:
             return None
         try:
-            return self._call("read log", self.core.read_namespaced_pod_log, _meta(pod).name,
+            return self._call("read log", self.core.read_namespaced_pod_log, pod,
                               self.namespace, container=CONTAINER_NAME, passthrough={400, 404})
         except ApiException:
             return None  # the pod is gone, or its container has not started yet
@@ -139,9 +175,6 @@ class KubernetesLauncher:
         if self.observe(workload) is not None:
             raise TransientError(f"job {self.namespace}/{job_name(workload)} is still "
                                  "being deleted")
-
-    # -- steps ----------------------------------------------------------------------------
-
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -181,6 +214,27 @@ class KubernetesLauncher:
         except PermanentError as exc:  # the Job runs either way; only clean-up is at stake
             hooks.log(f"kubernetes: warning: secret {secret} will outlive its job: {exc}\n")
 
+    def _lister(self, what: str, list_call: Callable[..., Any], watch_seconds: int) -> Fetch:
+        """``list_call`` of taskenv's objects, as raw JSON (a LIST, or a WATCH stream)."""
+        def fetch(**query: Any) -> Any:
+            timeout = (self._connect_timeout(), watch_seconds + 30) if query.get("watch") \
+                else self.request_timeout
+            try:
+                return self._call(what, list_call, self.namespace, label_selector=SELECTOR,
+                                  _preload_content=False, _request_timeout=timeout,
+                                  passthrough={GONE}, **query)
+            except ApiException as exc:  # a server that answers 410 before streaming
+                raise Gone(api_message(exc)) from exc
+        return fetch
+
+    def _connect_timeout(self) -> float:
+        timeout = self.request_timeout
+        return timeout[0] if isinstance(timeout, tuple) else timeout
+
+    def _as_dict(self, obj: V1Job | V1Pod) -> dict[str, Any]:
+        """A model as the API server's JSON (camelCase), which the outcome mapping reads."""
+        return dict(self.api.sanitize_for_serialization(obj))
+
     def _latest_pod(self, name: str) -> V1Pod | None:
         pods = self._call("list pods", self.core.list_namespaced_pod, self.namespace,
                           label_selector=f"job-name={name}")
@@ -199,7 +253,7 @@ class KubernetesLauncher:
         for attempt in range(self.max_retries + 1):
             self.bucket.acquire()
             try:
-                return fn(*args, _request_timeout=self.request_timeout, **kwargs)
+                return fn(*args, **{"_request_timeout": self.request_timeout, **kwargs})
             except ApiException as exc:
                 if exc.status in passthrough:
                     raise
@@ -253,37 +307,12 @@ def retry_after_seconds(exc: ApiException) -> float | None:
     return seconds if seconds is not None and seconds >= 0 else None
 
 
-def job_outcome(job: V1Job, pod: V1Pod | None) -> Outcome:
-    """The workload's outcome, from its Job's status and its latest pod's container."""
-    status = job.status
-    conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"} \
-        if status else {}
-    succeeded = (status.succeeded or 0) if status else 0
-    failed = (status.failed or 0) if status else 0
-    limit = job.spec.backoff_limit if job.spec and job.spec.backoff_limit is not None \
-        else DEFAULT_BACKOFF_LIMIT
-    state = _container_state(pod)
-    terminated = state.terminated if state else None
-    if "Complete" in conditions or "SuccessCriteriaMet" in conditions or succeeded > 0:
-        return Outcome("succeeded", exit_code=terminated.exit_code if terminated else 0)
-    condition = conditions.get("Failed") or conditions.get("FailureTarget")
-    if condition is not None or failed > limit:
-        reason = (terminated.reason if terminated else None) or (
-            condition.reason if condition else None) or "Failed"
-        return Outcome("failed", exit_code=terminated.exit_code if terminated else None,
-                       reason=reason)
-    waiting = state.waiting if state else None
-    return Outcome("running", reason=waiting.reason if waiting else None)
-
-
-def _container_state(pod: V1Pod | None) -> V1ContainerState | None:
-    statuses = (pod.status.container_statuses or []) if pod and pod.status else []
-    ours = [s for s in statuses if s.name == CONTAINER_NAME] or statuses
-    return ours[0].state if ours else None
-
-
 def _created_at(pod: V1Pod) -> datetime:
     return _meta(pod).creation_timestamp or datetime.min.replace(tzinfo=UTC)
+
+
+def _name(pod: V1Pod | None) -> str | None:
+    return _meta(pod).name if pod is not None else None
 
 
 def _meta(obj: V1Job | V1Pod) -> V1ObjectMeta:

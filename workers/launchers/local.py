@@ -31,7 +31,7 @@ from typing import Any
 from shared.config import Settings
 from shared.errors import LaunchFailed
 from shared.workload import Workload
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,15 @@ class LocalLauncher:
         if runner_alive(run_dir):
             _signal_group(pid, signal.SIGKILL, group=True)
         self.reap()
+
+    def changes(self) -> list[Change]:
+        """Nothing to report: each runner records its own outcome in the task."""
+        return []
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        """A look at the runner's pid file and /proc: as cheap as a cache, so no cache.
+        A runner that died without recording shows as None, and its task as lost."""
+        return self.observe(workload)
 
     def reap(self) -> None:
         """Collect the exit status of the runners this process started that have ended."""

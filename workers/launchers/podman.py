@@ -2,9 +2,13 @@
 
 ``launch`` renders a Pod manifest (``shared.manifest.pod_spec``: one container
 running the steps in order) and hands it to ``podman kube play --start``; it
-returns ``running`` at once.  The reconciler later asks ``observe`` how the
-container ended and hands the answer to :func:`workers.sync.record_observed`,
-which copies its ``logs``.
+returns ``running`` at once.  The reconciler learns how containers ended from
+``changes``: one ``podman ps --all`` of the containers that carry taskenv's label
+per pass, compared with the previous listing (a failed container is inspected
+once, for its out-of-memory kill or error); what changed goes to
+:func:`workers.sync.record_observed`, which copies its ``logs``.  A container
+missing from the listing that was in the last one was removed: its task, if it
+was running, fails with that reason.
 
 What podman 4.3 does differently from Kubernetes, and what this module does about it:
 
@@ -48,7 +52,8 @@ from shared import manifest
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.workload import DEFAULT_IMAGE, Workload
-from workers.launchers.base import Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.kube_watch import SELECTOR
 
 # podman's messages for trouble that a later attempt can get past.
 TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"
@@ -57,6 +62,7 @@ NAME_IN_USE = re.compile(r"is in use|already exists", re.I)
 NO_SUCH = re.compile(r"no such (container|pod|object)|no container with name|not found", re.I)
 NOISE = re.compile(r"^failed to connect to syslog|level=(warning|info|debug)")
 FINISHED = {"exited", "stopped"}
+POD_REMOVED = "the pod was removed while the task ran"
 STOP_SECONDS = 2  # a cancelled container's grace between SIGTERM and SIGKILL
 NOT_STARTED = {"created", "configured", "initialized"}
 
@@ -72,6 +78,7 @@ class PodmanLauncher:
         self.manifest_settings = manifest.ManifestSettings.from_settings(settings)
         self.binary = binary
         self.timeout = timeout
+        self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
 
     # -- the Launcher interface ------------------------------------------------------
 
@@ -86,17 +93,42 @@ class PodmanLauncher:
 
     def observe(self, workload: Workload) -> Outcome | None:
         state = self.container_state(workload)
-        if state is None:
-            return None
-        if state["Status"] not in FINISHED:
+        return None if state is None else state_outcome(state)
+
+    def changes(self) -> list[Change]:
+        """What differs between this listing of taskenv's containers and the last one."""
+        before, now = self.listed, self.listing(self.listed)
+        self.listed = now
+        gone = [Change(*key, None, POD_REMOVED) for key in before if key not in now]
+        return gone + [Change(*key, outcome) for key, outcome in now.items()
+                       if before.get(key) != outcome]
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        return self.listed.get((workload.task_id, workload.revision))
+
+    def listing(self, known: dict[tuple[str, int], Outcome]) -> dict[tuple[str, int], Outcome]:
+        """Every taskenv container's outcome, from one ``podman ps --all``."""
+        result = self.podman("ps", "--all", "--filter", f"label={SELECTOR}", "--format", "json")
+        if result.returncode != 0:
+            raise self._error("ps", result)
+        out: dict[tuple[str, int], Outcome] = {}
+        for container in json.loads(result.stdout or "[]") or []:
+            key = _task_key(container)
+            if key is not None:
+                out[key] = self._listed_outcome(container, known.get(key))
+        return out
+
+    def _listed_outcome(self, container: dict[str, Any], known: Outcome | None) -> Outcome:
+        if container.get("State") not in FINISHED:
             return Outcome("running")
-        code = int(state["ExitCode"])
+        code = int(container.get("ExitCode") or 0)
         if code == 0:
             return Outcome("succeeded", exit_code=0)
-        reason = "killed: out of memory" if state.get("OOMKilled") else f"exited with {code}"
-        if state.get("Error"):
-            reason += f" ({state['Error']})"
-        return Outcome("failed", exit_code=code, reason=f"container {reason}")
+        if known is not None and known.state == "failed":
+            return known  # inspected when it ended
+        state = self._inspect(container["Names"][0])
+        return state_outcome(state) if state else Outcome(
+            "failed", exit_code=code, reason=f"container exited with {code}")
 
     def logs(self, workload: Workload) -> str | None:
         # One pipe for both streams keeps the container's stdout and stderr in order.
@@ -154,7 +186,10 @@ class PodmanLauncher:
 
     def container_state(self, workload: Workload) -> dict[str, Any] | None:
         """``State`` from ``podman container inspect``; None if there is no such container."""
-        result = self.podman("container", "inspect", self.container_name(workload))
+        return self._inspect(self.container_name(workload))
+
+    def _inspect(self, container: str) -> dict[str, Any] | None:
+        result = self.podman("container", "inspect", container)
         if result.returncode != 0:
             if NO_SUCH.search(result.stderr):
                 return None
@@ -242,6 +277,30 @@ class PodmanLauncher:
         if TRANSIENT.search(message):
             return TransientError(f"podman {what}: {message}")
         return LaunchFailed(f"podman {what}: {message}")
+
+
+def state_outcome(state: dict[str, Any]) -> Outcome:
+    """The outcome a container's inspected ``State`` tells."""
+    if state["Status"] not in FINISHED:
+        return Outcome("running")
+    code = int(state["ExitCode"])
+    if code == 0:
+        return Outcome("succeeded", exit_code=0)
+    reason = "killed: out of memory" if state.get("OOMKilled") else f"exited with {code}"
+    if state.get("Error"):
+        reason += f" ({state['Error']})"
+    return Outcome("failed", exit_code=code, reason=f"container {reason}")
+
+
+def _task_key(container: dict[str, Any]) -> tuple[str, int] | None:
+    """The task id and revision a listed container runs (None: not a task's container)."""
+    labels = container.get("Labels") or {}
+    names = container.get("Names") or []
+    task_id, revision = labels.get(manifest.LABEL_TASK_ID), labels.get(manifest.LABEL_REVISION)
+    ours = any(str(n).endswith(f"-{manifest.CONTAINER_NAME}") for n in names)
+    if not ours or not task_id or not str(revision or "").isdigit():
+        return None
+    return str(task_id), int(str(revision))
 
 
 def expand(text: str, mapping: Callable[[str], str | None]) -> str:
