@@ -15,7 +15,9 @@ Starts its own redis-server (a fresh directory), then:
    (``bench/compare.py``): bursts (best of ``--rounds``), then paced loads at
    fractions of the bare pipeline's throughput;
 4. ``GET /api/v1/tasks?limit=50`` at 1,000 and 100,000 stored tasks, and Redis
-   memory per stored task (``bench/growth.py``).
+   memory per stored task (``bench/growth.py``); reconciler backend calls per
+   pass at 10 and 10,000 running Jobs on the contract API server
+   (``bench/reconcile_cost.py``; 2,000 with ``--quick``).
 
 Results (``bench/report.py``): ``bench/results/latest.json`` (and a timestamped
 copy), a plot of latency against offered load (``bench/results/latency-vs-load.png``)
@@ -35,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import api_cost, compare, growth, report, stagecost
+from bench import api_cost, compare, growth, reconcile_cost, report, stagecost
 from bench.inputs import policy_body, task_body
 from bench.machine import loadavg, machine
 from bench.processes import Processes
@@ -111,6 +113,8 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
         "Redis memory per task")
     results["growth"] = {"merge": merge,
                          "listing": growth.listing_phase(procs, client, template, args)}
+    say("  reconciler backend calls per pass, 10 vs 10,000 running Jobs (contract server)")
+    results["growth"]["reconciler"] = reconcile_cost.phase(client, args.quick)
     results["meta"]["machine"]["loadavg_at_end"] = loadavg()
     return results
 
