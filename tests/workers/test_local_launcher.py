@@ -410,8 +410,10 @@ def test_a_runner_that_ignores_sigterm_is_killed_with_its_group(
     job = workload([["true"]])
     run_dir = launcher.run_dir(job)
     run_dir.mkdir(parents=True)
-    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 1000 & wait"],
-                                start_new_session=True)
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; echo ready; sleep 1000 & wait"],
+                                stdout=subprocess.PIPE, start_new_session=True)
+    assert stubborn.stdout is not None and stubborn.stdout.readline() == b"ready\n"
+    stubborn.stdout.close()  # the trap is set: SIGTERM alone would not end it
     local.write_pid_file(run_dir, stubborn.pid)
     monkeypatch.setattr(local, "CANCEL_GRACE", 0.3)
     launcher.cancel(job)
