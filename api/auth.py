@@ -9,12 +9,13 @@ are listed in ``ADMIN_BLUEPRINTS``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from flask import Flask, g, request
 
 from api import svc
-from shared.errors import Forbidden, TooManyRequests, Unauthorized
+from shared.errors import Forbidden, NotFound, TooManyRequests, Unauthorized
 from shared.tokens import Identity
 
 PUBLIC_ENDPOINTS = {"health.healthz", "health.readyz", "metrics.scrape", "static"}
@@ -23,6 +24,7 @@ SESSION_BLUEPRINTS = {"pages"}
 # Whole blueprints only admins reach; checked before the body is even parsed, so a
 # user learns nothing about these routes beyond 403.
 ADMIN_BLUEPRINTS = {"policy", "admin"}
+TASK_ID = re.compile(r"[0-9a-f]{32}")  # what TaskStore.create makes: uuid4().hex
 
 
 def init_app(app: Flask) -> None:
@@ -40,6 +42,15 @@ def authenticate() -> None:
     g.identity = found
     if request.blueprint in ADMIN_BLUEPRINTS and not found.is_admin:
         raise Forbidden("only an admin may do this")
+    check_task_id()
+
+
+def check_task_id() -> None:
+    """A route's task id that no task could have is a missing task, answered before
+    Redis is asked (the API here, the pages once their session is known)."""
+    task_id = (request.view_args or {}).get("task_id")
+    if task_id is not None and not TASK_ID.fullmatch(str(task_id)):
+        raise NotFound(f"no task {task_id}")
 
 
 def identify(token: str) -> Identity | None:

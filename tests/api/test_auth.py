@@ -227,3 +227,44 @@ def test_a_short_bootstrap_admin_token_is_refused_at_startup(client_redis):
                    enqueue=lambda *_: None)
     assert "tke_too-short" not in str(err.value)
     assert client_redis.keys("*") == []  # nothing was registered
+
+
+class RecordingRedis(fakeredis.FakeRedis):
+    """Remembers every command's arguments, to tell what Redis was asked."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[str] = []
+
+    def execute_command(self, *args, **kwargs):
+        self.asked.append(" ".join(map(str, args)))
+        return super().execute_command(*args, **kwargs)
+
+
+@pytest.mark.parametrize("bad_id", ["0123abcd:log:1", "A" * 32, "f" * 31, "f" * 33, "x"])
+def test_a_malformed_task_id_is_404_before_redis_is_asked(bad_id):
+    client_redis = RecordingRedis(decode_responses=True)
+    app = create_app({"admin_token": ADMIN}, redis_client=client_redis, enqueue=lambda *_: None)
+    web = app.test_client()
+    missing = web.get(f"/api/v1/tasks/{'f' * 32}", headers=auth(ADMIN))
+    client_redis.asked.clear()
+
+    for path in (f"/api/v1/tasks/{bad_id}", f"/api/v1/tasks/{bad_id}/logs"):
+        resp = web.get(path, headers=auth(ADMIN))
+        assert (resp.status_code, resp.json["code"]) == (404, missing.json["code"]), path
+    assert not [c for c in client_redis.asked if bad_id in c]
+
+
+def test_an_idempotency_key_replayed_with_another_secret_value_is_a_conflict(web):
+    def create(value: str):
+        return web.post("/api/v1/tasks", headers={**auth(ADMIN), "Idempotency-Key": "once"},
+                        json={"name": "t", "steps": [["true"]],
+                              "env": [{"name": "HF_TOKEN", "value": value, "secret": True}]})
+
+    first = create("hf-secret-value-one")
+    assert first.status_code == 202
+    again = create("hf-secret-value-one")
+    assert (again.status_code, again.json["id"]) == (202, first.json["id"])
+    other = create("hf-secret-value-two")
+    assert other.status_code == 409 and other.json["code"] == "conflict"
+    assert "hf-secret-value" not in other.text

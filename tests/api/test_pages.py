@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from html import unescape
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from flask import Flask
@@ -566,3 +568,22 @@ def test_a_secret_policy_row_without_secret_keys_keeps_the_form(
     assert "TASKENV_SECRET_KEYS" in resp.text and 'value="DATA_DIR"' in resp.text
     assert "wandb-secret-1234" not in resp.text
     assert app.extensions["taskenv"].policies.current().version == 0
+
+
+def test_a_malformed_task_id_is_a_missing_task_on_the_pages(browser) -> None:
+    b = browser()
+    missing = b.get(f"/ui/tasks/{'f' * 32}")
+    malformed = b.get(f"/ui/tasks/{'f' * 32}:log:1")
+    assert missing.status_code == malformed.status_code == 404
+
+
+def test_the_task_list_pages_with_an_opaque_cursor(browser) -> None:
+    b = browser()
+    for i in range(2):
+        b.create(name=f"paged{i}", steps="true")
+    listing = b.get("/ui/tasks?limit=1").text
+    [link] = re.findall(r'href="(/ui/tasks\?[^"]*cursor=[^"]*)"', listing)
+    cursor = parse_qs(urlsplit(unescape(link)).query)["cursor"][0]
+    assert not cursor.isdigit()
+    assert b.get(unescape(link)).status_code == 200
+    assert b.get("/ui/tasks?cursor=12").status_code == 400

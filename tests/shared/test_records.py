@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 from shared import records, states
 from shared.records import new_revision, new_task, patch_env, public_view
 from shared.secrets import MASK
+
+KEY = b"fingerprint-key-for-tests"
 
 
 def var(name: str, value: str = "v", **extra: Any) -> dict[str, Any]:
@@ -42,23 +45,30 @@ def test_new_task_starts_pending_at_revision_one() -> None:
 def test_request_digest_ignores_key_order_and_sees_content() -> None:
     a = {"name": "x", "steps": [["a"]]}
     b = {"steps": [["a"]], "name": "x"}
-    assert records.request_digest(a) == records.request_digest(b)
-    assert records.request_digest(a) != records.request_digest({**a, "name": "y"})
+    assert records.request_digest(a, KEY) == records.request_digest(b, KEY)
+    assert records.request_digest(a, KEY) != records.request_digest({**a, "name": "y"}, KEY)
 
 
-def test_request_digest_never_depends_on_a_secret_value() -> None:
+def test_request_digest_sees_a_secret_value_through_its_key_only() -> None:
     def request(value: str) -> dict[str, Any]:
         return {"name": "x", "steps": [["a"]],
                 "env": [{"name": "TOKEN", "value": value, "secret": True}]}
 
-    assert records.request_digest(request("one")) == records.request_digest(request("two"))
+    assert records.request_digest(request("one"), KEY) != \
+        records.request_digest(request("two"), KEY)
+    # A keyed MAC, not a hash: with another key the same request has another fingerprint.
+    assert records.request_digest(request("one"), KEY) != \
+        records.request_digest(request("one"), b"another key")
+    plain = hashlib.sha256(json.dumps(request("one"), sort_keys=True).encode()).hexdigest()
+    assert records.request_digest(request("one"), KEY) != plain
 
 
 def test_request_digest_sees_plain_values() -> None:
     def request(value: str) -> dict[str, Any]:
         return {"name": "x", "steps": [["a"]], "env": [{"name": "LR", "value": value}]}
 
-    assert records.request_digest(request("0.1")) != records.request_digest(request("0.2"))
+    assert records.request_digest(request("0.1"), KEY) != \
+        records.request_digest(request("0.2"), KEY)
 
 
 # --- patch_env ---------------------------------------------------------------------------

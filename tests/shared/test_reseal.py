@@ -7,7 +7,9 @@ import pytest
 
 from shared import records
 from shared.errors import SecretsUnavailable
+from shared.keys import Keys
 from shared.policy import Policy
+from shared.projects import project_scope
 from shared.secrets import Cipher, new_key
 from shared.store import PolicyStore, TaskStore
 
@@ -45,18 +47,20 @@ def test_every_revision_reads_with_the_new_key_alone(client) -> None:
         TaskStore(client, cipher=Cipher([old])).revision(task_id, 1)
 
 
-def test_every_policy_version_reads_with_the_new_key_alone(client) -> None:
+def test_every_policy_version_of_every_scope_reads_with_the_new_key_alone(client) -> None:
     old, new = new_key(), new_key()
     before = PolicyStore(client, cipher=Cipher([old]))
     before.put(Policy.from_dict(POLICY))
     before.put(Policy.from_dict(POLICY))
+    client.sadd(Keys().projects(), "vision")
+    before.scoped(project_scope("vision")).put(Policy.from_dict(POLICY))
 
     rotating = PolicyStore(client, cipher=Cipher([new, old]))
     rotating.get(1)  # cached before rotation: the cache must not outlive it
-    assert rotating.reseal_all() == 2
+    assert rotating.reseal_all() == 3
 
     after = PolicyStore(client, cipher=Cipher([new]))
-    for policy in (after.get(1), after.get(2)):
+    for policy in (after.get(1), after.get(2), after.project("vision")):
         assert policy is not None
         assert policy.defaults[0].value == SECRET
         assert policy.protected[0].value == SECRET + "-locked"
