@@ -20,6 +20,7 @@ import pytest
 import redis
 import requests
 
+from shared import states
 from shared.secrets import new_key
 from shared.tokens import PREFIX
 from workers.celery_app import QUEUES
@@ -33,7 +34,7 @@ from workers.localstack import (
     wait_http,
 )
 
-FINAL = {"succeeded", "failed", "rejected"}
+FINAL = set(states.FINAL)
 # Values a shell would act on; taskenv must deliver them exactly as typed.
 HOSTILE = {
     "SUBSHELL": "$(HOME)",
