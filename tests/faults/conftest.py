@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +17,12 @@ import pytest
 import redis
 import requests
 
+from shared.keys import Keys
 from tests.stack import FINAL, Stack, api_url, stack_env, start_front, wait_until_serving
 from workers.celery_app import QUEUES
 from workers.localstack import RedisServer, start_worker, stop_all
+
+LAUNCHED = "launched"  # the counting task's marker, once per launch
 
 
 @dataclass
@@ -38,7 +42,6 @@ class Report:
 class FaultStack:
     def __init__(self, root: Path, **extra_env: str) -> None:
         self.root = root
-        self.runs = root / "runs.txt"
         self.logs = root / "processes.log"
         self.redis = RedisServer(root / "redis", appendonly=True)
         self.env = stack_env(self.redis.url, root, **{
@@ -117,9 +120,11 @@ class FaultStack:
         return None
 
     def counting_task(self, n: int) -> dict:
-        """A task whose only step appends its id to one file: one line per launch."""
-        return {"name": f"fault-{n}", "steps": [["sh", "-c", 'echo "$TASK_ID" >> "$RUNS"']],
-                "env": [{"name": "RUNS", "value": str(self.runs)}]}
+        """A task whose only step prints one marker line: one line in its log per launch.
+
+        Steps run sandboxed and cannot write the host's files: the log is the record.
+        """
+        return {"name": f"fault-{n}", "steps": [["sh", "-c", f'echo "{LAUNCHED} $TASK_ID"']]}
 
     def submit(self, count: int, body_for, prefix: str) -> list[str]:
         ids = [self.post(body_for(n), key=f"{prefix}-{n}") for n in range(count)]
@@ -129,8 +134,9 @@ class FaultStack:
         client = redis.Redis.from_url(self.redis.url, decode_responses=True)
         pipe = client.pipeline(transaction=False)
         for task_id in ids:
-            pipe.hget(f"taskenv:task:{task_id}", "state")
-        return dict(zip(ids, pipe.execute(), strict=True))
+            pipe.hget(Keys().task(task_id), "state")
+        return {task_id: json.loads(state) if state else state
+                for task_id, state in zip(ids, pipe.execute(), strict=True)}
 
     def wait_final(self, ids: list[str], timeout: float) -> dict[str, str]:
         deadline = time.monotonic() + timeout
@@ -139,15 +145,19 @@ class FaultStack:
             if all(s in FINAL for s in states.values()) or time.monotonic() > deadline:
                 return states
 
-    def launches(self) -> Counter[str]:
-        """Launches per task id, as the counting task's step recorded them."""
-        return Counter(self.runs.read_text().split()) if self.runs.exists() else Counter()
+    def launches(self, ids: list[str]) -> Counter[str]:
+        """Launches per task id, as the counting task's step printed them in its log."""
+        client = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        keys = Keys()
+        logs = client.mget([keys.log(task_id, 1) for task_id in ids]) if ids else []
+        return Counter({task_id: (log or "").count(f"{LAUNCHED} {task_id}")
+                        for task_id, log in zip(ids, logs, strict=True)})
 
     def report(self, submitted: int, ids: list[str], timeout: float = 180.0,
                launches: Counter[str] | None = None) -> Report:
         """Wait for the tasks, then count; ``launches`` defaults to the counting task's."""
         states = self.wait_final(ids, timeout)
-        launches = self.launches() if launches is None else launches
+        launches = self.launches(ids) if launches is None else launches
         report = Report(submitted=submitted, accepted=ids)
         report.states = Counter(s for s in states.values() if s in FINAL)
         report.lost = sum(1 for s in states.values() if s not in FINAL)
