@@ -21,6 +21,7 @@ import redis
 from shared import states
 from shared.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
+from shared.insights import Insights
 from shared.resolution import decide_policy, decide_validation
 from shared.secrets import StreamRedactor
 from shared.store import Doc, PolicyStore, TaskStore
@@ -39,6 +40,7 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> b
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected: %d validation problems", task_id, revision,
                  len(doc["errors"]))
+        Insights(tasks.r, tasks.keys.prefix).rejected(doc["errors"], doc.get("project"))
         return False
     return True
 
@@ -56,6 +58,7 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected by policies %s", task_id, revision,
                  doc.get("policy_versions"))
+        Insights(tasks.r, tasks.keys.prefix).rejected(doc["errors"], doc.get("project"))
         return False
     return True
 
@@ -147,7 +150,8 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
     if old.get("resolved") is not None:  # never resolved: nothing was ever launched
         workload = Workload.from_doc(old)
         launcher.cancel(workload)
-        if launcher.observe(workload) is not None:
+        seen = launcher.observe(workload)  # gone, or ended: the backend may keep its record
+        if seen is not None and seen.state == states.RUNNING:
             raise TransientError(f"task {task_id} r{revision} is still stopping")
     if (doc["revision"] == revision + 1 and doc["state"] == states.PENDING
             and doc.get("apply") == "restart"):

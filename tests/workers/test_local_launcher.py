@@ -43,6 +43,7 @@ from workers.launchers.local import (
 from workers.launchers.local_runner import Runner
 from workers.launchers.sandbox import TASK_HOME
 from workers.localstack import RedisServer
+from workers.reconcile import reconcile_once
 
 # The environment block the kernel handed the process, byte for byte: unlike os.environ
 # it is untouched by anything the interpreter sets for itself at start-up.
@@ -319,7 +320,8 @@ def test_launch_returns_while_the_task_runs_and_the_runner_records_the_end(
     assert (doc["state"], doc["exit_code"]) == (states.FAILED, 4)
     assert "step 2 exited with 4" in doc["reason"]
     assert "==> step 2/2: sh\ndone\n" in tasks.read_log(job.task_id, 1)
-    wait_until(lambda: launcher.observe(job) is None)
+    wait_until(lambda: launcher.observe(job) != Outcome("running"))
+    assert launcher.observe(job) == Outcome("failed", 4, "step 2 exited with 4")
     assert not tasks.is_alive(job.task_id, 1)
 
 
@@ -331,7 +333,7 @@ def test_secret_values_are_redacted_in_the_log_and_absent_from_the_runner_s_file
                  [{"name": "TOKEN", "value": value, "secret": True}])
     stages.launch(tasks, launcher, job.task_id, 1, settings.heartbeat_seconds)
     assert wait_final(tasks, job.task_id)["state"] == states.SUCCEEDED
-    wait_until(lambda: launcher.observe(job) is None)
+    wait_until(lambda: launcher.observe(job) != Outcome("running"))
     assert f"token is {REDACTED}" in tasks.read_log(job.task_id, 1)
     run_dir = launcher.run_dir(job)
     for path in run_dir.iterdir():
@@ -349,7 +351,21 @@ def test_a_redelivered_launch_adopts_the_live_runner(tasks: TaskStore,
     assert (launcher.run_dir(job) / "runner.pid").read_text() == pid_file
     wait_final(tasks, job.task_id)
     assert tasks.read_log(job.task_id, 1).count("run\n") == 1
-    wait_until(lambda: launcher.observe(job) is None)
+    wait_until(lambda: launcher.observe(job) == Outcome("succeeded", 0))
+
+
+def test_an_outcome_redis_lost_is_recovered_from_the_runner_s_file(
+        tasks: TaskStore, settings: Settings) -> None:
+    launcher = LocalLauncher(settings)
+    job = submit(tasks, [["sh", "-c", "exit 3"]], [])
+    stages.launch(tasks, launcher, job.task_id, 1, settings.heartbeat_seconds)
+    wait_final(tasks, job.task_id)
+    wait_until(lambda: launcher.observe(job) != Outcome("running"))
+    # Redis acknowledged the outcome, then lost it (killed within its fsync interval).
+    tasks.update(job.task_id, lambda d: {**d, "state": states.RUNNING, "exit_code": None})
+    reconcile_once(tasks, launcher, lambda *a: None, stuck_after=0.0)
+    doc = tasks.get(job.task_id)
+    assert (doc["state"], doc["exit_code"]) == (states.FAILED, 3)
 
 
 def test_a_dead_or_reused_pid_is_not_a_live_runner(tmp_path: Path) -> None:
@@ -389,7 +405,7 @@ def test_cancel_stops_the_runner_and_everything_its_step_started(
     started = time.monotonic()
     launcher.cancel(job)
     assert time.monotonic() - started < local.CANCEL_GRACE  # ended by its SIGTERM handler
-    assert launcher.observe(job) is None
+    assert launcher.observe(job) == Outcome("cancelled", reason="cancelled")
     wait_until(lambda: not alive_with(marker), timeout=5)
     doc = tasks.get(job.task_id)
     assert doc["state"] == states.CANCELLED and doc["cancelled_by"] == "alice"

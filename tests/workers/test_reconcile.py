@@ -284,9 +284,10 @@ def test_every_launched_task_is_looked_at_however_many(tasks):
         docs.append({**doc, "state": states.LAUNCHING, "resolved": [], "policy_version": 0})
     tasks.load_many(docs)
     queue = Queue()
-    t0 = max(d["updated_at"] for d in docs) + STUCK + 1
+    stuck = 600.0  # the suspects' marks live this long in real time: a slow pass keeps them
+    t0 = max(d["updated_at"] for d in docs) + stuck + 1
 
-    reconcile_once(tasks, Backend(), queue, STUCK, now=t0, heartbeat_ttl=TTL)
-    counts = reconcile_once(tasks, Backend(), queue, STUCK, now=t0 + TTL + 1, heartbeat_ttl=TTL)
+    reconcile_once(tasks, Backend(), queue, stuck, now=t0, heartbeat_ttl=TTL)
+    counts = reconcile_once(tasks, Backend(), queue, stuck, now=t0 + TTL + 1, heartbeat_ttl=TTL)
 
     assert counts["relaunched"] == 1_050 and len(queue.sent) == 1_050

@@ -54,6 +54,8 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox was asked for and cannot be had: refuse rather than run unsandboxed."""
 
 
+OUTCOME_FILE = "outcome.json"  # how the runner ended, written before it tells Redis
+
 class LocalLauncher:
     name = "local"
 
@@ -81,9 +83,16 @@ class LocalLauncher:
         return Outcome("running")
 
     def observe(self, workload: Workload) -> Outcome | None:
-        """``running`` while the runner lives; None once it is gone (it recorded the end)."""
+        """``running`` while the runner lives, then the outcome it left; None if it left none.
+
+        The runner records the end in Redis itself; the file it leaves first is what the
+        reconciler goes by when that write was lost (Redis crashed within its fsync).
+        """
         self.reap()
-        return Outcome("running") if runner_alive(self.run_dir(workload)) else None
+        run_dir = self.run_dir(workload)
+        if runner_alive(run_dir):
+            return Outcome("running")
+        return read_outcome_file(run_dir)
 
     def cancel(self, workload: Workload) -> None:
         """Stop the runner: it kills its step's process group, then it is killed with its own.
@@ -203,6 +212,22 @@ def prepare_home(run_dir: Path, workdir: str | None) -> Path:
     if workdir:  # already checked: relative, no '..'; the home holds no links yet
         (home / workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
     return home
+
+
+def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
+    tmp = run_dir / f"{OUTCOME_FILE}.tmp"
+    tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
+                               "reason": outcome.reason}))
+    tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
+
+
+def read_outcome_file(run_dir: Path) -> Outcome | None:
+    """How the runner in ``run_dir`` ended, as it wrote it; None if it never finished."""
+    try:
+        found = json.loads((run_dir / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return Outcome(found["state"], found.get("exit_code"), found.get("reason"))
 
 
 def write_pid_file(run_dir: Path, pid: int) -> None:

@@ -34,6 +34,7 @@ from shared.secrets import Cipher, StreamRedactor
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Outcome
+from workers.launchers.local import write_outcome_file
 from workers.launchers.sandbox import bwrap_argv
 from workers.stages import keep_alive, record_outcome
 
@@ -179,6 +180,9 @@ def main() -> int:
             outcome = runner.run(write_log)
         finally:
             write_log.flush()
+        # On the host first: a write Redis acknowledged can still be lost (a crash within
+        # its fsync interval), and the reconciler then reads the outcome from here.
+        write_outcome_file(runner.home.parent, outcome)
         recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                                     outcome.exit_code, outcome.reason),
                              OUTCOME_PATIENCE)
