@@ -238,7 +238,7 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
     current = svc.tasks.get(task_id, scope)
     base = revision or current["revision"]
     earlier = svc.tasks.revision(task_id, base)
-    env = _pinned(svc, earlier) if pin else earlier["env"]
+    env = _pinned(svc, earlier, current.get("project")) if pin else earlier["env"]
     if revision is None and not pin and current.get("next_env") is not None:
         env = current["next_env"]  # a change kept for the next run (apply: next-run)
     set_, unset = _replacing(current["env"], env)
@@ -247,12 +247,14 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
                        if_match=if_match)
 
 
-def _pinned(svc: Services, earlier: Doc) -> list[Doc]:
+def _pinned(svc: Services, earlier: Doc, project: str | None) -> list[Doc]:
     if earlier.get("resolved") is None:
         raise StateConflict(f"revision {earlier['revision']} was never resolved "
                             f"({earlier.get('state')}): it has no values to pin; rerun it "
                             "without pin")
-    protected_now = {p.name for p in svc.policies.current().protected}
+    # What either layer protects today is always today's value, as for a new task.
+    layers = [svc.policies.current(), svc.policies.project(project)]
+    protected_now = {p.name for layer in layers if layer is not None for p in layer.protected}
     return revisions.pinned_env(earlier["resolved"], protected_now)
 
 

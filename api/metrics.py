@@ -30,6 +30,8 @@ bp = Blueprint("metrics", __name__)
 REQUEST_ID_HEADER = "X-Request-ID"
 SANE_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 UNMATCHED = "unmatched"  # a path no route serves: one label, however many paths are tried
+# Any token is a method to the HTTP parser: one label for the rest, however many are tried.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def request_id(offered: str | None) -> str:
@@ -47,13 +49,14 @@ def _begin() -> None:
 
 def _end(response: Response) -> Response:
     route = request.endpoint or UNMATCHED
+    method = request.method if request.method in METHODS else "other"
     took = time.perf_counter() - g.get("started", time.perf_counter())
-    metrics.HTTP_REQUESTS.labels(route=route, method=request.method,
+    metrics.HTTP_REQUESTS.labels(route=route, method=method,
                                  status=str(response.status_code)).inc()
-    metrics.HTTP_DURATION.labels(route=route, method=request.method).observe(took)
+    metrics.HTTP_DURATION.labels(route=route, method=method).observe(took)
     response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
     # The route, not the path: a path may hold a task id, a query string anything.
-    log.info("%s %s %s %.1fms", request.method, route, response.status_code, took * 1000)
+    log.info("%s %s %s %.1fms", method, route, response.status_code, took * 1000)
     return response
 
 

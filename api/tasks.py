@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import marshmallow as ma
@@ -37,6 +38,7 @@ IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
             "description": "The revision the change was made against (the ETag of GET "
                            "/tasks/{id}); when the task has moved on: 412 with the "
                            "current revision."}
+REVISION_TAG = re.compile(r"[0-9]{1,12}")
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
@@ -96,7 +98,7 @@ def if_match() -> int | None:
     if raw is None or raw.strip() == "*":
         return None
     text = raw.strip().removeprefix("W/").strip('"')
-    if not text.isdigit() or len(text) > 12:
+    if not REVISION_TAG.fullmatch(text):  # ASCII digits only: "²".isdigit() is True
         raise BadRequest(f"If-Match must name a revision (a number), not {raw[:40]!r}")
     return int(text)
 

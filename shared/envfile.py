@@ -76,11 +76,22 @@ def key(name: str) -> str | None:
     """A name as python-dotenv reads it: bare when it can be, else single-quoted.
 
     Kubernetes-style names may hold spaces or ``#``: python-dotenv reads a quoted key
-    verbatim.  A name holding a single quote has no dotenv form: None.
+    verbatim.  A name holding a single quote, or a lone surrogate (not text in any
+    file; the validation stage refuses it), has no dotenv form: None.
     """
+    if not encodable(name):
+        return None
     if PLAIN_KEY.fullmatch(name) and not name.startswith("export"):
         return name
     return None if "'" in name else f"'{name}'"
+
+
+def encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def export(entries: Iterable[Mapping[str, Any]], header: str = "") -> str:
@@ -91,7 +102,8 @@ def export(entries: Iterable[Mapping[str, Any]], header: str = "") -> str:
         if entry.get("secret"):
             lines.append(f"# {entry['name']!r} is secret and is not exported")
         elif name is None:
-            lines.append(f"# {entry['name']!r} has no .env form (a quote in its name)")
+            lines.append(f"# {entry['name']!r} has no .env form (a quote or a lone "
+                         "surrogate in its name)")
         else:
             lines.append(f"{name}={quote(str(entry['value']))}")
     return "\n".join(lines) + "\n" if lines else ""

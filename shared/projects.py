@@ -80,6 +80,8 @@ class ProjectStore:
         return project
 
     def get(self, name: str) -> Project:
+        if not NAME.fullmatch(name):  # no project has it; nor may it reach a key ("a:policy")
+            raise NotFound(f"no project {name[:70]!r}")
         raw = self.r.get(self.keys.project(name))
         if raw is None:
             raise NotFound(f"no project {name}")
