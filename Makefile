@@ -23,6 +23,12 @@ run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), AP
 test: install ## Run the test suite (unit, API and integration with real Redis and Celery)
 	$(PY) -m pytest
 
+# The inner loop: no real processes, containers or browser; fewer generated examples.
+check: install ## Run the unit and API tests only, in under a minute
+	$(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check \
+		-m "not integration and not podman and not browser" \
+		--ignore=tests/integration --ignore=tests/faults
+
 lint: install ## ruff and mypy
 	$(PY) -m ruff check .
 	$(PY) -m mypy api workers shared
@@ -33,7 +39,7 @@ example: install ## Run the multi-script example against a running stack
 clean: ## Remove the virtualenv and local task directories
 	rm -rf $(VENV) var .pytest_cache .hypothesis
 
-.PHONY: help install run test lint example clean
+.PHONY: help install run test check lint example clean
 
 image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuilds it)
 	deploy/image/build.sh
