@@ -56,6 +56,7 @@ class Taskenv:
                     # Quotas counted as usual (their cost is measured), never reached.
                     "TASKENV_QUOTA_CREATES_PER_MINUTE": str(10**9),
                     "TASKENV_QUOTA_UNFINISHED_TASKS": str(10**9)}
+        self.body = task_body()  # what every POST carries
         self.keys = Keys(prefix)
         self.store = TaskStore(client, prefix)
         self.counter = RedisCounter(client)
@@ -94,7 +95,7 @@ class Taskenv:
             raise RuntimeError(f"PUT /api/v1/policy answered {resp.status}: {body[:300]!r}")
 
     def poster(self) -> SenderFactory:
-        return http_poster(self.port, "/api/v1/tasks", task_body(), self.token, 202)
+        return http_poster(self.port, "/api/v1/tasks", self.body, self.token, 202)
 
     def finished(self) -> int:
         return sum(int(self.counter.call("ZCARD", self.keys.index(state=s)))
@@ -117,7 +118,7 @@ class Taskenv:
         gaps: dict[str, list[float]] = {}
         for doc in self.docs(ids):
             finals[doc["state"]] = finals.get(doc["state"], 0) + 1
-            seen = _first_seen(doc)
+            seen = first_seen(doc)
             for s in MARKED:
                 if s in seen:
                     marks[s][doc["id"]] = seen[s]
@@ -146,7 +147,7 @@ class Taskenv:
         return out
 
 
-def _first_seen(doc: dict[str, Any]) -> dict[str, float]:
+def first_seen(doc: dict[str, Any]) -> dict[str, float]:
     """When the task's first revision first reached each state."""
     seen: dict[str, float] = {}
     for event in doc.get("events", []):

@@ -1,4 +1,4 @@
-"""``python -m bench``: taskenv's pipeline against the engine's own floor, in one run.
+"""``python -m bench``: taskenv's pipeline against two floors, in one run.
 
 Starts its own redis-server (a fresh directory), then:
 
@@ -10,14 +10,21 @@ Starts its own redis-server (a fresh directory), then:
    (``bench/noop_api.py``, both under waitress threads=8), and
    ``POST /api/v1/tasks`` (``python -m api``);
 3. the bare three-hop Celery pipeline (``bench/floor.py``, ``bench/baseline_app.py``,
-   taskenv's worker settings) and taskenv's (``bench/pipeline.py``,
+   taskenv's worker settings), the thin design (``bench/thin.py``,
+   ``bench/thin_app.py``: an endpoint writing one ~2 KB record and enqueuing it, three
+   hops each reading it and writing a new state) and taskenv's (``bench/pipeline.py``,
    ``TASKENV_LAUNCHER=dryrun``), one worker per queue each, taking turns
    (``bench/compare.py``): bursts (best of ``--rounds``), then paced loads at
-   fractions of the bare pipeline's throughput;
-4. ``GET /api/v1/tasks?limit=50`` at 1,000 and 100,000 stored tasks, and Redis
-   memory per stored task (``bench/growth.py``); reconciler backend calls per
-   pass at 10 and 10,000 running Jobs on the contract API server
-   (``bench/reconcile_cost.py``; 2,000 with ``--quick``).
+   fractions of the thin floor's throughput;
+4. growth (``bench/growth.py``, ``bench/store_growth.py``): ``GET
+   /api/v1/tasks?limit=50`` at 1,000 and ``--stored`` (1,000,000) stored tasks; a
+   state change at 1 and at 200 revisions; Redis memory after ``--retained``
+   (20,000) finished tasks with retention 0 and with retention off; reconciler
+   backend calls per pass at 10 and 10,000 running Jobs on the contract API server
+   (``bench/reconcile_cost.py``; 2,000 with ``--quick``);
+5. when podman and the runtime image are present (or with ``--podman``), 50 tasks
+   through the podman launcher against a loop of ``podman kube play`` of the same
+   pods (``bench/podman_launch.py``).
 
 Results (``bench/report.py``): ``bench/results/latest.json`` (and a timestamped
 copy), a plot of latency against offered load (``bench/results/latency-vs-load.png``)
@@ -37,7 +44,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import api_cost, compare, growth, reconcile_cost, report, stagecost
+import redis
+
+from bench import (
+    api_cost,
+    compare,
+    growth,
+    podman_launch,
+    reconcile_cost,
+    report,
+    stagecost,
+    store_growth,
+)
 from bench.inputs import policy_body, task_body
 from bench.machine import loadavg, machine
 from bench.processes import Processes
@@ -53,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="tasks (and baseline pipelines, and POSTs) per saturation phase")
     p.add_argument("--quick", action="store_true",
                    help="a short run: 300 tasks, one round, 3 s per paced point, "
-                        "20,000 stored tasks")
+                        "20,000 stored tasks, 2,000 finished for retention")
     p.add_argument("--rounds", type=int, default=2,
                    help="rounds of each saturation phase; the fastest round is reported")
     p.add_argument("--pool", default="prefork", help="Celery pool of every worker")
@@ -65,8 +83,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="how long each paced load is offered")
     p.add_argument("--p99-at", type=float, default=0.5,
                    help="the paced load (fraction) at which the p99 target is judged")
-    p.add_argument("--stored", type=int, default=100_000,
+    p.add_argument("--stored", type=int, default=1_000_000,
                    help="stored tasks for the large listing measurement")
+    p.add_argument("--retained", type=int, default=20_000,
+                   help="finished tasks for the retention measurement")
+    p.add_argument("--podman", action=argparse.BooleanOptionalAction, default=None,
+                   help="measure the podman launcher (default: when podman and the "
+                        "runtime image are present; --podman insists, --no-podman skips)")
     p.add_argument("--profile", action="store_true",
                    help="after the measurements, run one more burst under py-spy "
                         "(API and workers) and summarise where the time goes")
@@ -77,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rounds = 1
         args.paced_seconds = min(args.paced_seconds, 3.0)
         args.stored = min(args.stored, 20_000)
+        args.retained = min(args.retained, 2_000)
     args.rates = [float(r) for r in args.rates.split(",")]
     return args
 
@@ -97,26 +121,38 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     say(intro(args))
-    say("[1/5] validation + merge, in-process (timeit, best of 15)")
+    say("[1/6] validation + merge, in-process (timeit, best of 15)")
     merge = growth.merge_cost()
     say("\n".join(f"  {line}" for line in growth.merge_lines(merge)))
     client = procs.start_redis()
     results: dict[str, Any] = {"meta": {"machine": machine(client), "settings": settings(args)}}
     results["own_code"] = own_code(procs.redis_url, args.quick)
-    say(f"[2/5] POST throughput, no worker running (redis-server "
+    say(f"[2/6] POST throughput, no worker running (redis-server "
         f"{results['meta']['machine']['redis_server']})")
     results["post"] = api_cost.measure(procs, client, args)
-    say("[3/5] the bare three-hop Celery pipeline and taskenv's, taking turns")
+    say("[3/6] the bare three-hop Celery pipeline, the thin design and taskenv's, "
+        "taking turns")
     pipelines, template = compare.run(procs, client, args)
     results.update(pipelines)
-    say(f"[4/5] GET /api/v1/tasks?limit=50 at 1,000 and {args.stored:,} stored tasks; "
-        "Redis memory per task")
-    results["growth"] = {"merge": merge,
-                         "listing": growth.listing_phase(procs, client, template, args)}
-    say("  reconciler backend calls per pass, 10 vs 10,000 running Jobs (contract server)")
-    results["growth"]["reconciler"] = reconcile_cost.phase(client, args.quick)
+    results["growth"] = store_growth_phase(procs, client, template, args, merge)
+    say("[5/6] the podman launcher against a loop of podman kube play")
+    results["podman"] = podman_launch.phase(procs, client, args)
     results["meta"]["machine"]["loadavg_at_end"] = loadavg()
     return results
+
+
+def store_growth_phase(procs: Processes, client: redis.Redis, template: dict[str, Any],
+                       args: argparse.Namespace, merge: dict[str, Any]) -> dict[str, Any]:
+    say(f"[4/6] GET /api/v1/tasks?limit=50 at 1,000 and {args.stored:,} stored tasks")
+    out = {"merge": merge, "listing": growth.listing_phase(procs, client, template, args)}
+    say("  a state change at 1 and 200 revisions; memory with and without retention")
+    out["transition"] = store_growth.transition_cost(client, samples=20 if args.quick else 50)
+    out["retention"] = store_growth.retention_memory(client, template, args.retained)
+    say("\n".join(f"  {line}" for line in store_growth.lines(out["transition"],
+                                                             out["retention"])))
+    say("  reconciler backend calls per pass, 10 vs 10,000 running Jobs (contract server)")
+    out["reconciler"] = reconcile_cost.phase(client, args.quick)
+    return out
 
 
 @contextmanager
@@ -127,7 +163,7 @@ def stopped_at_the_end(procs: Processes) -> Iterator[None]:
         yield
         ok = True
     finally:
-        say("[5/5] stopping everything this run started")
+        say("[6/6] stopping everything this run started")
         procs.close(ok)
 
 
@@ -138,7 +174,7 @@ def _exit_on_term(signum: int, _frame: object) -> None:
 def intro(args: argparse.Namespace) -> str:
     return (f"taskenv benchmark: {args.tasks} per saturation phase, best of {args.rounds} "
             f"round(s); {args.threads} client threads; workers -P {args.pool} "
-            f"-c {args.concurrency}, one per queue, for both pipelines; "
+            f"-c {args.concurrency}, one per queue, for the three pipelines; "
             f"TASKENV_LAUNCHER=dryrun; waitress threads=8")
 
 
@@ -148,7 +184,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "concurrency": args.concurrency, "workers": "one per queue",
             "client_threads": args.threads, "waitress_threads": 8,
             "launcher": "dryrun", "paced_seconds": args.paced_seconds,
-            "rates": args.rates, "p99_judged_at": args.p99_at, "stored": args.stored,
+            "rates": args.rates, "rates_of": "thin floor's burst throughput",
+            "p99_judged_at": args.p99_at, "stored": args.stored, "retained": args.retained,
+            "podman": args.podman,
             "reconciler": "not running", "task": task_body(),
             "policy": {"defaults": 20, "protected": 20, "protected_with_value": 10}}
 

@@ -1,0 +1,149 @@
+"""How the store's costs grow with history and with retention, on the run's redis-server.
+
+* :func:`transition_cost`: ``TaskStore.transition`` (``pending -> validated``) of a task
+  with 1 revision and of one with 200 revisions, each of 100 variables: wall time
+  per call and bytes sent to Redis (``INFO stats`` ``total_net_input_bytes``, less
+  what the ``INFO`` itself costs).  A state change writes only the fields it changes,
+  so history must not make it dearer.
+* :func:`retention_memory`: 20,000 tasks loaded as ``running`` and finished through
+  ``TaskStore.transition``, once by a store with a retention of (practically) 0 s and
+  once by one with retention off; ``expire_finished`` runs in both; what each leaves
+  in Redis (``INFO memory`` ``used_memory``).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import redis
+
+from bench.inputs import user_env
+from shared import records, states
+from shared.store import TaskStore
+
+Doc = dict[str, Any]
+HISTORY_FACTOR = 1.2  # a change at 200 revisions costs at most this times one at 1
+RETAINED_FRACTION = 0.05  # what retention 0 may leave, as a fraction of retention off
+# TaskStore reads a retention of 0 as "kept forever": the least positive one expires at once.
+RETENTION_NOW = 1e-6
+
+
+def _net_in(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_net_input_bytes"])
+
+
+def _info_bytes(client: redis.Redis) -> int:
+    """What one ``INFO stats`` adds to the input byte count, to be subtracted."""
+    a = _net_in(client)
+    return _net_in(client) - a
+
+
+def _task(variables: int) -> Doc:
+    body = {"name": "growth", "steps": [["true"]], "env": user_env(variables)}
+    return records.new_task(body, "bench")
+
+
+def _at_revision(store: TaskStore, revisions: int, variables: int) -> str:
+    """A new task whose current revision is number ``revisions``, at ``pending``."""
+    doc, _ = store.create(_task(variables))
+    for _ in range(revisions - 1):
+        _next_revision(store, doc["id"], variables)
+    return str(doc["id"])
+
+
+def _next_revision(store: TaskStore, task_id: str, variables: int) -> None:
+    store.update(task_id, lambda d: records.new_revision(d, user_env(variables), "bench",
+                                                         "patch"))
+
+
+def _timed_transition(store: TaskStore, task_id: str, info: int) -> tuple[float, int]:
+    revision = store.get(task_id)["revision"]
+    before = _net_in(store.r)
+    started = time.perf_counter()
+    done = store.transition(task_id, revision, states.PENDING, states.VALIDATED)
+    took = time.perf_counter() - started
+    sent = _net_in(store.r) - before - info
+    if done is None:
+        raise RuntimeError(f"task {task_id} was not at pending")
+    return took, sent
+
+
+def transition_cost(client: redis.Redis, sizes: tuple[int, int] = (1, 200),
+                    variables: int = 100, samples: int = 30) -> dict[str, Any]:
+    """Median time and bytes of one state change at each number of revisions."""
+    store = TaskStore(client, "growth-transition")
+    info = _info_bytes(client)
+    rows = []
+    for n in sizes:
+        task_id = _at_revision(store, n, variables)
+        times, sent = [], []
+        for i in range(samples):
+            # Each sample on a fresh revision: one more on the long history, a new task
+            # for the short one.
+            if i and n > 1:
+                _next_revision(store, task_id, variables)
+            elif i:
+                task_id = _at_revision(store, 1, variables)
+            took, nbytes = _timed_transition(store, task_id, info)
+            times.append(took)
+            sent.append(nbytes)
+        rows.append({"revisions": n, "variables": variables, "samples": samples,
+                     "median_ms": statistics.median(times) * 1e3,
+                     "min_ms": min(times) * 1e3, "bytes_sent": statistics.median(sent)})
+    small, large = rows
+    return {"rows": rows, "time_ratio": large["median_ms"] / small["median_ms"],
+            "bytes_ratio": large["bytes_sent"] / small["bytes_sent"],
+            "factor": HISTORY_FACTOR}
+
+
+def _finish_all(store: TaskStore, ids: list[str]) -> None:
+    for task_id in ids:
+        store.transition(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
+
+
+def _expire_all(store: TaskStore) -> int:
+    expired = 0
+    while n := store.expire_finished(time.time()):
+        expired += n
+    return expired
+
+
+def _left_behind(client: redis.Redis, template: Doc, n: int, prefix: str,
+                 retention: float) -> dict[str, Any]:
+    from bench.growth import copies, used_memory
+
+    store = TaskStore(client, prefix, retention_seconds=retention)
+    docs = [{**doc, "state": states.RUNNING} for doc in copies(template, n)]
+    before = used_memory(client)
+    store.load_many(docs)
+    _finish_all(store, [d["id"] for d in docs])
+    stored = used_memory(client) - before
+    expired = _expire_all(store)
+    left = used_memory(client) - before
+    return {"retention_seconds": retention, "expired": expired, "bytes_stored": stored,
+            "bytes_left": left, "bytes_left_per_task": left / n}
+
+
+def retention_memory(client: redis.Redis, template: Doc, n: int = 20_000) -> dict[str, Any]:
+    """What ``n`` finished tasks leave in Redis with retention 0 and with retention off."""
+    off = _left_behind(client, template, n, "growth-kept", 0)
+    now = _left_behind(client, template, n, "growth-expired", RETENTION_NOW)
+    return {"tasks": n, "retention_off": off, "retention_0": now,
+            "ratio": now["bytes_left"] / off["bytes_left"] if off["bytes_left"] else None,
+            "limit": RETAINED_FRACTION}
+
+
+def lines(transition: dict[str, Any], retention: dict[str, Any]) -> list[str]:
+    small, large = transition["rows"]
+    off, now = retention["retention_off"], retention["retention_0"]
+    return [
+        f"state change, {small['variables']} variables: {small['median_ms']:.2f} ms, "
+        f"{small['bytes_sent']:.0f} B sent at {small['revisions']} revision; "
+        f"{large['median_ms']:.2f} ms, {large['bytes_sent']:.0f} B at {large['revisions']} "
+        f"(x{transition['time_ratio']:.2f} time, x{transition['bytes_ratio']:.2f} bytes)",
+        f"{retention['tasks']:,} finished tasks leave {off['bytes_left'] / 2**20:.1f} MiB "
+        f"with retention off, {now['bytes_left'] / 2**20:.2f} MiB with retention 0 "
+        f"({now['expired']:,} expired; x{retention['ratio']:.3f})",
+    ]
