@@ -183,16 +183,22 @@ def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> 
     done = threading.Event()
     ttl = interval * 3
 
-    def beat() -> None:
-        wait: float = interval
-        while not done.wait(wait):
-            try:
-                tasks.heartbeat(task_id, revision, ttl)
-                wait = interval
-            except redis.RedisError:  # Redis away: beat again as soon as it is back
-                wait = 0.2
+    def beat_once() -> float:
+        """Seconds until the next beat: soon again while Redis is away."""
+        try:
+            tasks.heartbeat(task_id, revision, ttl)
+            return interval
+        except redis.RedisError:
+            return 0.2
 
-    tasks.heartbeat(task_id, revision, ttl)
+    def beat() -> None:
+        wait = first
+        while not done.wait(wait):
+            wait = beat_once()
+
+    # The first beat may meet Redis restarting too: what holds the launch (a worker, or a
+    # local runner whose steps must run) goes on and beats again as soon as it is back.
+    first = beat_once()
     thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat-{task_id}")
     thread.start()
     try:
