@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import fakeredis
 import pytest
 
 from shared import records, states
 from shared.envlist import EnvVar, Limits
 from shared.errors import LaunchFailed, TransientError
 from shared.policy import Policy, Protected
-from shared.secrets import REDACTED, Cipher, new_key
+from shared.secrets import REDACTED
 from shared.store import PolicyStore, TaskStore
 from shared.workload import Workload
 from workers import stages
@@ -49,16 +48,6 @@ class FakeLauncher:
         return None
 
 
-@pytest.fixture
-def tasks() -> TaskStore:
-    return TaskStore(fakeredis.FakeRedis(decode_responses=True), cipher=Cipher([new_key()]))
-
-
-@pytest.fixture
-def policies(tasks: TaskStore) -> PolicyStore:
-    return PolicyStore(tasks.r, cipher=tasks.cipher)
-
-
 def submit(tasks: TaskStore, env: list[dict[str, Any]] | None = None) -> str:
     doc, _ = tasks.create(records.new_task(
         {"name": "train", "steps": [["python3", "train.py"]], "env": env or []}, "alice"))
@@ -81,7 +70,7 @@ def run_all(tasks: TaskStore, policies: PolicyStore, launcher: FakeLauncher,
 
 
 def new_revision(tasks: TaskStore, task_id: str, env: list[dict[str, Any]]) -> int:
-    doc = tasks.update(task_id, lambda d: records.new_revision(d, env))
+    doc = tasks.update(task_id, lambda d: records.new_revision(d, env, "alice", "patch"))
     assert doc is not None
     return doc["revision"]
 
