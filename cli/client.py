@@ -50,6 +50,7 @@ class Client:
         self.root = api_root(url)
         self.session = session or requests.Session()
         self.timeout = timeout
+        self._token = token
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
@@ -64,8 +65,21 @@ class Client:
             raise ApiError(url, None, "network",
                            f"cannot reach {url}: {self.describe(exc)}") from exc
         if resp.status_code >= 400:
-            raise error_from(resp)
+            raise self.without_token(error_from(resp))
         return resp
+
+    def without_token(self, error: ApiError) -> ApiError:
+        """An answer that echoes the token back (a debugging proxy, say) never prints it."""
+        token = self._token
+        if not token:
+            return error
+
+        def hide(value: Any) -> Any:
+            return value.replace(token, "[token]") if isinstance(value, str) else value
+
+        error.message = hide(error.message)
+        error.problems = [{k: hide(v) for k, v in p.items()} for p in error.problems]
+        return error
 
     def describe(self, exc: requests.RequestException) -> str:
         if isinstance(exc, requests.Timeout):

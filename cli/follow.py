@@ -17,6 +17,7 @@ from rich.text import Text
 from cli.client import Client
 from cli.errors import ApiError
 from cli.outcome import is_final
+from cli.render import shown
 
 MAX_INTERVAL = 2.0
 
@@ -67,14 +68,14 @@ class Follower:
     def until_final(self, task_id: str, revision: int) -> dict[str, Any]:
         """Poll until ``revision`` of the task is final; print each state it passes."""
         self.started, last, pause = self.clock(), None, self.interval
-        with self.progress.status(f"task {task_id}: submitted") as line:
+        with self.progress.status(Text(shown(f"task {task_id}: submitted"))) as line:
             while True:
                 doc = self.task(task_id)
                 state = (doc["status"], doc["revision"])
                 if state != last:
-                    self.progress.print(Text(self.label(task_id, doc)))
+                    self.progress.print(Text(shown(self.label(task_id, doc))))
                     last, pause = state, self.interval
-                line.update(Text(self.label(task_id, doc)))
+                line.update(Text(shown(self.label(task_id, doc))))
                 if finished(doc, revision):
                     return doc
                 pause = self.wait(pause)

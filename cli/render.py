@@ -1,7 +1,10 @@
 """Everything the CLI shows: error lines per variable, tables, diffs, impact summaries.
 
 Data from the API is always wrapped in ``rich.text.Text``: a value such as
-``[bold]`` or ``$(HOME)`` is printed as typed, never read as markup.
+``[bold]`` or ``$(HOME)`` is printed as typed, never read as markup.  Its control
+characters are shown escaped (``\x1b``): ``Text`` drops a bell or a backspace but
+passes an escape sequence through, and a server's answer must not drive the terminal
+(clear it, retitle it, hide a line).
 """
 
 from __future__ import annotations
@@ -32,6 +35,18 @@ def shown(value: Any) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def line(text: str, style: str = "") -> Text:
+    """One line made of the server's words: control characters escaped, markup inert."""
+    return Text(shown(text), style=style)
+
+
+def terminal_safe(text: str) -> str:
+    """A task's output for the terminal: lines and tabs kept, a carriage return read as
+    a line end (a progress bar's redraw), every other control character escaped."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def when(timestamp: Any) -> str:
     if not isinstance(timestamp, int | float):
         return ""
@@ -44,9 +59,9 @@ def problem_line(problem: dict[str, Any]) -> str:
     rule = str(problem.get("rule") or "error")
     if problem.get("limit") is not None:
         rule += f", limit {problem['limit']}"
-    message = shown(problem.get("message", ""))
+    message = str(problem.get("message", ""))
     message = message.removeprefix(f"{who}: ")  # schema messages start with their field
-    return f"{who}: {message} ({rule})"
+    return shown(f"{who}: {message} ({rule})")
 
 
 def print_problems(out: Console, heading: str, problems: Iterable[dict[str, Any]],
@@ -54,23 +69,24 @@ def print_problems(out: Console, heading: str, problems: Iterable[dict[str, Any]
     lines = [problem_line(p) for p in problems]
     if not lines:
         return
-    out.print(Text(heading, style=f"bold {style}"))
-    for line in lines:
-        out.print(Text(f"  {line}", style=style))
+    out.print(line(heading, style=f"bold {style}"))
+    for shown_line in lines:
+        out.print(Text(f"  {shown_line}", style=style))
 
 
 def print_api_error(out: Console, code: str, message: str, url: str,
                     status: int | None, problems: Sequence[dict[str, Any]]) -> None:
     # A network error's message names the URL already; an answer says who gave it.
     where = f"; {status} from {url}" if status else ""
-    out.print(Text(f"error: {shown(message)} [{code}{where}]", style="bold red"))
+    out.print(line(f"error: {message} [{code}{where}]", style="bold red"))
     for problem in problems:
         out.print(Text(f"  {problem_line(problem)}", style="red"))
 
 
 def table(*columns: str, title: str | None = None) -> Table:
     # A title wraps at the table's width: keep the table at least as wide as its title.
-    grid = Table(title=title, title_justify="left", header_style="bold",
+    grid = Table(title=line(title) if title else None, title_justify="left",
+                 header_style="bold",
                  min_width=len(title) + 4 if title else None)
     for column in columns:
         grid.add_column(column, overflow="fold")
@@ -107,7 +123,7 @@ def tokens_table(items: Iterable[dict[str, Any]]) -> Table:
 
 
 def policy_tables(policy: dict[str, Any]) -> list[Table | Text]:
-    head = Text(f"policy version {policy.get('version')}, on conflict: "
+    head = line(f"policy version {policy.get('version')}, on conflict: "
                 f"{policy.get('on_conflict')}, by {policy.get('author') or '-'} "
                 f"at {when(policy.get('created_at')) or '-'}")
     defaults = table("name", "value", "secret", title="defaults (injected into every task)")
@@ -138,16 +154,16 @@ def diff_lines(diff: dict[str, Any]) -> list[Text]:
     """``+ NAME=value``, ``- NAME=value``, ``~ NAME: old -> new``, each with its source."""
     lines: list[Text] = []
     for entry in diff.get("added") or []:
-        lines.append(Text(f"+ {entry.get('name')}={secret_or(entry, entry.get('value'))}"
+        lines.append(line(f"+ {entry.get('name')}={secret_or(entry, entry.get('value'))}"
                           f"  [{entry.get('source', '')}]", style="green"))
     for entry in diff.get("removed") or []:
-        lines.append(Text(f"- {entry.get('name')}={secret_or(entry, entry.get('value'))}"
+        lines.append(line(f"- {entry.get('name')}={secret_or(entry, entry.get('value'))}"
                           f"  [{entry.get('source', '')}]", style="red"))
     for entry in diff.get("changed") or []:
         secret = "changed" if entry.get("value_changed", True) else "same value"
         change = (f"(secret) {secret}" if entry.get("secret") else
                   f"{shown(entry.get('old'))} -> {shown(entry.get('new'))}")
-        lines.append(Text(f"~ {entry.get('name')}: {change}  [{entry.get('source', '')}]",
+        lines.append(line(f"~ {entry.get('name')}: {change}  [{entry.get('source', '')}]",
                           style="yellow"))
     return lines or [Text("no differences")]
 
@@ -163,7 +179,7 @@ def impact_parts(impact: dict[str, Any]) -> list[Table | Text]:
     tasks, owners}], changes: [{name, old, new, secret?, tasks, owners}]}``; a secret
     shows only as changed.
     """
-    parts: list[Table | Text] = [Text(
+    parts: list[Table | Text] = [line(
         f"tasks considered: {impact.get('considered', '?')}, "
         f"would be rejected: {impact.get('rejected', 0)}, "
         f"would change: {impact.get('changed', len(impact.get('changes') or []))}")]

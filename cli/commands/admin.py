@@ -64,8 +64,8 @@ def draft(path: Path) -> dict[str, Any]:
 def set_policy(app: App, policy_file: Path) -> int:
     """Replace the policy with POLICY_FILE (YAML or JSON): a new, immutable version."""
     saved = app.client().put_policy(draft(policy_file))
-    app.err.print(Text(f"policy version {saved['version']} saved; tasks already resolved "
-                       "keep the version they were resolved with"))
+    app.err.print(render.line(f"policy version {saved['version']} saved; tasks already "
+                              "resolved keep the version they were resolved with"))
     print_policy(app, saved)
     return Exit.SUCCEEDED
 
@@ -112,9 +112,9 @@ def tokens() -> None:
 def create_token(app: App, owner: str, role: str) -> int:
     """Create a token for OWNER and print it: the only time it is shown."""
     made = app.client().create_token(owner, role)
-    app.err.print(Text(f"token {made['id']} for {made['owner']} ({made['role']}); "
-                       "store it now, it is not shown again:"))
-    click.echo(made["token"])
+    app.err.print(render.line(f"token {made['id']} for {made['owner']} ({made['role']}); "
+                              "store it now, it is not shown again:"))
+    click.echo(render.shown(made["token"]))
     return Exit.SUCCEEDED
 
 

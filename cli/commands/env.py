@@ -73,8 +73,8 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[s
 
 
 def print_accepted(app: App, accepted: dict[str, Any]) -> None:
-    app.err.print(Text(f"task {accepted['id']}: revision {accepted['revision']} "
-                       f"{accepted['status']} ({REVISION_NOTE})"))
+    app.err.print(render.line(f"task {accepted['id']}: revision {accepted['revision']} "
+                              f"{accepted['status']} ({REVISION_NOTE})"))
 
 
 @env.command("set")

@@ -19,7 +19,7 @@ existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
 def write_stdout(text: str) -> None:
-    click.echo(text, nl=False)
+    click.echo(render.terminal_safe(text), nl=False)
 
 
 def report(app: App, doc: dict[str, Any]) -> Exit:
@@ -33,8 +33,8 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
               render.shown(doc.get("reason") or "")]
     extra = "; ".join(d for d in detail if d)
     style = "green" if status == "succeeded" else "red"
-    app.err.print(Text(f"task {doc['id']} {status}" + (f": {extra}" if extra else ""),
-                       style=f"bold {style}"))
+    app.err.print(render.line(f"task {doc['id']} {status}" + (f": {extra}" if extra else ""),
+                              style=f"bold {style}"))
     return for_status(status)
 
 
@@ -65,9 +65,10 @@ def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str,
     body = taskfile.body(task_file, env_file, secrets)
     accepted = app.client().create_task(body, idempotency_key)
     if not follow:
-        click.echo(accepted["id"])
+        click.echo(render.shown(accepted["id"]))
         return Exit.SUCCEEDED
-    app.err.print(Text(f"task {accepted['id']} accepted (revision {accepted['revision']})"))
+    app.err.print(render.line(f"task {accepted['id']} accepted (revision "
+                              f"{accepted['revision']})"))
     return follow_to_end(app, accepted["id"], accepted["revision"])
 
 
