@@ -740,3 +740,44 @@ def test_the_session_cookie_is_httponly_samesite_and_secure_when_configured(
         assert "HttpOnly" in cookie and "SameSite=Lax" in cookie
         assert ("Secure" in cookie) == bool(secure)
         assert ADMIN_TOKEN not in exposed(response)
+
+
+def test_the_live_endpoints_need_a_session_and_hide_someone_elses_task(
+        app: Flask, client: FlaskClient, browser: Callable[..., Browser], tasks: TaskStore,
+        policies: PolicyStore) -> None:
+    task_id = secret_then_plain(client, tasks, policies)
+    tasks.append_log(task_id, 2, "admin's output\n")
+    anonymous, eve = app.test_client(), browser("eve")
+
+    for path in (f"/ui/tasks/{task_id}/live", "/ui/tasks/live"):
+        response = anonymous.get(path)
+        assert response.status_code == 302 and "/ui/login" in response.location
+    for query in ("", "?log_revision=1", "?offset=-5", "?log_revision=99999999999999999"):
+        response = eve.get(f"/ui/tasks/{task_id}/live{query}")
+        assert response.status_code == 404
+        assert_hidden(response, "admin's output", SECRET)
+    listed = eve.get("/ui/tasks/live")
+    assert listed.status_code == 200 and task_id not in listed.get_data(as_text=True)
+
+
+@pytest.mark.usefixtures("projects")
+def test_the_console_preview_needs_its_csrf_token_and_masks_another_projects_secrets(
+        client: FlaskClient, browser: Callable[..., Browser], tasks: TaskStore,
+        policies: PolicyStore, redis_client: fakeredis.FakeRedis) -> None:
+    assert client.put("/api/v1/projects/speech/policy", json={"defaults": [
+        {"name": "HUB_TOKEN", "value": DEFAULT_SECRET, "secret": True}],
+        "protected": []}).status_code == 200
+    task_id = secret_then_plain(client, tasks, policies)
+    eve = browser("eve")
+    before = task_keys(redis_client)
+    form = {"env_name_0": "A", "env_value_0": "1", "project": "speech"}
+
+    assert eve.post("/ui/preview", form, csrf=False).status_code == 400
+    refused = eve.post("/ui/preview", form)
+    assert refused.status_code in (200, 403, 404)
+    assert_hidden(refused, DEFAULT_SECRET)
+    assert refused.status_code != 200 or refused.get_json()["ok"] is False
+    other = eve.post(f"/ui/tasks/{task_id}/preview", {"new_name_0": "B", "new_value_0": "1"})
+    assert other.status_code == 404
+    assert_hidden(other, SECRET, "plain-now")
+    assert task_keys(redis_client) == before
