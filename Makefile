@@ -26,8 +26,8 @@ test: install ## Run the test suite (unit, API and integration with real Redis a
 # The inner loop: no real processes, containers or browser; fewer generated examples.
 check: install ## Run the unit and API tests only, in under a minute
 	$(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check \
-		-m "not integration and not podman and not browser" \
-		--ignore=tests/integration --ignore=tests/faults
+		-m "not integration and not podman and not browser and not compose" \
+		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose
 
 lint: install ## ruff and mypy
 	$(PY) -m ruff check .
@@ -45,6 +45,15 @@ image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuild
 	deploy/image/build.sh
 
 .PHONY: image
+
+compose-image: ## Build the services' image from Debian packages, no registry (FORCE=1 rebuilds the base)
+	deploy/image/build-taskenv.sh
+
+# Also part of `make test`; this runs it alone.
+compose-test: install ## Build the images and run docker-compose.yml with podman-compose, launch scaled to 3
+	$(PY) -m pytest -m compose tests/compose
+
+.PHONY: compose-image compose-test
 
 bench: install ## Benchmark the pipeline against a bare Celery pipeline (BENCH_ARGS=--quick for a short run)
 	$(PY) -m pip install -q -r bench/requirements.txt && $(PY) -m bench $(BENCH_ARGS)
