@@ -117,7 +117,15 @@ def check_rules(variables: Iterable[Valued], rules: Iterable[Rule], task: TaskFa
 
 
 def value_problems(var: Valued, rule: Rule, scope: str | None = None) -> list[Problem]:
-    """Every way one variable's value breaks one rule (``required`` aside)."""
+    """Every way one variable's value breaks one rule (``required`` aside).
+
+    A secret's value is never checked: whether it passes a rule would tell the rule's
+    author (a project maintainer, through a rejected task, a refused policy or an impact
+    preview) something about the value, a character at a time.  ``required`` still
+    applies to secrets.
+    """
+    if var.secret:
+        return []
     found: list[tuple[str, str, int | None]] = []
     if rule.allowed is not None and var.value not in rule.allowed:
         found.append(("allowed", f"is not one of {_listing(rule.allowed)}", None))
