@@ -62,6 +62,16 @@ class ResourcesSchema(Strict):
     gpus = fields.Integer(strict=True, load_default=0, validate=validate.Range(min=0, max=64))
 
 
+def env_file_field(shared_with: str) -> fields.String:
+    """``env_file``: dotenv text, read as data; a name also in ``shared_with`` is refused."""
+    return fields.String(
+        load_default=None, validate=validate.Length(max=1024 * 1024),
+        metadata={"description": "dotenv text (KEY=value, export, quotes, # comments), read "
+                                 "as data: nothing is expanded or run. A name it shares "
+                                 f"with {shared_with} is refused.",
+                  "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
+
+
 class TaskCreate(Strict):
     name = fields.String(required=True, validate=validate.Length(min=1, max=200))
     image = fields.String(load_default=None, validate=validate.Length(max=500))
@@ -84,12 +94,7 @@ class TaskCreate(Strict):
         metadata={"description": "The project the task runs in: its policy applies. "
                                  "Defaults to the owner's only project; required for an "
                                  "owner in several."})
-    env_file = fields.String(
-        load_default=None, validate=validate.Length(max=1024 * 1024),
-        metadata={"description": "dotenv text (KEY=value, export, quotes, # comments), read "
-                                 "as data: nothing is expanded or run. A name it shares "
-                                 "with env is refused.",
-                  "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
+    env_file = env_file_field(shared_with="env")
 
 
 class EnvPatch(Strict):
@@ -97,12 +102,7 @@ class EnvPatch(Strict):
                       metadata={"description": "Variables to add or modify."})
     unset = fields.List(fields.String(), load_default=list,
                         metadata={"description": "Names of variables to delete."})
-    env_file = fields.String(
-        load_default=None, validate=validate.Length(max=1024 * 1024),
-        metadata={"description": "dotenv text (KEY=value, export, quotes, # comments), read "
-                                 "as data: nothing is expanded or run. A name it shares "
-                                 "with set is refused.",
-                  "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
+    env_file = env_file_field(shared_with="set")
     apply = fields.String(
         load_default="restart", validate=validate.OneOf(["restart", "next-run"]),
         metadata={"description": "When the change takes effect. restart (the default): a "
