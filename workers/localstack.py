@@ -29,8 +29,10 @@ from pathlib import Path
 import redis
 
 from shared import logs
+from shared.config import Settings
 from shared.metrics import MULTIPROC_ENV
 from workers.celery_app import QUEUES
+from workers.launchers.local import SandboxUnavailable, sandbox_binary
 from workers.services import process_settings
 
 log = logging.getLogger("taskenv.localstack")
@@ -238,8 +240,25 @@ def metrics_env(directory: Path) -> dict[str, str]:
     return {MULTIPROC_ENV: str(directory.resolve())}
 
 
+def launcher_problem(settings: Settings) -> str | None:
+    """Why the configured launcher cannot run any task here; None if it can.
+
+    Said at start, once, rather than by every task that would fail.
+    """
+    if settings.launcher != "local":
+        return None
+    try:
+        sandbox_binary(settings.local_sandbox)
+    except (SandboxUnavailable, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def main() -> int:
     logs.configure(process_settings().log_format)  # text unless TASKENV_LOG_FORMAT=json
+    if (problem := launcher_problem(process_settings())) is not None:
+        log.error("%s", problem)
+        return 2
     var = Path("var")
     env: dict[str, str] = local_credentials(var)
     if "TASKENV_ADMIN_TOKEN" in env:
