@@ -136,6 +136,21 @@ class Keys:
         """Tasks a subject (``user:<owner>``) created in one minute window (a counter)."""
         return f"{self.prefix}:quota:creates:{subject}:{window}"
 
+    # --- insights ------------------------------------------------------------------------
+
+    def insights_states(self, day: int, project: str | None = None) -> str:
+        """Revisions that entered each state on one UTC day (a hash: state -> count)."""
+        return f"{self._insights(day, project)}:states"
+
+    def insights_rejections(self, day: int, project: str | None = None) -> str:
+        """Rejected revisions on one UTC day by the rule and variable that refused them
+        (a hash: JSON ``[rule, variable]`` -> count); names only, never a value."""
+        return f"{self._insights(day, project)}:rejections"
+
+    def _insights(self, day: int, project: str | None) -> str:
+        scope = "all" if project is None else f"project:{project}"
+        return f"{self.prefix}:insights:{day}:{scope}"
+
     # --- workers -------------------------------------------------------------------------
 
     def reconciler_lock(self) -> str:

@@ -21,6 +21,7 @@ import redis
 
 from shared import metrics, states
 from shared.errors import NotFound
+from shared.insights import Insights
 from shared.keys import REVISION_SUFFIX, Keys
 from shared.legacy import legacy_env_lists, legacy_split
 from shared.policy import PLATFORM_SCOPE, Policy
@@ -254,6 +255,7 @@ class TaskStore:
                 return doc
 
     def _entered(self, doc: Doc) -> None:
+        Insights(self.r, self.keys.prefix).entered(doc["state"], doc.get("project"))
         metrics.task_entered(doc["state"], doc.get("project"),
                              lambda name: bool(self.r.sismember(self.keys.projects(), name)))
 
