@@ -33,6 +33,7 @@ from flask import (
     session,
     url_for,
 )
+from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
@@ -73,6 +74,8 @@ def init_app(app: Flask) -> None:
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
     app.session_interface = RedisSessions(SessionStore(services.redis, settings.key_prefix))
+    from api import insight_pages, live_pages  # noqa: F401  (their routes join bp)
+
     app.register_blueprint(bp)
 
 
@@ -131,10 +134,15 @@ bp.add_app_template_filter(forms.messages, "messages")
 
 
 @bp.app_template_filter("when")
-def when(timestamp: float | None) -> str:
+def when(timestamp: float | None) -> Markup:
+    """A ``<time>`` in UTC; static/live.js shows it in the reader's time zone, with the
+    exact time on hover."""
     if timestamp is None:
-        return ""
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return Markup("")
+    moment = datetime.fromtimestamp(timestamp, UTC)
+    exact = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
+        exact, moment.strftime("%Y-%m-%d %H:%M:%S UTC"))
 
 
 def error_page(code: int, message: str, problems: list[Problem] | None = None) -> Any:
@@ -228,7 +236,7 @@ def task_new() -> Any:
         return new_task_page(typed, rows, secrets.token_urlsafe(16), status_for(error),
                              error=error)
     flash(f"Task {doc['name']} created: its env is being validated, resolved and launched. "
-          "Reload this page to follow it.", "ok")
+          "This page follows it as it goes.", "ok")
     return redirect(url_for(".task", task_id=doc["id"]))
 
 

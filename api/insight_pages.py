@@ -1,0 +1,56 @@
+"""Where users hit the policy: counts for admins and project maintainers.
+
+Tasks by state over the last day and the last week, and the rules and protected
+variables that rejected the most tasks, by name (never a value), from the per-day
+counters of :mod:`shared.insights`: the page reads at most fourteen small hashes
+whatever the number of tasks.  Admins see every task, or one project's with
+``?project=``; a maintainer sees the projects they maintain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import g, request
+
+from api import auth, svc
+from api.pages import bp, page
+from shared import states
+from shared.errors import Forbidden
+from shared.insights import Insights
+
+WINDOWS = (("today", 1), ("last 7 days", 7))
+
+
+def _projects_shown() -> tuple[list[str], str | None]:
+    """The projects this reader may choose from, and the one asked for (None: all tasks)."""
+    who = auth.identity()
+    choices = svc().projects.names() if who.is_admin else svc().projects.maintained_by(who.owner)
+    asked = request.args.get("project") or None
+    if asked is None and not who.is_admin:
+        if not choices:
+            raise Forbidden("Only admins and project maintainers see where tasks are rejected.")
+        asked = choices[0]
+    if asked is not None and asked not in choices:
+        raise Forbidden(f"You do not maintain project {asked}.")
+    return choices, asked
+
+
+@bp.get("/ui/insights")
+def insights() -> Any:
+    choices, project = _projects_shown()
+    counters = Insights(svc().redis, svc().keys.prefix)
+    by_state = {label: counters.states(days, project) for label, days in WINDOWS}
+    rejections = {label: counters.rejections(days, project) for label, days in WINDOWS}
+    return page("insights.html", project=project, choices=choices, windows=WINDOWS,
+                by_state=by_state, rejections=rejections, states=states.ALL)
+
+
+@bp.context_processor
+def insights_link() -> dict[str, Any]:
+    """Whether the navigation offers the insights page (admins and maintainers)."""
+    def may_see_insights() -> bool:
+        who = g.get("identity")
+        return who is not None and (who.is_admin or bool(
+            svc().projects.maintained_by(who.owner)))
+    return {"may_see_insights": may_see_insights}

@@ -1,0 +1,126 @@
+// Live pages and local times; the pages work without it (reload shows the same).
+//
+// Times are rendered as <time datetime="ISO"> in UTC; here they show in the reader's
+// time zone, the exact ISO time on hover.
+//
+// A page with work in flight polls a small JSON endpoint (api/live_pages.py says why
+// polling and not server-sent events): every 2 s after a change, half again longer after
+// each unchanged answer (a 304 to our If-None-Match) up to every 20 s, and never again
+// once everything shown is final. A page loaded on a final task has no data-url: it
+// makes no request at all.
+"use strict";
+(() => {
+  const FIRST_MS = 2000;
+  const MOST_MS = 20000;
+  const GROWTH = 1.5;
+
+  function localize(root) {
+    root.querySelectorAll("time[datetime]").forEach((el) => {
+      const exact = el.getAttribute("datetime");
+      const moment = new Date(exact);
+      if (Number.isNaN(moment.getTime())) return;
+      el.title = exact;
+      el.textContent = moment.toLocaleString();
+    });
+  }
+
+  // Ask url() until handle(data) returns false; unchanged answers slow the pace down.
+  function poll(url, handle) {
+    let etag = null;
+    let wait = FIRST_MS;
+    const later = () => setTimeout(ask, wait);
+    async function ask() {
+      let response;
+      try {
+        response = await fetch(url(), { cache: "no-store", credentials: "same-origin",
+                                        headers: etag ? { "If-None-Match": etag } : {} });
+      } catch (error) {
+        wait = Math.min(wait * GROWTH, MOST_MS);
+        return later();
+      }
+      if (response.status === 304) {
+        wait = Math.min(wait * GROWTH, MOST_MS);
+        return later();
+      }
+      // Logged out (sent to the login page) or gone: stop; a reload says why.
+      if (!response.ok || response.redirected) return undefined;
+      etag = response.headers.get("ETag");
+      if ((await handle(await response.json())) === false) return undefined;
+      wait = FIRST_MS;
+      return later();
+    }
+    later();
+  }
+
+  // Replace this page's [data-live] sections with those of a fresh copy of the page.
+  async function refreshSections() {
+    const response = await fetch(window.location.href, { cache: "no-store",
+                                                          credentials: "same-origin" });
+    if (!response.ok || response.redirected) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    document.querySelectorAll("[data-live][id]").forEach((section) => {
+      const replacement = fresh.getElementById(section.id);
+      if (replacement && !section.contains(document.activeElement)) {
+        section.replaceWith(document.adoptNode(replacement));
+      }
+    });
+    localize(document);
+  }
+
+  function appendLog(log, chunk) {
+    if (chunk.reset || log.hasAttribute("data-empty")) {
+      log.textContent = "";
+      log.removeAttribute("data-empty");
+    }
+    if (!chunk.text) return;
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.append(chunk.text);
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  function followTask(live) {
+    const log = document.getElementById("log");
+    const follow = live.dataset.follow === "yes";
+    let logRevision = Number(live.dataset.logRevision);
+    let offset = Number(live.dataset.offset);
+    let seen = `${live.dataset.status}/${live.dataset.revision}`;
+    const url = () => `${live.dataset.url}?log_revision=${logRevision}&offset=${offset}`;
+    poll(url, async (data) => {
+      if (data.log.revision === logRevision) {
+        appendLog(log, data.log);
+        offset = data.log.offset;
+      }
+      const now = `${data.status}/${data.revision}`;
+      if (now !== seen) {
+        seen = now;
+        if (follow && data.revision !== logRevision) {  // a new revision: follow its log
+          logRevision = data.revision;
+          offset = 0;
+          appendLog(log, { reset: true, text: "" });
+        }
+        await refreshSections();
+      }
+      return !data.final;
+    });
+  }
+
+  function followList(table) {
+    poll(() => table.dataset.live, (data) => {
+      data.items.forEach((item) => {
+        const row = table.querySelector(`tr[data-task="${item.id}"]`);
+        if (!row) return;
+        const status = row.querySelector("[data-field=status]");
+        status.textContent = item.status;
+        status.className = `status status-${item.status}`;
+        row.querySelector("[data-field=revision]").textContent = item.revision;
+      });
+      return data.items.some((item) => !item.final);
+    });
+  }
+
+  localize(document);
+  const live = document.getElementById("live");
+  if (live && live.dataset.url) followTask(live);
+  const list = document.querySelector("table[data-live]");
+  if (list) followList(list);
+})();

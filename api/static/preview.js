@@ -1,0 +1,100 @@
+// The env a form would give, shown beside its rows before anything is submitted.
+//
+// A form with data-preview posts what it holds (with its CSRF token) to that URL 400 ms
+// after the last edit; the server answers with the preview endpoint's own result. Each
+// problem is shown next to the row whose variable it names; the rest, and the resolved
+// env with each variable's source, scope and matched condition, in the panel. Without
+// JavaScript the panel stays hidden and the form is checked when it is submitted.
+"use strict";
+(() => {
+  const DEBOUNCE_MS = 400;
+
+  function cell(text, code) {
+    const td = document.createElement("td");
+    const inner = code ? document.createElement("code") : td;
+    inner.textContent = text === null || text === undefined ? "—" : String(text);
+    if (code) td.append(inner);
+    return td;
+  }
+
+  function problemItem(problem, warning) {
+    const li = document.createElement("li");
+    if (warning) li.className = "warning";
+    const rule = document.createElement("span");
+    rule.className = "rule";
+    rule.textContent = problem.rule;
+    li.append(rule, `: ${problem.message}`);
+    return li;
+  }
+
+  // The table row of the form whose name field holds this variable, if any.
+  function rowOf(form, variable) {
+    const fields = form.querySelectorAll("input[name$='-name']");
+    const field = Array.from(fields).find((input) => input.value.trim() === variable);
+    return field ? field.closest("td") : null;
+  }
+
+  function showProblems(form, panel, problems, warnings) {
+    form.querySelectorAll(".live-problems").forEach((el) => el.remove());
+    const rest = panel.querySelector("#preview-problems");
+    rest.replaceChildren();
+    const place = (problem, warning) => {
+      const where = problem.variable ? rowOf(form, problem.variable) : null;
+      if (!where) {
+        rest.append(problemItem(problem, warning));
+        return;
+      }
+      let list = where.querySelector(".live-problems");
+      if (!list) {
+        list = document.createElement("ul");
+        list.className = "field-errors live-problems";
+        where.append(list);
+      }
+      list.append(problemItem(problem, warning));
+    };
+    problems.forEach((p) => place(p, false));
+    warnings.forEach((p) => place(p, true));
+    rest.hidden = rest.children.length === 0;
+  }
+
+  function showEnv(panel, variables) {
+    const body = panel.querySelector("#preview-env tbody");
+    body.replaceChildren(...variables.map((v) => {
+      const tr = document.createElement("tr");
+      tr.append(cell(v.name, true), cell(v.value, true), cell(v.source),
+                cell(v.scope), cell(v.when));
+      return tr;
+    }));
+  }
+
+  function render(form, panel, result) {
+    panel.hidden = false;
+    const errors = result.errors || [];
+    panel.querySelector("#preview-state").textContent = errors.length
+      ? `Would be rejected: ${errors.length} problem${errors.length > 1 ? "s" : ""}, marked below and next to the rows.`
+      : `Would be accepted with policy version ${result.policy_version}.`;
+    showProblems(form, panel, errors, result.warnings || []);
+    showEnv(panel, result.variables || []);
+  }
+
+  function watch(form) {
+    const panel = document.getElementById("preview");
+    let timer = null;
+    let sent = 0;
+    async function ask() {
+      const mine = ++sent;
+      const response = await fetch(form.dataset.preview, {
+        method: "POST", body: new FormData(form), credentials: "same-origin" });
+      if (mine !== sent || !response.ok || response.redirected) return;
+      render(form, panel, await response.json());
+    }
+    const later = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => ask().catch(() => {}), DEBOUNCE_MS);
+    };
+    form.addEventListener("input", later);
+    form.addEventListener("change", later);
+  }
+
+  document.querySelectorAll("form[data-preview]").forEach(watch);
+})();
