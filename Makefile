@@ -23,9 +23,10 @@ run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), AP
 test: install ## Run the test suite (unit, API and integration with real Redis and Celery)
 	$(PY) -m pytest
 
-# The inner loop: no real processes, containers or browser; fewer generated examples.
+# The inner loop: no real processes, containers or browser; fewer generated examples,
+# spread over the machine's cores.
 check: install ## Run the unit and API tests only, in under a minute
-	$(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check \
+	$(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check -n auto \
 		-m "not integration and not podman and not browser and not compose" \
 		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose
 
