@@ -117,8 +117,9 @@ def _preview(env: list[Row], project: str | None = None, image: str | None = Non
         data = PreviewIn().load({"name": request.form.get("name") or "preview", "env": env,
                                  "project": project or None, "image": image or None})
         shown = actions.preview(svc(), data, auth.actor(), auth.identity().is_admin)
-    except TaskenvError as error:
-        shown = {"ok": False, "variables": [], "warnings": [], "errors": error.problems}
+    except TaskenvError as error:  # a bad .env line, a project one may not use
+        problems = error.problems or [Problem(rule=error.code, message=error.message)]
+        shown = {"ok": False, "variables": [], "warnings": [], "errors": problems}
     except ma.ValidationError as error:
         shown = {"ok": False, "variables": [], "warnings": [],
                  "errors": _shape_problems(error, env)}

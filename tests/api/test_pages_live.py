@@ -142,6 +142,14 @@ def test_the_preview_needs_the_csrf_token(browser) -> None:
     assert browser("alice").post("/ui/preview", TASK_FORM, csrf=False).status_code == 400
 
 
+def test_a_project_one_may_not_use_is_a_named_problem_in_the_preview(
+        app: Flask, browser) -> None:
+    app.extensions["taskenv"].projects.create("speech", ["bob"], ["bob"], "admin")
+    answer = browser("alice").post("/ui/preview", {**TASK_FORM, "project": "speech"}).json
+    assert answer["ok"] is False and answer["variables"] == []
+    assert "speech" in answer["errors"][0]["message"]
+
+
 def test_a_pasted_env_file_joins_the_preview_and_its_mistakes_are_named(browser) -> None:
     b = browser("alice")
     ok = preview(b, "/ui/preview", {"env_file": "EXTRA=1\n"}).json
