@@ -8,7 +8,8 @@
 * :func:`retention_memory`: 20,000 tasks loaded as ``running`` and finished through
   ``TaskStore.transition``, once by a store with a retention of (practically) 0 s and
   once by one with retention off; ``expire_finished`` runs in both; what each leaves
-  in Redis (``INFO memory`` ``used_memory``).
+  in Redis (``INFO memory`` ``used_memory``), each in a database of its own, empty
+  at the start.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ HISTORY_FACTOR = 1.2  # a change at 200 revisions costs at most this times one a
 RETAINED_FRACTION = 0.05  # what retention 0 may leave, as a fraction of retention off
 # TaskStore reads a retention of 0 as "kept forever": the least positive one expires at once.
 RETENTION_NOW = 1e-6
+RESIZE_SECONDS = 2.0
 
 
 def _net_in(client: redis.Redis) -> int:
@@ -110,26 +112,44 @@ def _expire_all(store: TaskStore) -> int:
     return expired
 
 
+def _empty_db(client: redis.Redis, db: int) -> redis.Redis:
+    """A client of database ``db`` on the same server, emptied.
+
+    Each measurement starts from an empty keyspace: Redis grows a keyspace's hash table
+    in powers of two and shrinks it only once it is nearly empty, so in a database that
+    already holds the listing's two million keys the growth to 2^22 buckets (32 MiB)
+    would be counted as left behind."""
+    pool = client.connection_pool
+    own = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, **{**pool.connection_kwargs, "db": db}))
+    own.flushdb()
+    return own
+
+
 def _left_behind(client: redis.Redis, template: Doc, n: int, prefix: str,
-                 retention: float) -> dict[str, Any]:
+                 retention: float, db: int) -> dict[str, Any]:
     from bench.growth import copies, used_memory
 
-    store = TaskStore(client, prefix, retention_seconds=retention)
+    own = _empty_db(client, db)
+    store = TaskStore(own, prefix, retention_seconds=retention)
     docs = [{**doc, "state": states.RUNNING} for doc in copies(template, n)]
-    before = used_memory(client)
+    before = used_memory(own)
     store.load_many(docs)
     _finish_all(store, [d["id"] for d in docs])
-    stored = used_memory(client) - before
+    stored = used_memory(own) - before
     expired = _expire_all(store)
-    left = used_memory(client) - before
+    time.sleep(RESIZE_SECONDS)  # Redis shrinks an emptied keyspace's table in its cron
+    left = used_memory(own) - before
+    own.flushdb()
+    own.close()
     return {"retention_seconds": retention, "expired": expired, "bytes_stored": stored,
             "bytes_left": left, "bytes_left_per_task": left / n}
 
 
 def retention_memory(client: redis.Redis, template: Doc, n: int = 20_000) -> dict[str, Any]:
     """What ``n`` finished tasks leave in Redis with retention 0 and with retention off."""
-    off = _left_behind(client, template, n, "growth-kept", 0)
-    now = _left_behind(client, template, n, "growth-expired", RETENTION_NOW)
+    off = _left_behind(client, template, n, "growth-kept", 0, db=1)
+    now = _left_behind(client, template, n, "growth-expired", RETENTION_NOW, db=2)
     return {"tasks": n, "retention_off": off, "retention_0": now,
             "ratio": now["bytes_left"] / off["bytes_left"] if off["bytes_left"] else None,
             "limit": RETAINED_FRACTION}
