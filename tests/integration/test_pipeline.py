@@ -56,9 +56,10 @@ def test_task_runs_every_step_with_exactly_the_resolved_env(stack: Stack,
     resolved = {v["name"]: v for v in doc["resolved_env"]}
     assert resolved["DATA_ROOT"]["source"] == "protected"
     assert resolved["NCCL_DEBUG"]["source"] == "default"
-    assert resolved["OMP_NUM_THREADS"] == {"name": "OMP_NUM_THREADS", "value": "8",
-                                           "source": "user", "overrode": ["default"],
-                                           "secret": False}
+    assert resolved["OMP_NUM_THREADS"] == {
+        "name": "OMP_NUM_THREADS", "value": "8", "source": "user", "overrode": ["default"],
+        "shadowed": [{"scope": "platform", "source": "default", "value": "4"}],
+        "secret": False}
     assert resolved["TASK_ID"]["value"] == created["id"]
     assert "CUDA_VISIBLE_DEVICES" not in resolved
     expected = {name: v["value"] for name, v in resolved.items()}
