@@ -108,7 +108,6 @@ def test_invalid_env_is_rejected_with_every_problem(stack: Stack):
     steps = dump_steps()
     created = stack.create({"name": "bad-env", "steps": steps, "env": [
         {"name": "1BAD", "value": "x"},
-        {"name": "BIG", "value": "x" * (128 * 1024 + 1)},
         {"name": "DUP", "value": "a"}, {"name": "DUP", "value": "b"},
     ]})
 
@@ -116,10 +115,20 @@ def test_invalid_env_is_rejected_with_every_problem(stack: Stack):
 
     assert doc["status"] == "rejected"
     rules = {(e["rule"], e.get("variable")) for e in doc["errors"]}
-    assert rules == {("name.shell", "1BAD"), ("value.max_bytes", "BIG"),
-                     ("name.duplicate", "DUP")}
-    big = next(e for e in doc["errors"] if e["rule"] == "value.max_bytes")
-    assert big["limit"] == 128 * 1024
+    assert rules == {("name.shell", "1BAD"), ("name.duplicate", "DUP")}
+
+
+def test_an_oversized_value_is_refused_before_anything_is_stored(stack: Stack):
+    before = stack.call("GET", "/api/v1/tasks?limit=500").json()["items"]
+    resp = stack.call("POST", "/api/v1/tasks", json={"name": "too-big", "steps": dump_steps(),
+                                                     "env": [
+        {"name": "BIG", "value": "x" * (128 * 1024 + 1)}]})
+
+    assert resp.status_code == 422
+    [problem] = resp.json()["errors"]
+    assert (problem["rule"], problem["variable"], problem["limit"]) == (
+        "value.max_bytes", "BIG", 128 * 1024)
+    assert stack.call("GET", "/api/v1/tasks?limit=500").json()["items"] == before
 
 
 def test_failing_step_fails_the_task_and_keeps_its_output(stack: Stack):
