@@ -102,7 +102,7 @@ def transition_cost(client: redis.Redis, sizes: tuple[int, int] = (1, 200),
 
 def _finish_all(store: TaskStore, ids: list[str]) -> None:
     for task_id in ids:
-        store.transition(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
+        store.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
 
 
 def _expire_all(store: TaskStore) -> int:

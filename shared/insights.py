@@ -2,7 +2,9 @@
 
 Two small Redis hashes per UTC day and scope (every task, and each project's tasks):
 how many revisions entered each state, and how many rejected revisions each
-``(rule, variable)`` pair refused.  Each write is a few ``HINCRBY`` in one round trip
+``(rule, variable)`` pair refused.  States entered are counted by the task store's
+scripts, in the write of the change itself (the same keys, the same expiry); here
+each write is a few ``HINCRBY`` in one round trip
 and each read a handful of ``HGETALL`` (one per day asked for), so the console's
 insights page costs the same however many tasks there are.  The keys expire after
 :data:`KEEP_SECONDS`, so the store never grows past a week and a day of counters.

@@ -120,3 +120,76 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
         "rerun_of": doc.get("rerun_of"),
     }
+
+
+# --- the resolved env as stored ---------------------------------------------------------
+# Most of a stored record is the resolved env with its provenance.  It is stored as
+# ``{"c": scope, "p": policy version, "r": entries}``: the scope and policy version most
+# entries share said once, each entry with one-letter keys, without what an entry says
+# by default (nothing overridden, not secret, the shared scope and version), and without
+# a value the revision's own env holds in clear.  Read back, each entry is exactly what
+# was written.  Records stored before this form (a list of whole entries) read as they are.
+_SHORT = {"name": "n", "value": "v", "source": "s", "overrode": "o", "secret": "x",
+          "scope": "c", "policy_version": "p", "when": "w", "shadowed": "h", "sealed": "z"}
+_LONG = {short: long for long, short in _SHORT.items()}
+_DEFAULTS: dict[str, Any] = {"overrode": [], "secret": False}
+
+
+def compact_resolved(resolved: list[dict[str, Any]],
+                     env: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The resolved env in its stored form (secrets already sealed)."""
+    clear = _clear_values(env)
+    common = _most_common([(e.get("scope"), e.get("policy_version")) for e in resolved])
+    shared = dict(zip(("scope", "policy_version"), common, strict=True))
+    return {"c": common[0], "p": common[1],
+            "r": [_compact_entry(entry, clear, shared) for entry in resolved]}
+
+
+def expand_resolved(stored: dict[str, Any] | list[dict[str, Any]],
+                    env: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Inverse of :func:`compact_resolved`; a list of whole entries (older records) as it is."""
+    if isinstance(stored, list):
+        return stored
+    clear = _clear_values(env)
+    shared = {"scope": stored.get("c"), "policy_version": stored.get("p")}
+    return [_expand_entry(entry, clear, shared) for entry in stored["r"]]
+
+
+def _most_common(pairs: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    counts: dict[tuple[Any, Any], int] = {}
+    for pair in pairs:
+        counts[pair] = counts.get(pair, 0) + 1
+    return max(counts, key=lambda pair: counts[pair]) if counts else (None, None)
+
+
+def _clear_values(env: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The env's values that are stored in clear, by name."""
+    return {e["name"]: e["value"] for e in env or []
+            if not e.get("secret") and "value" in e and "name" in e}
+
+
+def _compact_entry(entry: dict[str, Any], clear: dict[str, Any],
+                   shared: dict[str, Any]) -> dict[str, Any]:
+    out = {_SHORT.get(k, k): v for k, v in entry.items()
+           if not (k in _DEFAULTS and v == _DEFAULTS[k]) and k not in shared}
+    for key, common in shared.items():  # absent: the shared one; null: none at all
+        if entry.get(key) != common:
+            out[_SHORT[key]] = entry.get(key)
+    if not entry.get("secret") and "value" in entry and clear.get(entry["name"]) == \
+            entry["value"]:
+        del out["v"]  # the user's own value, in the env beside it
+        out["e"] = 1
+    return out
+
+
+def _expand_entry(entry: dict[str, Any], clear: dict[str, Any],
+                  shared: dict[str, Any]) -> dict[str, Any]:
+    out = {_LONG.get(k, k): v for k, v in entry.items() if k != "e"}
+    if entry.get("e"):
+        out["value"] = clear[out["name"]]
+    for key, common in shared.items():
+        out.setdefault(key, common)
+        if out[key] is None:  # an entry without it, as Resolved.to_dict leaves it
+            del out[key]
+    return {**{k: list(v) if isinstance(v, list) else v for k, v in _DEFAULTS.items()},
+            **out}

@@ -1,27 +1,32 @@
 """Task records and policy versions in Redis.
 
 Every key is namespaced under the configured prefix (``taskenv:`` by default).
-A task is one hash: ``doc`` (the JSON record), ``state`` and ``v``, a write
-counter.  Every change is a compare-and-set on ``v`` in a Lua script, which
-also moves the task between the per-state indexes, so an index never
-disagrees with its record and two workers can never both win a transition.
+A task is two hashes (see below), with ``v``, a write counter.  Every change is
+a compare-and-set in a Lua script, which also moves the task between the
+per-state indexes and counts the state entered for insights, so an index never
+disagrees with its record and two workers can never both win a transition.  A
+change decided by the record (validation, policy) reads it and sets ``v``; one
+decided by the state alone (:meth:`TaskStore.move`) is checked and written in
+one call.
 """
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 
-from shared import metrics, states
+from shared import metrics, records, states
 from shared.errors import NotFound
-from shared.insights import Insights
+from shared.insights import KEEP_SECONDS, day_of
 from shared.keys import REVISION_SUFFIX, Keys
 from shared.legacy import legacy_env_lists, legacy_split
 from shared.policy import PLATFORM_SCOPE, Policy
@@ -30,6 +35,8 @@ from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
 Doc = dict[str, Any]
+# An audit entry written with a task's creation: stream key, fields, stream length.
+AuditEntry = tuple[str, dict[str, Any], int]
 
 # A record is two hashes: the task's (small fields: name, owner, state, revision, ...)
 # and its current revision's (env, resolved env, errors, outcome).  Every field holds
@@ -37,34 +44,60 @@ Doc = dict[str, Any]
 # A state change writes only the fields it changes, so its cost never depends on how
 # many revisions a task has had or how big their env was.
 
+# Counts a revision entering a state in the day's insights (shared.insights): the
+# count is part of the write it follows, so it costs no round trip of its own.
+_COUNT_ENTRY = """
+local function count_entry(all_key, project_key, state, ttl)
+  for _, key in ipairs({all_key, project_key}) do
+    if key ~= '' then
+      redis.call('HINCRBY', key, state, 1)
+      redis.call('EXPIRE', key, ttl)
+    end
+  end
+end
+"""
+
 # KEYS: task, first revision, idem (or ""), all-index, owner-index, state-index,
-#       owner-state-index, seq, project-index (or "")
-# ARGV: id, idem-ttl, number of task fields n, n task field/value pairs, revision pairs
-_CREATE = """
+#       owner-state-index, seq, project-index (or ""), insights key of every task,
+#       insights key of the project (or ""), audit stream (or "")
+# ARGV: id, idem-ttl, number of task fields n, the state, insights TTL, audit stream
+#       length, number of audit field/value pairs m, m audit pairs, n task field/value
+#       pairs, revision pairs
+_CREATE = _COUNT_ENTRY + """
 if KEYS[3] ~= '' then
   local existing = redis.call('GET', KEYS[3])
   if existing then return {0, existing} end
 end
 local seq = redis.call('INCR', KEYS[8])
 local n = tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, unpack(ARGV, 4, 3 + 2 * n))
-if #ARGV > 3 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 4 + 2 * n, #ARGV)) end
+local m = tonumber(ARGV[7])
+local first = 8 + m
+redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, unpack(ARGV, first, first - 1 + 2 * n))
+if #ARGV >= first + 2 * n then
+  redis.call('HSET', KEYS[2], unpack(ARGV, first + 2 * n, #ARGV))
+end
 for i = 4, 7 do redis.call('ZADD', KEYS[i], seq, ARGV[1]) end
 if KEYS[9] ~= '' then redis.call('ZADD', KEYS[9], seq, ARGV[1]) end
 if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
+count_entry(KEYS[10], KEYS[11], ARGV[4], ARGV[5])
+if KEYS[12] ~= '' then
+  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 8, 7 + m))
+end
 return {1, ARGV[1]}
 """
 
 # KEYS: task, revision, old-state-index, new-state-index, old-owner-state-index,
-#       new-owner-state-index, expiry
-# ARGV: expected v, id, expires-at (0: not finished, or kept forever), number of task
-#       fields n, n task field/value pairs, revision field/value pairs
-_UPDATE = """
+#       new-owner-state-index, expiry, insights key of every task (or "": not counted),
+#       insights key of the task's project (or "")
+# ARGV: expected v, id, expires-at (0: leave the expiry index be; "leave": the task leaves
+#       a final state), number of task fields n, the state entered, insights TTL,
+#       n task field/value pairs, revision field/value pairs
+_UPDATE = _COUNT_ENTRY + """
 local v = redis.call('HGET', KEYS[1], 'v')
 if v ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[4])
-redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, unpack(ARGV, 5, 4 + 2 * n))
-if #ARGV > 4 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 5 + 2 * n, #ARGV)) end
+redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, unpack(ARGV, 7, 6 + 2 * n))
+if #ARGV > 6 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 7 + 2 * n, #ARGV)) end
 if KEYS[3] ~= KEYS[4] then
   local seq = redis.call('HGET', KEYS[1], 'seq')
   redis.call('ZREM', KEYS[3], ARGV[2])
@@ -72,9 +105,61 @@ if KEYS[3] ~= KEYS[4] then
   redis.call('ZADD', KEYS[4], seq, ARGV[2])
   redis.call('ZADD', KEYS[6], seq, ARGV[2])
 end
-if ARGV[3] ~= '0' then redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2])
-else redis.call('ZREM', KEYS[7], ARGV[2]) end
+if ARGV[3] == 'leave' then redis.call('ZREM', KEYS[7], ARGV[2])
+elseif ARGV[3] ~= '0' then redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2]) end
+if KEYS[8] ~= '' then count_entry(KEYS[8], KEYS[9], ARGV[5], ARGV[6]) end
 return 1
+"""
+
+# A state change decided by the state alone (launching, running, an outcome, a cancel):
+# checked and written in one call, without reading the record.
+# KEYS: task, expiry, insights key of every task
+# ARGV: revision (JSON), new state, allowed old states (comma-separated), final states
+#       (comma-separated), now (JSON), expires-at (0: kept forever), the revision key's
+#       suffix, the index key prefix, the insights key prefix of a project, insights TTL,
+#       the event (JSON), id, then revision field/value pairs
+# Returns false if the task is gone, {0} if it is elsewhere, {1, project} once moved.
+_MOVE = _COUNT_ENTRY + """
+local t = redis.call('HMGET', KEYS[1], 'v', 'state', 'revision', 'owner', 'seq', 'project')
+if not t[1] then return false end
+if t[3] ~= ARGV[1] then return {0} end
+local old, new = cjson.decode(t[2]), ARGV[2]
+local function member(list, x)
+  for s in string.gmatch(list, '[^,]+') do if s == x then return true end end
+  return false
+end
+if not member(ARGV[3], old) then return {0} end
+local state = cjson.encode(new)
+local rev = KEYS[1] .. ARGV[7] .. ARGV[1]
+redis.call('HSET', KEYS[1], 'v', tonumber(t[1]) + 1, 'state', state, 'updated_at', ARGV[5])
+local events = redis.call('HGET', rev, 'events')
+if not events or events == '[]' or events == 'null' then events = '[' .. ARGV[11] .. ']'
+else events = string.sub(events, 1, -2) .. ',' .. ARGV[11] .. ']' end
+redis.call('HSET', rev, 'state', state, 'updated_at', ARGV[5], 'events', events)
+if #ARGV > 12 then redis.call('HSET', rev, unpack(ARGV, 13, #ARGV)) end
+if member(ARGV[4], new) then redis.call('HSET', rev, 'ended_at', ARGV[5])
+elseif new == 'running' then
+  local started = redis.call('HGET', rev, 'started_at')
+  if not started or started == 'null' or started == '0' then
+    redis.call('HSET', rev, 'started_at', ARGV[5])
+  end
+end
+if old ~= new then
+  local owner = cjson.decode(t[4])
+  for _, pair in ipairs({{'ZREM', old}, {'ZADD', new}}) do
+    local by_state = ARGV[8] .. ':state:' .. pair[2]
+    local by_owner = ARGV[8] .. ':owner:' .. owner .. ':state:' .. pair[2]
+    for _, key in ipairs({by_state, by_owner}) do
+      if pair[1] == 'ZREM' then redis.call('ZREM', key, ARGV[12])
+      else redis.call('ZADD', key, t[5], ARGV[12]) end
+    end
+  end
+end
+if ARGV[6] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[6], ARGV[12])
+elseif member(ARGV[4], old) then redis.call('ZREM', KEYS[2], ARGV[12]) end
+local project = t[6] and t[6] ~= 'null' and cjson.decode(t[6]) or false
+count_entry(KEYS[3], project and (ARGV[9] .. project .. ':states') or '', new, ARGV[10])
+return {1, project}
 """
 
 # KEYS: task; ARGV: the revision key's suffix.  One round trip for a whole record.
@@ -127,6 +212,9 @@ REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "ho
                     "made_at", "started_at", "ended_at", "exit_code", "reason", "pinned_from",
                     "rerun_of")
 COUNTERS = ("v", "seq")
+# Per-revision lists stored deflated once their JSON is this long (bytes).
+PACKED_FIELDS = frozenset({"env", "resolved", "next_env"})
+PACK_OVER = 256
 
 
 def _timestamps(doc: Doc, new_state: str) -> Doc:
@@ -138,8 +226,29 @@ def _timestamps(doc: Doc, new_state: str) -> Doc:
     return {}
 
 
+def _json(value: Any) -> str:
+    """A field as stored: JSON without the spaces json.dumps puts after separators."""
+    return json.dumps(value, separators=(",", ":"))
+
+
 def _encoded(fields: Doc) -> dict[Any, Any]:  # redis-py's mapping types are invariant
-    return {name: json.dumps(value) for name, value in fields.items()}
+    return {name: _packed(_json(value)) if name in PACKED_FIELDS else _json(value)
+            for name, value in fields.items()}
+
+
+def _packed(text: str) -> str:
+    """A long env stored deflated (a third of its size, or less: names and provenance
+    repeat), as ``{"z": base64}``; a short one as it is."""
+    if len(text) < PACK_OVER:
+        return text
+    return _json({"z": base64.b64encode(zlib.compress(text.encode())).decode()})
+
+
+def _unpacked(name: str, value: Any) -> Any:
+    """Inverse of :func:`_packed`, on a decoded field."""
+    if name in PACKED_FIELDS and isinstance(value, dict) and set(value) == {"z"}:
+        return json.loads(zlib.decompress(base64.b64decode(value["z"])))
+    return value
 
 
 def _pairs(fields: Doc) -> list[Any]:
@@ -149,7 +258,8 @@ def _pairs(fields: Doc) -> list[Any]:
 
 def _decoded(flat: list[Any]) -> Doc:
     it = iter(flat)
-    return {as_text(k): as_text(v) if as_text(k) in COUNTERS else json.loads(v)
+    return {as_text(k): as_text(v) if as_text(k) in COUNTERS else _unpacked(as_text(k),
+                                                                            json.loads(v))
             for k, v in zip(it, it, strict=True)}
 
 
@@ -167,17 +277,23 @@ class TaskStore:
         self._update = client.register_script(_UPDATE)
         self._read = client.register_script(_READ)
         self._delete = client.register_script(_DELETE)
+        self._move = client.register_script(_MOVE)
 
     # --- writing -------------------------------------------------------------------------
 
-    def create(self, doc: Doc, idempotency_key: str | None = None) -> tuple[Doc, bool]:
-        """Store a new task; with a key already used, return that task instead."""
+    def create(self, doc: Doc, idempotency_key: str | None = None,
+               audit: AuditEntry | None = None) -> tuple[Doc, bool]:
+        """Store a new task; with a key already used, return that task instead.
+
+        ``audit`` (a stream and its entry's fields) is appended in the same call, and only
+        if the task is created.
+        """
         doc.setdefault("id", uuid.uuid4().hex)
         idem = self.keys.idempotency(doc["owner"], idempotency_key) if idempotency_key else ""
-        created, found_id = self._create(*self._create_call(doc, idem))
+        created, found_id = self._create(*self._create_call(doc, idem, audit))
         if not created:
             return self.get(as_text(found_id)), False
-        self._entered(doc)
+        self._entered(doc["state"], doc.get("project"))
         return doc, True
 
     def load_many(self, docs: Iterable[Doc], batch: int = 1000) -> None:
@@ -199,17 +315,27 @@ class TaskStore:
         if pending:
             pipe.execute()
 
-    def _create_call(self, doc: Doc, idem: str) -> tuple[list[str], list[Any]]:
+    def _create_call(self, doc: Doc, idem: str, audit: AuditEntry | None = None
+                     ) -> tuple[list[str], list[Any]]:
         task_id, owner, state = doc["id"], doc["owner"], doc["state"]
         k = self.keys
         task_fields, rev_fields = self._split(doc, set(doc))
         project = doc.get("project")
+        stream, entry, stream_length = audit if audit else ("", {}, 0)
         keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
                 k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
-                k.project_index(project) if project else ""]
-        args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields),
+                k.project_index(project) if project else "", *self._insights_keys(project),
+                stream]
+        args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields), state, KEEP_SECONDS,
+                stream_length, 2 * len(entry), *(x for pair in entry.items() for x in pair),
                 *_pairs(task_fields), *_pairs(rev_fields)]
         return keys, args
+
+    def _insights_keys(self, project: str | None) -> list[str]:
+        """Today's counters of states entered: every task's, and the project's (or "")."""
+        today = day_of(time.time())
+        return [self.keys.insights_states(today),
+                self.keys.insights_states(today, project) if project else ""]
 
     def update(self, task_id: str, change: Callable[[Doc], Doc | None]) -> Doc | None:
         """Apply ``change`` atomically; it returns the new doc, or None to leave it be.
@@ -232,6 +358,33 @@ class TaskStore:
         """Move one revision from an expected state; None if it is elsewhere already."""
         return self.advance(task_id, revision, expected, lambda doc: (new_state, changes))
 
+    def move(self, task_id: str, revision: int, expected: str | Collection[str],
+             new_state: str, **changes: Any) -> bool:
+        """Like :meth:`transition` without reading the record: checked and written in one
+        round trip.  False if the revision is elsewhere already; NotFound if it is gone.
+
+        For changes decided by the state alone, whose fields hold no secret.
+        """
+        allowed = {expected} if isinstance(expected, str) else set(expected)
+        assert all(states.can_move(s, new_state) for s in allowed), (allowed, new_state)
+        now = time.time()
+        k = self.keys
+        expires = now + self.retention if self.retention and new_state in states.FINAL else 0
+        event = {"at": now, "revision": revision, "state": new_state}
+        found = self._move(
+            keys=[k.task(task_id), k.expiry(), k.insights_states(day_of(now))],
+            args=[_json(revision), new_state, ",".join(sorted(allowed)),
+                  ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
+                  k.index(), k.insights_states(day_of(now), "").removesuffix(":states"),
+                  KEEP_SECONDS, _json(event), task_id, *_pairs(changes)])
+        if not found:
+            raise NotFound(f"no task {task_id}")
+        if not int(found[0]):
+            return False
+        project = as_text(found[1]) if len(found) > 1 and found[1] else None
+        self._entered(new_state, project)
+        return True
+
     def advance(self, task_id: str, revision: int, expected: str | set[str],
                 decide: Callable[[Doc], tuple[str, dict[str, Any]]]) -> Doc | None:
         """Like :meth:`transition`, the new state and fields decided from the record itself.
@@ -250,16 +403,17 @@ class TaskStore:
             doc.update(changes, state=new_state)
             doc["events"] = [*doc.get("events", []),
                              {"at": time.time(), "revision": revision, "state": new_state}]
-            if self._commit(v, old_state, doc, {*changes, "state", "events"}):
-                self._entered(doc)
+            if self._commit(v, old_state, doc, {*changes, "state", "events"}, counted=True):
+                self._entered(new_state, doc.get("project"))
                 return doc
 
-    def _entered(self, doc: Doc) -> None:
-        Insights(self.r, self.keys.prefix).entered(doc["state"], doc.get("project"))
-        metrics.task_entered(doc["state"], doc.get("project"),
+    def _entered(self, state: str, project: str | None) -> None:
+        """The metric of a state entered (its insights counter is written by the script)."""
+        metrics.task_entered(state, project,
                              lambda name: bool(self.r.sismember(self.keys.projects(), name)))
 
-    def _commit(self, v: str, old_state: str, new: Doc, changed: set[str]) -> bool:
+    def _commit(self, v: str, old_state: str, new: Doc, changed: set[str],
+                counted: bool = False) -> bool:
         """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``."""
         task_id, owner, state = new["id"], new["owner"], new["state"]
         new["updated_at"] = time.time()
@@ -268,17 +422,25 @@ class TaskStore:
             changed |= REVISION_FIELDS & set(new)
         task_fields, rev_fields = self._split(new, changed)
         k = self.keys
-        expires = (new["updated_at"] + self.retention
-                   if self.retention and state in states.FINAL else 0)
+        insights = self._insights_keys(new.get("project")) if counted else ["", ""]
         return bool(self._update(
             keys=[k.task(task_id), k.revision(task_id, new["revision"]),
                   k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
-                  k.index(owner, state), k.expiry()],
-            args=[v, task_id, expires, len(task_fields), *_pairs(task_fields),
-                  *_pairs(rev_fields)]))
+                  k.index(owner, state), k.expiry(), *insights],
+            args=[v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
+                  KEEP_SECONDS, *_pairs(task_fields), *_pairs(rev_fields)]))
+
+    def _expiry_change(self, old_state: str, new: Doc) -> float | str:
+        """When a task that ends now expires; "leave" when it leaves a final state (a new
+        revision); 0 when the expiry index is not touched."""
+        if new["state"] in states.FINAL:
+            return new["updated_at"] + self.retention if self.retention else 0
+        return "leave" if old_state in states.FINAL else 0
 
     def _split(self, doc: Doc, names: set[str]) -> tuple[Doc, Doc]:
         """The task's fields and the revision's, among ``names``; secrets sealed."""
+        if "env" in names:  # the stored resolved env leans on the env: written with it
+            names = names | {"resolved"}
         task = {n: doc[n] for n in names if n in doc and n not in REVISION_FIELDS}
         rev = {n: doc[n] for n in names if n in doc and (n in REVISION_FIELDS or
                                                          n in SHARED_FIELDS)}
@@ -286,7 +448,16 @@ class TaskStore:
             if any(e.get("secret") for e in rev.get(name) or []):
                 rev[name] = [dict(e) for e in rev[name]]  # the caller keeps clear values
                 seal_entries(rev[name], self.cipher)
+        if rev.get("resolved"):
+            rev["resolved"] = records.compact_resolved(rev["resolved"], doc.get("env"))
         return task, rev
+
+    def _opened(self, rev: Doc) -> None:
+        """A revision's fields as read, made whole in place: resolved env, secrets opened."""
+        if rev.get("resolved"):
+            rev["resolved"] = records.expand_resolved(rev["resolved"], rev.get("env"))
+        for name in SEALED_FIELDS:
+            open_entries(rev.get(name), self.cipher)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -298,6 +469,13 @@ class TaskStore:
         if owner is not None and doc["owner"] != owner and doc.get("project") not in projects:
             raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
         return doc
+
+    def position(self, task_id: str) -> tuple[int, str] | None:
+        """The current revision and its state, without the record; None if gone."""
+        revision, state = self.r.hmget(self.keys.task(task_id), ["revision", "state"])  # type: ignore[misc]
+        if revision is None or state is None:
+            return None
+        return int(json.loads(revision)), str(json.loads(state))
 
     def find(self, task_id: str) -> Doc | None:
         try:
@@ -316,10 +494,8 @@ class TaskStore:
         task, rev = _decoded(found[0]), _decoded(found[1])
         v = task.pop("v")
         task.pop("seq", None)
-        doc = {**rev, **task}
-        for name in SEALED_FIELDS:
-            open_entries(doc.get(name), self.cipher)
-        return v, doc
+        self._opened(rev)
+        return v, {**rev, **task}
 
     def _migrate(self, task_id: str) -> None:
         """Rewrite a one-JSON-document record in today's layout, once, under WATCH.
@@ -355,8 +531,7 @@ class TaskStore:
         if not raw:
             raise NotFound(f"task {task_id} has no revision {revision}")
         rev = _decoded([x for pair in raw.items() for x in pair])  # type: ignore[union-attr]
-        for name in SEALED_FIELDS:
-            open_entries(rev.get(name), self.cipher)
+        self._opened(rev)
         return {**rev, "revision": revision}
 
     def revisions(self, task_id: str, count: int) -> builtins.list[Doc]:
@@ -405,12 +580,10 @@ class TaskStore:
                 try:
                     pipe.watch(key)
                     raw = pipe.hmget(key, list(SEALED_FIELDS))
-                    sealed = {name: json.loads(value) for name, value
-                              in zip(SEALED_FIELDS, raw, strict=True)  # type: ignore[arg-type]
-                              if value is not None and "sealed" in as_text(value)}
-                    for entries in sealed.values():
-                        open_entries(entries, self.cipher)
-                        seal_entries(entries, self.cipher)
+                    sealed = self._resealed({
+                        name: _unpacked(name, json.loads(value)) for name, value
+                        in zip(SEALED_FIELDS, raw, strict=True)  # type: ignore[arg-type]
+                        if value is not None})
                     pipe.multi()
                     if sealed:
                         pipe.hset(key, mapping=_encoded(sealed))
@@ -418,6 +591,20 @@ class TaskStore:
                     return
                 except redis.WatchError:
                     continue
+
+    def _resealed(self, stored: Doc) -> Doc:
+        """Of a revision's stored lists, those holding a secret, sealed again."""
+        env = stored.get("env")
+        out = {}
+        for name, entries in stored.items():
+            if name == "resolved":
+                entries = records.expand_resolved(entries or [], env)
+            if not any("sealed" in e for e in entries or []):
+                continue
+            open_entries(entries, self.cipher)
+            seal_entries(entries, self.cipher)
+            out[name] = records.compact_resolved(entries, env) if name == "resolved" else entries
+        return out
 
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""

@@ -95,7 +95,7 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             outcome = launcher.launch(workload, hooks)
         except TransientError:
             # Retried by the Celery task: give the revision back so the retry may claim it.
-            tasks.transition(task_id, revision, states.LAUNCHING, states.RESOLVED)
+            _move(tasks, task_id, revision, states.LAUNCHING, states.RESOLVED)
             raise
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
@@ -122,8 +122,7 @@ def _cancelled_meanwhile(tasks: TaskStore, launcher: Launcher, workload: Workloa
 
     The cancel's own backend call may have found nothing yet to stop; this one cannot.
     """
-    doc = tasks.find(workload.task_id)
-    if doc is None or doc["revision"] != workload.revision or doc["state"] != states.CANCELLED:
+    if tasks.position(workload.task_id) != (workload.revision, states.CANCELLED):
         return False
     log.info("task %s r%s was cancelled while it launched: stopping it", workload.task_id,
              workload.revision)
@@ -215,7 +214,7 @@ def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> 
 def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
     """End a revision as failed from wherever it is, unless it has already ended."""
     in_progress = set(states.ALL) - states.FINAL
-    if tasks.transition(task_id, revision, in_progress, states.FAILED, reason=reason):
+    if _move(tasks, task_id, revision, in_progress, states.FAILED, reason=reason):
         log.warning("task %s r%s failed: %s", task_id, revision, reason)
 
 
@@ -226,13 +225,23 @@ def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
     if state == states.RUNNING:
         _started(tasks, task_id, revision)
         return
-    tasks.transition(task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
-                     exit_code=exit_code, reason=reason)
+    _move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
+          exit_code=exit_code, reason=reason)
     log.info("task %s r%s %s (exit code %s)", task_id, revision, state, exit_code)
 
 
 def _started(tasks: TaskStore, task_id: str, revision: int) -> None:
-    tasks.transition(task_id, revision, states.LAUNCHING, states.RUNNING)
+    _move(tasks, task_id, revision, states.LAUNCHING, states.RUNNING)
+
+
+def _move(tasks: TaskStore, task_id: str, revision: int, expected: str | set[str],
+          new_state: str, **changes: Any) -> bool:
+    """A change decided by the state alone, in one round trip; False when the revision is
+    elsewhere or the task gone (deleted, expired)."""
+    try:
+        return tasks.move(task_id, revision, expected, new_state, **changes)
+    except NotFound:
+        return False
 
 
 def _advance(tasks: TaskStore, task_id: str, revision: int, expected: str,

@@ -332,14 +332,14 @@ def test_running_outcome_leaves_the_task_running_after_one_transition(
         tasks: TaskStore, policies: PolicyStore, monkeypatch: pytest.MonkeyPatch) -> None:
     task_id = submit(tasks)
     moves: list[str] = []
-    transition = tasks.transition
+    move = tasks.move
 
     def recorded(task_id: str, revision: int, expected: Any, new_state: str,
                  **changes: Any) -> Any:
         moves.append(new_state)
-        return transition(task_id, revision, expected, new_state, **changes)
+        return move(task_id, revision, expected, new_state, **changes)
 
-    monkeypatch.setattr(tasks, "transition", recorded)
+    monkeypatch.setattr(tasks, "move", recorded)
     run_all(tasks, policies, FakeLauncher(outcome=Outcome(states.RUNNING)), task_id)
     assert tasks.get(task_id)["state"] == states.RUNNING
     assert moves == [states.RUNNING]  # the started hook's; the outcome adds none

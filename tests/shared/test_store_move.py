@@ -1,0 +1,78 @@
+"""TaskStore.move: a state change checked and written in one script, without a read."""
+
+from __future__ import annotations
+
+import time
+
+import fakeredis
+import pytest
+
+from shared import records, states
+from shared.errors import NotFound
+from shared.insights import Insights
+from shared.store import TaskStore
+
+
+@pytest.fixture
+def r() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis(decode_responses=True)
+
+
+def launched(tasks: TaskStore, owner: str = "alice", project: str | None = None) -> str:
+    doc = records.new_task({"name": "train", "steps": [["true"]], "env": []}, owner)
+    if project:
+        doc["project"] = project
+    doc["state"] = states.LAUNCHING
+    return tasks.create(doc)[0]["id"]
+
+
+def test_move_writes_the_state_its_timestamps_and_an_event(r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    task_id = launched(tasks)
+    assert tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
+    assert tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
+    doc = tasks.get(task_id)
+    assert (doc["state"], doc["exit_code"]) == (states.SUCCEEDED, 0)
+    assert doc["started_at"] <= doc["ended_at"] <= time.time()
+    assert [e["state"] for e in doc["events"]] == [states.PENDING, states.RUNNING,
+                                                   states.SUCCEEDED]
+    assert tasks.revision(task_id, 1)["state"] == states.SUCCEEDED
+
+
+def test_move_keeps_every_index_in_step(r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    task_id = launched(tasks, owner="bob")
+    tasks.move(task_id, 1, states.LAUNCHING, states.FAILED, reason="gone")
+    assert tasks.ids_in_state(states.FAILED) == [task_id]
+    assert tasks.ids_in_state(states.LAUNCHING) == []
+    assert [t["id"] for t in tasks.list(owner="bob", state=states.FAILED).items] == [task_id]
+    assert tasks.list(owner="bob", state=states.LAUNCHING).items == []
+
+
+def test_move_is_a_compare_and_set_on_state_and_revision(r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    task_id = launched(tasks)
+    assert not tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED)
+    assert not tasks.move(task_id, 2, states.LAUNCHING, states.RUNNING)
+    assert tasks.get(task_id)["state"] == states.LAUNCHING
+    with pytest.raises(NotFound):
+        tasks.move("nope", 1, states.LAUNCHING, states.RUNNING)
+
+
+def test_a_finished_task_enters_the_expiry_index_only_with_retention(
+        r: fakeredis.FakeRedis) -> None:
+    kept, expiring = TaskStore(r, "kept"), TaskStore(r, "expiring", retention_seconds=60)
+    for tasks in (kept, expiring):
+        tasks.move(launched(tasks), 1, states.LAUNCHING, states.CANCELLED)
+    assert r.zcard(kept.keys.expiry()) == 0
+    assert r.zcard(expiring.keys.expiry()) == 1
+    assert expiring.expire_finished(time.time() + 61) == 1
+
+
+def test_move_counts_the_state_entered_for_insights(r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    task_id = launched(tasks, project="vision")
+    tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
+    counters = Insights(r)
+    assert counters.states(1)[states.RUNNING] == 1
+    assert counters.states(1, "vision") == {states.LAUNCHING: 1, states.RUNNING: 1}
