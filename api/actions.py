@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
+import uuid
 from typing import Any
 
 import marshmallow as ma
@@ -41,10 +42,11 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
     project = svc.projects.for_task(actor, data.get("project"))
     fresh = records.new_task(data, actor)
     fresh["digest"] = records.request_digest(data, digest_keys(svc)[0])
-    doc, created = svc.tasks.create(in_project(fresh, project), idempotency_key)
+    fresh.setdefault("id", uuid.uuid4().hex)  # the audit entry, written with it, names it
+    audit = svc.audit.entry(actor, "task.create", fresh["id"],
+                            variables=[e.get("name") for e in data["env"]])
+    doc, created = svc.tasks.create(in_project(fresh, project), idempotency_key, audit)
     if created:
-        svc.audit.record(actor, "task.create", doc["id"],
-                         variables=[e.get("name") for e in data["env"]])
         svc.enqueue(doc["id"], doc["revision"])
     elif not same_request(svc, str(doc.get("digest")), data):
         raise StateConflict(f"Idempotency-Key {idempotency_key!r} was used for a different "

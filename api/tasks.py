@@ -64,7 +64,7 @@ class Tasks(MethodView):
         return {"items": [records.summary_view(d, task_url(d["id"])) for d in page.items],
                 "next_cursor": cursors.encode(page.next_cursor)}
 
-    @blp.arguments(TaskCreate)
+    @blp.arguments(TaskCreate())
     @blp.response(202, TaskAccepted)
     @blp.doc(parameters=[IDEMPOTENCY])
     def post(self, data: dict[str, Any]) -> Any:
@@ -135,7 +135,7 @@ class TaskEnv(MethodView):
         return {"revision": doc["revision"], "env": [masked(e) for e in doc["env"]],
                 "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
 
-    @blp.arguments(EnvPatch)
+    @blp.arguments(EnvPatch())
     @blp.response(202, TaskAccepted)
     @blp.doc(parameters=[IF_MATCH])
     def patch(self, data: dict[str, Any], task_id: str) -> Any:
@@ -164,7 +164,7 @@ def _dotenv(doc: dict[str, Any], resolved: bool) -> Response:
 
 @blp.route("/<task_id>/rerun")
 class TaskRerun(MethodView):
-    @blp.arguments(RerunIn, required=False)
+    @blp.arguments(RerunIn(), required=False)
     @blp.response(202, TaskAccepted)
     @blp.doc(parameters=[IF_MATCH])
     def post(self, data: dict[str, Any] | None, task_id: str) -> Any:

@@ -23,9 +23,16 @@ class AuditLog:
         self.key = Keys(prefix).audit()
 
     def record(self, actor: str, action: str, target: str, **detail: Any) -> None:
-        entry = {"at": time.time(), "actor": actor, "action": action, "target": target,
-                 "detail": json.dumps(detail, sort_keys=True)}
-        self.r.xadd(self.key, entry, maxlen=MAX_ENTRIES, approximate=True)  # type: ignore[arg-type]
+        _, entry, length = self.entry(actor, action, target, **detail)
+        self.r.xadd(self.key, entry, maxlen=length, approximate=True)  # type: ignore[arg-type]
+
+    def entry(self, actor: str, action: str, target: str,
+              **detail: Any) -> tuple[str, dict[str, Any], int]:
+        """The stream, an entry's fields and the stream's length: for a write that appends
+        the entry in its own script (a task's creation), in the same round trip."""
+        fields = {"at": time.time(), "actor": actor, "action": action, "target": target,
+                  "detail": json.dumps(detail, sort_keys=True)}
+        return self.key, fields, MAX_ENTRIES
 
     def list(self, limit: int = 100, before: str | None = None) -> list[dict[str, Any]]:
         top = f"({before}" if before else "+"
