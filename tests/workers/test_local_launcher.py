@@ -308,14 +308,15 @@ def wait_final(tasks: TaskStore, task_id: str, timeout: float = 30.0) -> dict[st
 def test_launch_returns_while_the_task_runs_and_the_runner_records_the_end(
         tasks: TaskStore, settings: Settings) -> None:
     launcher = LocalLauncher(settings)
-    job = submit(tasks, [["sleep", "2"], ["sh", "-c", "echo done; exit 4"]], [])
+    job = submit(tasks, [["sleep", "3"], ["sh", "-c", "echo done; exit 4"]], [])
     started = time.monotonic()
     stages.launch(tasks, launcher, job.task_id, 1, settings.heartbeat_seconds)
     assert time.monotonic() - started < 1.5
     assert tasks.get(job.task_id)["state"] == states.RUNNING
     assert launcher.observe(job) == Outcome("running")
-    time.sleep(1.5)
-    assert tasks.is_alive(job.task_id, 1)  # the runner beats once the stage has let go
+    wait_until(lambda: tasks.is_alive(job.task_id, 1))  # the runner beats once the stage
+    # has let go (the stage's last act is to drop its own beat: the runner's next one
+    # follows within a heartbeat interval)
     doc = wait_final(tasks, job.task_id)
     assert (doc["state"], doc["exit_code"]) == (states.FAILED, 4)
     assert "step 2 exited with 4" in doc["reason"]
