@@ -367,6 +367,7 @@ def test_an_env_file_of_120000_lines_is_refused_with_a_capped_error_list(
     assert task_keys(redis_client) == {} and enqueued.calls == []
 
 
+@pytest.mark.slow
 def test_an_env_file_of_120000_duplicates_is_refused_with_a_capped_error_list(
         client: FlaskClient, redis_client: fakeredis.FakeRedis) -> None:
     text = "A=1\n" * 120_000

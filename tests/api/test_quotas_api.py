@@ -144,6 +144,7 @@ def test_rejected_huge_patches_store_nothing(app_with: Callable[..., Flask],
     assert app.extensions["taskenv"].tasks.get(task_id)["revision"] == 1
 
 
+@pytest.mark.slow
 def test_a_create_with_120000_duplicate_names_stores_nothing_and_answers_briefly(
         app_with: Callable[..., Flask], redis_client: fakeredis.FakeRedis) -> None:
     ann = user(app_with(), "ann")

@@ -90,6 +90,7 @@ def state_of(tasks: TaskStore, workload: Workload) -> tuple[str, int | None, str
     return doc["state"], doc.get("exit_code"), doc.get("reason")
 
 
+@pytest.mark.slow
 def test_fifty_changes_among_5000_jobs_are_recorded_in_one_pass_with_few_calls(
         tasks, api, launcher):
     workloads = running_tasks(tasks, api, 5_000)

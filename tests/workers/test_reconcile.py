@@ -277,6 +277,7 @@ def test_a_backend_that_cannot_be_read_loses_no_task(tasks):
     assert tasks.get(task_id)["state"] == states.RUNNING  # silence is not absence
 
 
+@pytest.mark.slow
 def test_every_launched_task_is_looked_at_however_many(tasks):
     docs = []
     for _ in range(1_050):
