@@ -53,6 +53,7 @@ from shared.errors import (
     TooManyRequests,
 )
 from shared.secrets import MASK, blanked, masked
+from shared.store import Page
 from shared.tokens import Identity, SessionStore, digest
 
 bp = Blueprint("pages", __name__)
@@ -199,14 +200,19 @@ def logout() -> Any:
 
 # --- tasks -------------------------------------------------------------------------------
 
-@bp.get("/ui/tasks")
-def tasks() -> Any:
+def listed_tasks() -> tuple[dict[str, Any], Page]:
+    """The caller's tasks for the list query in the URL (the list page and its live poll)."""
     try:
         query = TaskQuery().load({k: v for k, v in request.args.items() if v})
     except ma.ValidationError as error:
         abort(400, f"Bad list parameters: {error.messages}")
-    found = svc().tasks.list(auth.scope(), query["status"], cursors.decode(query["cursor"]),
-                             query["limit"])
+    return query, svc().tasks.list(auth.scope(), query["status"],
+                                   cursors.decode(query["cursor"]), query["limit"])
+
+
+@bp.get("/ui/tasks")
+def tasks() -> Any:
+    query, found = listed_tasks()
     items = [records.summary_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
     return page("tasks.html", items=items, next_cursor=cursors.encode(found.next_cursor),
                 query=query, states=states.ALL)
