@@ -26,8 +26,8 @@ from api.pages import BLANK_ROWS, bp, page
 from api.schemas import PolicyIn
 from shared.errors import Forbidden, PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
 from shared.policy import Policy
+from shared.policy_store import PolicyStore
 from shared.projects import project_scope
-from shared.store import PolicyStore
 
 Row = dict[str, Any]
 OWNER_SPLIT = re.compile(r"[\s,]+")

@@ -25,9 +25,9 @@ from api.schemas import (
     ProjectPatch,
 )
 from shared.errors import Forbidden
+from shared.policy_store import PolicyStore
 from shared.projects import project_scope
 from shared.secrets import masked_policy
-from shared.store import PolicyStore
 
 blp = Blueprint("projects", __name__, url_prefix="/api/v1/projects",
                 description="Projects, their members and their layered policies.")

@@ -21,8 +21,9 @@ from shared import records
 from shared.config import Settings
 from shared.envlist import Limits
 from shared.policy import Policy
+from shared.policy_store import PolicyStore
 from shared.redis_conn import connect
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.tokens import PREFIX as TOKEN_PREFIX
 
 PREFIX = "stagecost"

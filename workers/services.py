@@ -25,11 +25,12 @@ from shared.audit import AuditLog
 from shared.config import Settings
 from shared.envlist import Limits
 from shared.keys import Keys
+from shared.policy_store import PolicyStore
 from shared.projects import ProjectStore
 from shared.quotas import QuotaCounter, Quotas
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.tokens import AuthFailures, TokenStore
 
 if TYPE_CHECKING:

@@ -22,9 +22,10 @@ from shared import states
 from shared.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
 from shared.insights import Insights
+from shared.policy_store import PolicyStore
 from shared.resolution import decide_policy, decide_validation
 from shared.secrets import StreamRedactor
-from shared.store import Doc, PolicyStore, TaskStore
+from shared.store import Doc, TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks, Launcher
 

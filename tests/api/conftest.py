@@ -12,8 +12,9 @@ from flask.testing import FlaskClient
 
 from api import create_app
 from shared import states
+from shared.policy_store import PolicyStore
 from shared.secrets import new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.tokens import PREFIX
 
 ADMIN_TOKEN = PREFIX + "admin-for-api-tests-0123456789abcdef"

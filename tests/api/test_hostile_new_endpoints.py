@@ -19,7 +19,8 @@ from flask.testing import FlaskClient
 from shared import envfile, states
 from shared.envlist import EnvVar, Limits
 from shared.policy import Policy
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy
 from tests.api.test_pages import CSRF, Browser
 from workers import stages

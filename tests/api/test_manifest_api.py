@@ -9,7 +9,8 @@ from flask.testing import FlaskClient
 
 from shared import envlist, states
 from shared.policy import Policy, Protected, platform_env, resolve
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from tests.api.conftest import task_body
 
 SECRET = "hf_manifest-secret-0b7d"

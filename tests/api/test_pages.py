@@ -15,7 +15,8 @@ from flask.testing import FlaskClient
 from shared import states
 from shared.envlist import Limits
 from shared.policy import Policy
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from shared.tokens import digest
 from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy, build_app
 from workers import stages

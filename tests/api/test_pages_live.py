@@ -9,7 +9,8 @@ from flask import Flask
 
 from shared import states
 from shared.policy import Policy
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from tests.api.test_pages import SECRET, TASK_FORM, Browser, browser, resolve
 
 __all__ = ["browser"]  # the logged-in browser fixture, shared with test_pages

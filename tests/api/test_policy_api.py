@@ -7,8 +7,8 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
+from shared.policy_store import PolicyStore
 from shared.secrets import MASK
-from shared.store import PolicyStore
 
 POLICY = "/api/v1/policy"
 ErrorShape = Callable[..., None]

@@ -11,8 +11,8 @@ from flask.testing import FlaskClient
 
 from shared.envlist import EnvVar
 from shared.policy import Policy, Protected
+from shared.policy_store import PolicyStore
 from shared.secrets import MASK
-from shared.store import PolicyStore
 
 PREVIEW = "/api/v1/env/preview"
 ErrorShape = Callable[..., None]

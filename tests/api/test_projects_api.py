@@ -11,7 +11,8 @@ from flask.testing import FlaskClient
 
 from shared import states
 from shared.envlist import Limits
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from tests.api.conftest import ADMIN_TOKEN, task_body
 from tests.api.test_pages import Browser
 from workers import stages

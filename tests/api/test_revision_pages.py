@@ -13,7 +13,8 @@ from flask import Flask
 from shared import states
 from shared.envlist import EnvVar
 from shared.policy import Policy
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from tests.api.conftest import ADMIN_TOKEN
 from tests.api.test_pages import FORM_ID, Browser, resolve
 

@@ -12,8 +12,9 @@ from flask.testing import FlaskClient
 from shared import envfile, states
 from shared.envlist import EnvVar, Limits
 from shared.policy import Policy, Protected
+from shared.policy_store import PolicyStore
 from shared.secrets import MASK
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from workers import stages
 
 TASKS = "/api/v1/tasks"

@@ -17,8 +17,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from api import create_app
 from shared.envlist import Limits
+from shared.policy_store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from workers import stages
 
 ADMIN = "tke_schemathesis-admin-0123456789abcdef"

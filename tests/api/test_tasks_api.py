@@ -13,7 +13,8 @@ from flask.testing import FlaskClient
 from shared import states
 from shared.envlist import EnvVar, Limits
 from shared.policy import Policy
-from shared.store import PolicyStore, TaskStore
+from shared.policy_store import PolicyStore
+from shared.store import TaskStore
 from workers import stages
 
 TASKS = "/api/v1/tasks"

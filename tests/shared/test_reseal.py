@@ -9,9 +9,10 @@ from shared import records
 from shared.errors import SecretsUnavailable
 from shared.keys import Keys
 from shared.policy import Policy
+from shared.policy_store import PolicyStore
 from shared.projects import project_scope
 from shared.secrets import Cipher, new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 
 SECRET = "rotate-me-4f1c9a"
 POLICY = {"defaults": [{"name": "WANDB_API_KEY", "value": SECRET, "secret": True}],

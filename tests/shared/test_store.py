@@ -13,8 +13,9 @@ from shared import records, states
 from shared.envlist import EnvVar
 from shared.errors import NotFound, SecretsUnavailable
 from shared.policy import Policy, Protected
+from shared.policy_store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import fakeredis
 import pytest
 
 from shared.policy import Resolved
+from shared.policy_store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.workload import Workload
 from workers.launchers.base import Hooks
 

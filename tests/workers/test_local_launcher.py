@@ -24,9 +24,10 @@ from shared.config import Settings
 from shared.envlist import Limits
 from shared.errors import LaunchFailed
 from shared.policy import Resolved
+from shared.policy_store import PolicyStore
 from shared.redis_conn import connect
 from shared.secrets import REDACTED, Cipher, new_key
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.workload import Workload
 from workers import stages
 from workers.launchers import local

@@ -10,8 +10,9 @@ from shared import records, states
 from shared.envlist import EnvVar, Limits
 from shared.errors import LaunchFailed, TransientError
 from shared.policy import Policy, Protected
+from shared.policy_store import PolicyStore
 from shared.secrets import REDACTED
-from shared.store import PolicyStore, TaskStore
+from shared.store import TaskStore
 from shared.workload import Workload
 from workers import stages
 from workers.launchers.base import Hooks, Outcome

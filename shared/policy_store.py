@@ -1,0 +1,125 @@
+"""Policy versions in Redis: immutable, numbered, one sequence per scope.
+
+A version is written once and never changed (rotation aside, which re-seals its
+secrets in place); a task records the versions it was resolved with.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import redis
+
+from shared.errors import NotFound
+from shared.keys import Keys
+from shared.policy import PLATFORM_SCOPE, Policy
+from shared.projects import project_scope
+from shared.redis_conn import as_text
+from shared.secrets import Cipher, open_entries, seal_entries
+
+_PUT_POLICY = """
+local n = redis.call('INCR', KEYS[1])
+redis.call('SET', KEYS[2] .. n, ARGV[1])
+redis.call('SET', KEYS[3], n)
+return n
+"""
+
+
+class PolicyStore:
+    """Immutable, numbered policy versions of one scope; version 0 is the empty policy.
+
+    The platform's store makes the store of a project's policy (:meth:`scoped`): the same
+    code and cipher over the project's own keys, numbered on their own.
+    """
+
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv",
+                 cipher: Cipher | None = None, scope: str = PLATFORM_SCOPE) -> None:
+        self.r = client
+        self.keys = Keys(prefix)
+        self.cipher = cipher
+        self.scope = scope
+        self._put = client.register_script(_PUT_POLICY)
+        self._versions: dict[int, Policy] = {}
+        self._scoped: dict[str, PolicyStore] = {}
+
+    def scoped(self, scope: str) -> PolicyStore:
+        """The store of another scope's policy (``project:<name>``), made once."""
+        if scope == self.scope:
+            return self
+        if scope not in self._scoped:
+            self._scoped[scope] = PolicyStore(self.r, self.keys.prefix, self.cipher, scope)
+        return self._scoped[scope]
+
+    def project(self, name: str | None) -> Policy | None:
+        """The current policy of project ``name``; None for a task in no project."""
+        return None if name is None else self.scoped(project_scope(name)).current()
+
+    def put(self, policy: Policy) -> Policy:
+        body = replace(policy, scope=self.scope).to_dict()
+        body.pop("version")
+        seal_entries(body["defaults"], self.cipher)
+        seal_entries(body["protected"], self.cipher)
+        k = self.keys
+        n = self._put(keys=[k.policy_seq(self.scope), k.policy_version(scope=self.scope),
+                            k.policy_current(self.scope)],
+                      args=[json.dumps(body)])
+        return self.get(int(n))
+
+    def current(self) -> Policy:
+        n = self.r.get(self.keys.policy_current(self.scope))
+        return self.get(int(n)) if n is not None else Policy(scope=self.scope)
+
+    def get(self, version: int) -> Policy:
+        if version == 0:
+            return Policy(scope=self.scope)
+        if version in self._versions:  # versions are immutable: safe to keep
+            return self._versions[version]
+        self._versions[version] = policy = self._read(version)
+        return policy
+
+    def _read(self, version: int) -> Policy:
+        raw = self.r.get(self.keys.policy_version(version, self.scope))
+        if raw is None:
+            raise NotFound(f"no policy version {version}")
+        body = json.loads(raw)
+        open_entries(body["defaults"], self.cipher)
+        open_entries(body["protected"], self.cipher)
+        return Policy.from_dict({**body, "version": version, "scope": self.scope})
+
+    def reseal_all(self) -> int:
+        """Seal every version's secrets again with the first key (rotation), in place,
+        in this scope and, from the platform's store, in every project's; the count.
+
+        Versions are immutable to readers: only their sealed form changes.
+        """
+        scopes = [self.scope]
+        if self.scope == PLATFORM_SCOPE:
+            scopes += [project_scope(as_text(name))
+                       for name in self.r.smembers(self.keys.projects())]  # type: ignore[union-attr]
+        return sum(self.scoped(scope)._reseal_versions() for scope in scopes)
+
+    def _reseal_versions(self) -> int:
+        count = 0
+        for version in self.versions():
+            key = self.keys.policy_version(version, self.scope)
+            raw = self.r.get(key)
+            if raw is None:
+                continue
+            body = json.loads(raw)  # type: ignore[arg-type]
+            for entries in (body.get("defaults"), body.get("protected")):
+                open_entries(entries, self.cipher)
+                seal_entries(entries, self.cipher)
+            self.r.set(key, json.dumps(body), xx=True)
+            count += 1
+        self._versions.clear()  # what was cached was opened with the old keys
+        return count
+
+    def versions(self) -> list[int]:
+        n = self.r.get(self.keys.policy_seq(self.scope))
+        return list(range(1, int(n) + 1)) if n is not None else []
+
+    def retire(self) -> None:
+        """Forget which version is current (a deleted project); versions stay, so the
+        tasks resolved with them can still be explained, and numbering goes on."""
+        self.r.delete(self.keys.policy_current(self.scope))
