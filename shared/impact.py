@@ -92,11 +92,24 @@ def value_changes(before: Iterable[Resolved],
     found = []
     for name in sorted(old.keys() | new.keys()):
         was, now = old.get(name), new.get(name)
-        if was is not None and now is not None and (was.value, was.secret) == (
-                now.value, now.secret):
+        if was is not None and now is not None and _same(was, now):
             continue
         found.append(_change(name, was, now))
     return found
+
+
+def _same(was: Resolved, now: Resolved) -> bool:
+    """Unchanged, as a draft's author may learn it.
+
+    A secret is compared by where it comes from (layer, scope, policy version), never
+    by value: a draft that puts a guessed value where a task's or a policy's secret was
+    would otherwise learn, from "changed" or not, whether the guess was right.  A secret
+    from the draft's own layer (a new version) is therefore always reported as changed.
+    """
+    if was.secret or now.secret:
+        return (was.secret, was.source, was.scope, was.policy_version) == (
+            now.secret, now.source, now.scope, now.policy_version)
+    return was.value == now.value
 
 
 def _change(name: str, was: Resolved | None, now: Resolved | None

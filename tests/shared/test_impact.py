@@ -106,3 +106,18 @@ def test_removed_variables_and_platform_variables() -> None:
 def test_a_variable_becoming_secret_is_a_change() -> None:
     found = value_changes([Resolved("K", "v", "user")], [Resolved("K", "v", "user", secret=True)])
     assert [(f["kind"], f["old"], f["new"]) for _, f in found] == [("changed", None, None)]
+
+
+def test_a_secret_is_never_compared_by_value_so_a_draft_cannot_test_a_guess() -> None:
+    # A draft that drops a task's own secret for a protected value it guesses: "changed"
+    # must not depend on whether the guess was right.
+    user = [Resolved("HF_TOKEN", "real-token-value", "user", secret=True)]
+    verdicts = [value_changes(user, [Resolved("HF_TOKEN", guess, "protected", secret=True,
+                                              scope="project:x", policy_version=0)])
+                for guess in ("real-token-value", "wrong-guess-value")]
+    assert verdicts[0] == verdicts[1] and len(verdicts[0]) == 1
+    same_entry = [Resolved("DB_PASS", "a-secret-value", "default", secret=True,
+                           scope="platform", policy_version=3)]
+    assert value_changes(same_entry, [Resolved("DB_PASS", "other-value-xx", "default",
+                                               secret=True, scope="platform",
+                                               policy_version=3)]) == []
