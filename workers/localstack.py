@@ -71,6 +71,13 @@ def kept_secret(path: Path, make: Callable[[], str]) -> str:
     return path.read_text().strip()
 
 
+# A task's hashes hold a few fields of up to a few hundred bytes (the packed env):
+# Redis keeps a hash that small in its compact encoding only below this value size
+# (64 by default): a stored task takes about a quarter less.  The Redis 6.2 name
+# of the setting; Redis 7 reads it too.
+COMPACT_HASHES = ("--hash-max-ziplist-value", "1024")
+
+
 @dataclass
 class RedisServer:
     """A redis-server child on loopback, with its data in ``directory``.
@@ -106,7 +113,7 @@ class RedisServer:
         write_private(config, f"requirepass {self.password}\n" if self.password else "")
         args = [binary, str(config), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--save", "",
-                "--maxmemory-policy", "noeviction",
+                "--maxmemory-policy", "noeviction", *COMPACT_HASHES,
                 "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", "everysec"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
