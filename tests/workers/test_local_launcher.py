@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from shared import records, states
 from shared.config import Settings
@@ -30,7 +31,7 @@ from shared.secrets import REDACTED, Cipher, new_key
 from shared.store import TaskStore
 from shared.workload import Workload
 from workers import stages
-from workers.launchers import local
+from workers.launchers import local, local_runner
 from workers.launchers.base import Hooks, Outcome
 from workers.launchers.local import (
     MINIMAL_PATH,
@@ -437,3 +438,14 @@ def test_a_runner_that_ignores_sigterm_is_killed_with_its_group(
     launcher.cancel(job)
     assert stubborn.wait(timeout=5) == -9
     assert not runner_alive(run_dir)
+
+
+def test_a_runner_stops_waiting_for_redis_once_its_run_directory_is_gone(
+        tmp_path: Path) -> None:
+    def redis_away() -> None:
+        raise redis.ConnectionError("refused")
+
+    run_dir = tmp_path / "r1"
+    started = time.monotonic()
+    assert not local_runner.patiently(redis_away, 3600.0, wanted=run_dir.exists)
+    assert time.monotonic() - started < 5  # not an hour: nobody will read it any more

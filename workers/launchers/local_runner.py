@@ -40,7 +40,9 @@ from workers.stages import keep_alive, record_outcome
 
 log = logging.getLogger("taskenv.local_runner")
 
-OUTCOME_PATIENCE = 24 * 3600.0  # the steps ran once: their outcome is worth a long wait
+# The outcome waits in the run directory too (the reconciler reads it from there once
+# this runner is gone), so Redis is waited for a while, not for ever.
+OUTCOME_PATIENCE = 600.0
 LOG_PATIENCE = 300.0
 Write = Callable[[str], None]
 
@@ -118,8 +120,10 @@ class Runner:
         return None
 
 
-def patiently(write: Callable[[], None], give_up_after: float) -> bool:
-    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s."""
+def patiently(write: Callable[[], None], give_up_after: float,
+              wanted: Callable[[], bool] = lambda: True) -> bool:
+    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s,
+    or once the write is no longer ``wanted`` (the task's run directory was removed)."""
     deadline = time.monotonic() + give_up_after
     delay = 0.2
     while True:
@@ -127,7 +131,7 @@ def patiently(write: Callable[[], None], give_up_after: float) -> bool:
             write()
             return True
         except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not wanted():
                 return False
             log.warning("Redis unavailable; retrying in %.1fs", delay)
             time.sleep(delay)
@@ -183,9 +187,10 @@ def main() -> int:
         # On the host first: a write Redis acknowledged can still be lost (a crash within
         # its fsync interval), and the reconciler then reads the outcome from here.
         write_outcome_file(runner.home.parent, outcome)
+        run_dir = runner.home.parent
         recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                                     outcome.exit_code, outcome.reason),
-                             OUTCOME_PATIENCE)
+                             OUTCOME_PATIENCE, wanted=run_dir.exists)
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1
