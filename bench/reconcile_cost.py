@@ -15,7 +15,6 @@ between its once-a-minute sweeps of ``running`` ones (those read Redis only).
 from __future__ import annotations
 
 import argparse
-import copy
 from typing import Any
 
 import fakeredis
@@ -23,39 +22,19 @@ import redis
 from kubernetes.client import Configuration
 
 from bench.report import say
-from shared import records, states
 from shared.config import Settings
 from shared.manifest import (
-    ManifestSettings,
-    build,
     job_name,
-    task_annotations,
-    task_labels,
-    to_dict,
 )
 from shared.store import TaskStore
 from shared.workload import Workload
+from tests.contract.jobs import running_jobs
 from tests.contract.k8s_api import FakeKubeApi, condition, terminated
 from workers.launchers.kubernetes import KubernetesLauncher, make_api_client
 from workers.reconcile import reconcile_once
 
 FINISHED_PER_PASS = 3  # passes × this stays within the small size
 FLAT_FACTOR = 1.0  # status calls per pass at the large size / at the small one, at most
-
-
-def seed(store: TaskStore, api: FakeKubeApi, n: int) -> list[Workload]:
-    """``n`` running tasks, each with its Job on the server."""
-    docs = [{**records.new_task({"name": "bench", "steps": [["true"]], "env": []}, "bench"),
-             "state": states.RUNNING, "resolved": [], "policy_version": 0} for _ in range(n)]
-    store.load_many(docs)
-    workloads = [Workload.from_doc(doc) for doc in docs]
-    template = to_dict(build(workloads[0], ManifestSettings()).job)
-    for workload in workloads:
-        job = copy.deepcopy(template)
-        job["metadata"].update(name=job_name(workload), labels=task_labels(workload),
-                               annotations=task_annotations(workload))
-        api.add_job(job)
-    return workloads
 
 
 def finish(api: FakeKubeApi, workload: Workload) -> None:
@@ -70,7 +49,7 @@ def calls_per_pass(client: redis.Redis, running: int, passes: int) -> dict[str, 
         launcher = KubernetesLauncher(
             Settings(launcher="kubernetes", kube_namespace="default"),
             make_api_client(Configuration(host=api.url)), rate=10_000, burst=10_000)
-        workloads = seed(store, api, running)
+        workloads = running_jobs(store, api, running, owner="bench")
         reconcile_once(store, launcher, lambda *a: None, 120, sweep_running=False)
         first = api.count()
         before = {verb: api.count(verb) for verb in ("list", "watch")}

@@ -6,25 +6,20 @@ number of API calls per pass does not depend on how many Jobs run.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes.client import Configuration
 
-from shared import records, states
+from shared import states
 from shared.config import Settings
 from shared.manifest import (
-    ManifestSettings,
-    build,
     job_name,
-    task_annotations,
-    task_labels,
-    to_dict,
 )
 from shared.store import TaskStore
 from shared.workload import Workload
+from tests.contract.jobs import running_jobs
 from tests.contract.k8s_api import FakeKubeApi, condition, terminated, waiting
 from workers.launchers.kube_watch import JOB_DELETED
 from workers.launchers.kubernetes import KubernetesLauncher, make_api_client
@@ -46,25 +41,6 @@ def launcher(api: FakeKubeApi) -> KubernetesLauncher:
     settings = Settings(launcher="kubernetes", kube_namespace="default", kube_backoff_limit=0)
     return KubernetesLauncher(settings, make_api_client(Configuration(host=api.url)),
                               rate=10_000, burst=10_000)
-
-
-def running_tasks(tasks: TaskStore, api: FakeKubeApi, n: int) -> list[Workload]:
-    """``n`` tasks in ``running``, each with its Job on the server (made from one manifest)."""
-    docs = [{**records.new_task({"name": "train", "steps": [["true"]], "env": []}, "u"),
-             "state": states.RUNNING, "resolved": [], "policy_version": 0} for _ in range(n)]
-    tasks.load_many(docs)
-    workloads = [Workload.from_doc(doc) for doc in docs]
-    template = to_dict(build(workloads[0], ManifestSettings()).job)
-    for workload in workloads:
-        api.add_job(job_for(template, workload))
-    return workloads
-
-
-def job_for(template: dict[str, Any], workload: Workload) -> dict[str, Any]:
-    job = copy.deepcopy(template)
-    job["metadata"].update(name=job_name(workload), labels=task_labels(workload),
-                           annotations=task_annotations(workload))
-    return job
 
 
 def finish(api: FakeKubeApi, workload: Workload, exit_code: int) -> None:
@@ -93,7 +69,7 @@ def state_of(tasks: TaskStore, workload: Workload) -> tuple[str, int | None, str
 @pytest.mark.slow
 def test_fifty_changes_among_5000_jobs_are_recorded_in_one_pass_with_few_calls(
         tasks, api, launcher):
-    workloads = running_tasks(tasks, api, 5_000)
+    workloads = running_jobs(tasks, api, 5_000)
     now = tasks.get(workloads[0].task_id)["updated_at"] + 1
     one_pass(tasks, launcher, now, sweep_running=False)  # changes only, as between sweeps
     first_pass = api.count()
@@ -117,7 +93,7 @@ def test_fifty_changes_among_5000_jobs_are_recorded_in_one_pass_with_few_calls(
 
 
 def test_a_dropped_watch_resumes_from_the_last_resource_version(tasks, api, launcher):
-    first, second = running_tasks(tasks, api, 2)
+    first, second = running_jobs(tasks, api, 2)
     now = tasks.get(first.task_id)["updated_at"] + 1
     one_pass(tasks, launcher, now)
     api.drop_next_watch(after_events=1)
@@ -137,7 +113,7 @@ def test_a_dropped_watch_resumes_from_the_last_resource_version(tasks, api, laun
 
 
 def test_a_410_gone_lists_again_and_catches_up(tasks, api, launcher):
-    (workload,) = running_tasks(tasks, api, 1)
+    (workload,) = running_jobs(tasks, api, 1)
     now = tasks.get(workload.task_id)["updated_at"] + 1
     one_pass(tasks, launcher, now)
     api.set_job_status(job_name(workload), {"failed": 1, "conditions": [
@@ -153,7 +129,7 @@ def test_a_410_gone_lists_again_and_catches_up(tasks, api, launcher):
 
 @pytest.mark.parametrize("relisted", [False, True], ids=["deleted-event", "missing-on-relist"])
 def test_a_deleted_job_fails_its_running_task_with_the_reason(tasks, api, launcher, relisted):
-    deleted, kept = running_tasks(tasks, api, 2)
+    deleted, kept = running_jobs(tasks, api, 2)
     now = tasks.get(deleted.task_id)["updated_at"] + 1
     one_pass(tasks, launcher, now)
     api.delete("job", job_name(deleted))
@@ -168,7 +144,7 @@ def test_a_deleted_job_fails_its_running_task_with_the_reason(tasks, api, launch
 
 
 def test_a_pod_that_cannot_pull_its_image_fails_the_task_once_stuck(tasks, api, launcher):
-    (workload,) = running_tasks(tasks, api, 1)
+    (workload,) = running_jobs(tasks, api, 1)
     now = tasks.get(workload.task_id)["updated_at"] + 1
     one_pass(tasks, launcher, now)
     api.add_pod(job_name(workload), state=waiting("ImagePullBackOff"), phase="Pending")
