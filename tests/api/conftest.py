@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -156,3 +157,52 @@ def assert_error_shape(body: dict[str, Any], code: str | None = None) -> None:
         assert set(problem) <= {"rule", "message", "variable", "field", "limit"}, problem
     if code is not None:
         assert body["code"] == code, body
+
+
+# --- the console, as a browser uses it ---------------------------------------------------
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+FORM_ID = re.compile(r'name="form_id" value="([^"]+)"')
+
+
+class Browser:
+    """A test client that behaves like a browser on the pages: a cookie jar and the
+    CSRF token the pages put in every form."""
+
+    def __init__(self, client: FlaskClient) -> None:
+        self.client = client
+
+    def csrf(self) -> str:
+        match = CSRF.search(self.client.get("/ui/login").text)
+        assert match, "the login page carries a CSRF token"
+        return match.group(1)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.client.get(path, **kwargs)
+
+    def post(self, path: str, data: dict[str, str], csrf: bool = True) -> Any:
+        return self.client.post(path, data={**data, "csrf": self.csrf()} if csrf else data)
+
+    def login(self, token: str) -> Any:
+        return self.post("/ui/login", {"token": token})
+
+    def create(self, **fields: str) -> str:
+        """Submit the new-task form; returns the new task's id."""
+        form_id = FORM_ID.search(self.get("/ui/tasks/new").text).group(1)
+        resp = self.post("/ui/tasks/new", {"form_id": form_id, **fields})
+        assert resp.status_code == 302, resp.text
+        return resp.location.rsplit("/", 1)[1]
+
+
+@pytest.fixture
+def browser(app: Flask):
+    """A logged-in browser for an owner with a role; the admin by default."""
+
+    def make(owner: str = "admin", role: str = "user") -> Browser:
+        b = Browser(app.test_client())
+        token = ADMIN_TOKEN if owner == "admin" else \
+            app.extensions["taskenv"].tokens.create(owner, role, "tests")[0]
+        assert b.login(token).status_code == 302
+        return b
+
+    return make

@@ -21,8 +21,7 @@ from shared.envlist import EnvVar, Limits
 from shared.policy import Policy
 from shared.policy_store import PolicyStore
 from shared.store import TaskStore
-from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy
-from tests.api.test_pages import CSRF, Browser
+from tests.api.conftest import ADMIN_TOKEN, CSRF, Browser, EnqueueSpy
 from workers import stages
 
 TASKS = "/api/v1/tasks"
@@ -631,16 +630,6 @@ def test_metrics_and_readyz_without_a_token_name_no_task_owner_variable_or_secre
 
 # --- the console ---------------------------------------------------------------------------
 
-@pytest.fixture
-def browser(app: Flask) -> Callable[..., Browser]:
-    def make(owner: str = "admin") -> Browser:
-        signed_in = Browser(app.test_client())
-        token = ADMIN_TOKEN if owner == "admin" else \
-            app.extensions["taskenv"].tokens.create(owner, "user", "tests")[0]
-        assert signed_in.login(token).status_code == 302
-        return signed_in
-
-    return make
 
 
 def test_the_cancel_form_without_its_csrf_token_cancels_nothing(

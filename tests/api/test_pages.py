@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from html import unescape
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -18,56 +17,11 @@ from shared.policy import Policy
 from shared.policy_store import PolicyStore
 from shared.store import TaskStore
 from shared.tokens import digest
-from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy, build_app
+from tests.api.conftest import ADMIN_TOKEN, FORM_ID, Browser, EnqueueSpy, build_app
 from workers import stages
 
-CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-FORM_ID = re.compile(r'name="form_id" value="([^"]+)"')
 SECRET = "hf_page-secret-7c1e93a0"
 XSS = "<script>alert(1)</script>"
-
-
-class Browser:
-    """A test client that behaves like a browser on the pages: a cookie jar and the
-    CSRF token the pages put in every form."""
-
-    def __init__(self, client: FlaskClient) -> None:
-        self.client = client
-
-    def csrf(self) -> str:
-        match = CSRF.search(self.client.get("/ui/login").text)
-        assert match, "the login page carries a CSRF token"
-        return match.group(1)
-
-    def get(self, path: str, **kwargs: Any) -> Any:
-        return self.client.get(path, **kwargs)
-
-    def post(self, path: str, data: dict[str, str], csrf: bool = True) -> Any:
-        return self.client.post(path, data={**data, "csrf": self.csrf()} if csrf else data)
-
-    def login(self, token: str) -> Any:
-        return self.post("/ui/login", {"token": token})
-
-    def create(self, **fields: str) -> str:
-        """Submit the new-task form; returns the new task's id."""
-        form_id = FORM_ID.search(self.get("/ui/tasks/new").text).group(1)
-        resp = self.post("/ui/tasks/new", {"form_id": form_id, **fields})
-        assert resp.status_code == 302, resp.text
-        return resp.location.rsplit("/", 1)[1]
-
-
-@pytest.fixture
-def browser(app: Flask):
-    """A logged-in browser for an owner with a role; the admin by default."""
-
-    def make(owner: str = "admin", role: str = "user") -> Browser:
-        b = Browser(app.test_client())
-        token = ADMIN_TOKEN if owner == "admin" else \
-            app.extensions["taskenv"].tokens.create(owner, role, "tests")[0]
-        assert b.login(token).status_code == 302
-        return b
-
-    return make
 
 
 def resolve(tasks: TaskStore, policies: PolicyStore, task_id: str) -> None:

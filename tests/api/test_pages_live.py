@@ -11,9 +11,8 @@ from shared import states
 from shared.policy import Policy
 from shared.policy_store import PolicyStore
 from shared.store import TaskStore
-from tests.api.test_pages import SECRET, TASK_FORM, Browser, browser, resolve
-
-__all__ = ["browser"]  # the logged-in browser fixture, shared with test_pages
+from tests.api.conftest import Browser
+from tests.api.test_pages import SECRET, TASK_FORM, resolve
 
 REASON = "tuned by the platform team"
 PROTECTED = {"defaults": [{"name": "DATA_DIR", "value": "/data"}], "protected": [

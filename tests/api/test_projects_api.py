@@ -6,15 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from shared import states
 from shared.envlist import Limits
 from shared.policy_store import PolicyStore
 from shared.store import TaskStore
-from tests.api.conftest import ADMIN_TOKEN, task_body
-from tests.api.test_pages import Browser
+from tests.api.conftest import Browser, task_body
 from workers import stages
 
 PLATFORM = {"defaults": [{"name": "LR", "value": "0.1"}],
@@ -239,18 +237,6 @@ def test_a_drafts_impact_names_rejections_and_changes_and_saves_nothing(
 
 # --- console -----------------------------------------------------------------------------
 
-@pytest.fixture
-def browser(app: Flask) -> Callable[..., Browser]:
-    """A console session for an owner (the admin by default)."""
-
-    def make(owner: str = "admin") -> Browser:
-        signed_in = Browser(app.test_client())
-        token = ADMIN_TOKEN if owner == "admin" else \
-            app.extensions["taskenv"].tokens.create(owner, "user", "tests")[0]
-        assert signed_in.login(token).status_code == 302
-        return signed_in
-
-    return make
 
 
 @pytest.mark.usefixtures("projects")

@@ -15,8 +15,8 @@ from shared.envlist import EnvVar
 from shared.policy import Policy
 from shared.policy_store import PolicyStore
 from shared.store import TaskStore
-from tests.api.conftest import ADMIN_TOKEN
-from tests.api.test_pages import FORM_ID, Browser, resolve
+from tests.api.conftest import ADMIN_TOKEN, FORM_ID, Browser
+from tests.api.test_pages import resolve
 
 SECRET = "hf_diff-page-secret-51a7"
 
