@@ -89,7 +89,7 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         # Once the workload may be running, no write may fail the launch: each waits out
         # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
-            started=lambda: _patiently(lambda: _started(tasks, task_id, revision)),
+            started=lambda: _insist(lambda: _started(tasks, task_id, revision)),
             log=lambda text: _append_log(tasks, task_id, revision, redactor.feed(text)),
         )
         try:
@@ -108,14 +108,14 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         if outcome.state == states.RUNNING:
             return  # the started hook moved it to running; its end is recorded later
         # The outcome cannot be had again (the local steps ran once): hold on to it.
-        _patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
+        _insist(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                           outcome.exit_code, outcome.reason))
 
 
 def _append_log(tasks: TaskStore, task_id: str, revision: int, clean: str) -> None:
     """Store already redacted output, waiting out a Redis restart."""
     if clean:
-        _patiently(lambda: tasks.append_log(task_id, revision, clean))
+        _insist(lambda: tasks.append_log(task_id, revision, clean))
 
 
 def _cancelled_meanwhile(tasks: TaskStore, launcher: Launcher, workload: Workload) -> bool:
@@ -159,19 +159,28 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         enqueue(task_id, doc["revision"])
 
 
-def _patiently(write: Callable[[], None], give_up_after: float = 300.0) -> None:
+def patiently(write: Callable[[], None], give_up_after: float = 300.0,
+              wanted: Callable[[], bool] = lambda: True) -> bool:
+    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s,
+    or once the write is no longer ``wanted`` (say, the task's run directory is gone)."""
     deadline = time.monotonic() + give_up_after
     delay = 0.2
     while True:
         try:
             write()
-            return
+            return True
         except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() > deadline:
-                raise
+            if time.monotonic() > deadline or not wanted():
+                return False
             log.warning("Redis unavailable; retrying in %.1fs", delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+
+
+def _insist(write: Callable[[], None]) -> None:
+    """:func:`patiently`, then one last try whose error is the caller's (Celery retries)."""
+    if not patiently(write):
+        write()
 
 
 @contextmanager

@@ -20,12 +20,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import redis
 
 from shared import logs
 from shared.config import Settings
@@ -36,7 +33,7 @@ from shared.workload import Workload
 from workers.launchers.base import Outcome
 from workers.launchers.local import write_outcome_file
 from workers.launchers.sandbox import bwrap_argv
-from workers.stages import keep_alive, record_outcome
+from workers.stages import keep_alive, patiently, record_outcome
 
 log = logging.getLogger("taskenv.local_runner")
 
@@ -118,24 +115,6 @@ class Runner:
         if code != 0:
             return Outcome("failed", exit_code=code, reason=f"step {number} exited with {code}")
         return None
-
-
-def patiently(write: Callable[[], None], give_up_after: float,
-              wanted: Callable[[], bool] = lambda: True) -> bool:
-    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s,
-    or once the write is no longer ``wanted`` (the task's run directory was removed)."""
-    deadline = time.monotonic() + give_up_after
-    delay = 0.2
-    while True:
-        try:
-            write()
-            return True
-        except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() > deadline or not wanted():
-                return False
-            log.warning("Redis unavailable; retrying in %.1fs", delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 class LogWriter:
