@@ -147,9 +147,15 @@ class Keys:
         (a hash: JSON ``[rule, variable]`` -> count); names only, never a value."""
         return f"{self._insights(day, project)}:rejections"
 
+    def insights_project_stem(self, day: int) -> str:
+        """What a project's insights keys for ``day`` begin with: the task store's move
+        script, which learns the project inside Redis, appends ``<project>:states``."""
+        return f"{self.prefix}:insights:{day}:project:"
+
     def _insights(self, day: int, project: str | None) -> str:
-        scope = "all" if project is None else f"project:{project}"
-        return f"{self.prefix}:insights:{day}:{scope}"
+        if project is None:
+            return f"{self.prefix}:insights:{day}:all"
+        return f"{self.insights_project_stem(day)}{project}"
 
     # --- workers -------------------------------------------------------------------------
 

@@ -226,7 +226,7 @@ class TaskStore:
             keys=[k.task(task_id), k.expiry(), k.insights_states(day_of(now))],
             args=[_json(revision), new_state, ",".join(sorted(allowed)),
                   ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
-                  k.index(), k.insights_states(day_of(now), "").removesuffix(":states"),
+                  k.index(), k.insights_project_stem(day_of(now)),
                   KEEP_SECONDS, _json(event), task_id, *_pairs(changes)])
         if not found:
             raise NotFound(f"no task {task_id}")
