@@ -11,12 +11,12 @@ registers them once per client.
 # many revisions a task has had or how big their env was.
 
 # Counts a revision entering a state in the day's insights (shared.insights): the
-# count is part of the write it follows, so it costs no round trip of its own.
+# count is part of the write it follows, so it costs no round trip of its own.  A day's
+# counter is given its expiry when the count begins (the first entry of a state that day).
 COUNT_ENTRY = """
 local function count_entry(all_key, project_key, state, ttl)
   for _, key in ipairs({all_key, project_key}) do
-    if key ~= '' then
-      redis.call('HINCRBY', key, state, 1)
+    if key ~= '' and redis.call('HINCRBY', key, state, 1) == 1 then
       redis.call('EXPIRE', key, ttl)
     end
   end
@@ -59,17 +59,17 @@ return {1, ARGV[1]}
 #       a final state), number of task fields n, the state entered, insights TTL,
 #       n task field/value pairs, revision field/value pairs
 UPDATE = COUNT_ENTRY + """
-local v = redis.call('HGET', KEYS[1], 'v')
+local t = redis.call('HMGET', KEYS[1], 'v', 'seq')
+local v = t[1]
 if v ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[4])
 redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, unpack(ARGV, 7, 6 + 2 * n))
 if #ARGV > 6 + 2 * n then redis.call('HSET', KEYS[2], unpack(ARGV, 7 + 2 * n, #ARGV)) end
 if KEYS[3] ~= KEYS[4] then
-  local seq = redis.call('HGET', KEYS[1], 'seq')
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('ZADD', KEYS[4], seq, ARGV[2])
-  redis.call('ZADD', KEYS[6], seq, ARGV[2])
+  redis.call('ZADD', KEYS[4], t[2], ARGV[2])
+  redis.call('ZADD', KEYS[6], t[2], ARGV[2])
 end
 if ARGV[3] == 'leave' then redis.call('ZREM', KEYS[7], ARGV[2])
 elseif ARGV[3] ~= '0' then redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2]) end
@@ -98,18 +98,20 @@ if not member(ARGV[3], old) then return {0} end
 local state = cjson.encode(new)
 local rev = KEYS[1] .. ARGV[7] .. ARGV[1]
 redis.call('HSET', KEYS[1], 'v', tonumber(t[1]) + 1, 'state', state, 'updated_at', ARGV[5])
-local events = redis.call('HGET', rev, 'events')
+local r = redis.call('HMGET', rev, 'events', 'started_at')
+local events = r[1]
 if not events or events == '[]' or events == 'null' then events = '[' .. ARGV[11] .. ']'
 else events = string.sub(events, 1, -2) .. ',' .. ARGV[11] .. ']' end
-redis.call('HSET', rev, 'state', state, 'updated_at', ARGV[5], 'events', events)
-if #ARGV > 12 then redis.call('HSET', rev, unpack(ARGV, 13, #ARGV)) end
-if member(ARGV[4], new) then redis.call('HSET', rev, 'ended_at', ARGV[5])
-elseif new == 'running' then
-  local started = redis.call('HGET', rev, 'started_at')
-  if not started or started == 'null' or started == '0' then
-    redis.call('HSET', rev, 'started_at', ARGV[5])
-  end
+local fields = {'state', state, 'updated_at', ARGV[5], 'events', events}
+for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+if member(ARGV[4], new) then
+  fields[#fields + 1] = 'ended_at'
+  fields[#fields + 1] = ARGV[5]
+elseif new == 'running' and (not r[2] or r[2] == 'null' or r[2] == '0') then
+  fields[#fields + 1] = 'started_at'
+  fields[#fields + 1] = ARGV[5]
 end
+redis.call('HSET', rev, unpack(fields))
 if old ~= new then
   local owner = cjson.decode(t[4])
   for _, pair in ipairs({{'ZREM', old}, {'ZADD', new}}) do
@@ -132,9 +134,10 @@ return {1, project}
 READ = """
 local t = redis.call('HGETALL', KEYS[1])
 if #t == 0 then return false end
-local rev = redis.call('HGET', KEYS[1], 'revision')
-if not rev then return {t, {}} end
-return {t, redis.call('HGETALL', KEYS[1] .. ARGV[1] .. rev)}
+for i = 1, #t, 2 do
+  if t[i] == 'revision' then return {t, redis.call('HGETALL', KEYS[1] .. ARGV[1] .. t[i + 1])} end
+end
+return {t, {}}
 """
 
 # KEYS: expiry, the n index keys, the task, then the task's other keys

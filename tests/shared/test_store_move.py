@@ -9,7 +9,7 @@ import pytest
 
 from shared import records, states
 from shared.errors import NotFound
-from shared.insights import Insights
+from shared.insights import KEEP_SECONDS, Insights
 from shared.store import TaskStore
 
 
@@ -76,3 +76,14 @@ def test_move_counts_the_state_entered_for_insights(r: fakeredis.FakeRedis) -> N
     counters = Insights(r)
     assert counters.states(1)[states.RUNNING] == 1
     assert counters.states(1, "vision") == {states.LAUNCHING: 1, states.RUNNING: 1}
+
+
+def test_the_day_counters_the_scripts_write_expire_after_a_week_and_a_day(
+        r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    task_id = launched(tasks, project="vision")
+    tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
+    tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
+    keys = r.keys(f"{tasks.keys.prefix}:insights:*")
+    assert len(keys) == 2  # every task's and the project's
+    assert all(0 < r.ttl(k) <= KEEP_SECONDS for k in keys)
