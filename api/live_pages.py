@@ -11,7 +11,9 @@ thread per open page for as long as it stays open, which sync WSGI workers (and 
 proxies in front of them) pay for even when nothing happens; a poll costs one short
 request every 20 s at rest (three a minute) and needs nothing but plain HTTP.
 
-The log endpoint returns only the bytes after the ``offset`` the page already has.
+The log endpoint returns only the bytes after the ``offset`` the page already has;
+offsets count from the log's first byte, so they survive the store trimming the log,
+and ``skipped`` says how many bytes were dropped before the page could read them.
 The preview routes run the preview endpoint's own function (``actions.preview``) on
 what the form holds, with the session's CSRF token, so the panel beside the rows shows
 what the task would get, problems and all, before anything is submitted.
@@ -82,7 +84,8 @@ def task_live(task_id: str) -> Response:
         return unchanged
     chunk = tail.since(task_id, revision, offset)
     return _answer({**state, "log": {"revision": revision, "text": chunk.text,
-                                     "offset": chunk.offset, "reset": chunk.reset}}, tag)
+                                     "offset": chunk.offset, "reset": chunk.reset,
+                                     "skipped": chunk.skipped}}, tag)
 
 
 @bp.get("/ui/tasks/live")
@@ -199,5 +202,3 @@ def variable_suggestions() -> dict[str, Any]:
 def live_helpers() -> dict[str, Any]:
     return {"final_states": sorted(states.FINAL)}
 
-
-bp.add_app_template_filter(lambda text: len((text or "").encode()), "utf8_length")

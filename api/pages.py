@@ -52,8 +52,9 @@ from shared.errors import (
     TaskenvError,
     TooManyRequests,
 )
+from shared.logtail import LogTail
 from shared.secrets import MASK, blanked, masked
-from shared.store import Page
+from shared.store import Page, TaskStore
 from shared.tokens import Identity, SessionStore, digest
 
 bp = Blueprint("pages", __name__)
@@ -286,9 +287,11 @@ def task_page(doc: dict[str, Any], status: int = 200,
         env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
     revision = request.args.get("revision", type=int) or view["revision"]
     revision = revision if 1 <= revision <= view["revision"] else view["revision"]
+    log = LogTail(svc().redis, svc().keys.prefix).since(doc["id"], revision, 0,
+                                                         most=TaskStore.LOG_LIMIT)
     return page("task.html", status, task=view,
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
-                log=svc().tasks.read_log(doc["id"], revision), log_revision=revision,
+                log=log.text, log_offset=log.offset, log_revision=revision,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
                 errors=errors or {}, error=error,
                 running=view["status"] in (states.LAUNCHING, states.RUNNING),

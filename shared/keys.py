@@ -33,6 +33,10 @@ class Keys:
     def log(self, task_id: str, revision: int) -> str:
         return f"{self.task(task_id)}:log:{revision}"
 
+    def log_cut(self, task_id: str, revision: int) -> str:
+        """How many bytes trimming has dropped from the front of the revision's log."""
+        return f"{self.task(task_id)}:logcut:{revision}"
+
     def beat(self, task_id: str, revision: int) -> str:
         """Exists while a launch worker holds the revision."""
         return f"{self.task(task_id)}:beat:{revision}"

@@ -1,53 +1,110 @@
-"""A revision's output read from a byte offset, for a page that follows it live.
+"""A revision's output: appended and trimmed in one step, read from a byte offset.
 
-The log is one Redis string per revision (``TaskStore.append_log``), so the new
-output since the last read is a ``GETRANGE`` from the offset the reader last got: a
-poll costs what was written since, not the whole log.  When the store has cut the
-log to its newest half (past ``TaskStore.LOG_LIMIT``) an old offset may lie past
-the end: the reader then starts again from the start of what is kept (``reset``).
+The log is one Redis string per revision, so the new output since the last read is a
+``GETRANGE`` from the offset the reader last got: a poll costs what was written since,
+not the whole log.  Past a limit (``TaskStore.LOG_LIMIT``) only the newest half is kept;
+a second key counts the bytes trimming has dropped from the front.  Offsets count from
+the first byte ever written, so they stay valid across trims: a reader behind what was
+dropped is told how many bytes it missed (``skipped``) and goes on from the oldest kept
+byte, instead of being sent text again or losing its place.
+
+Appending and trimming are one Lua script, and so is reading the count with the bytes:
+a reader never sees a log trimmed but not yet counted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from redis.client import NEVER_DECODE
+from redis.commands.core import Script
 
 from shared.keys import Keys
 
 MAX_CHUNK = 256 * 1024  # one answer's worth; the reader asks again for the rest
 
+# KEYS: log, cut.  ARGV: text, limit.  Keeps the newest half past the limit, from the
+# start of a character (a UTF-8 character has at most 3 continuation bytes), and adds
+# what it dropped to the cut.
+APPEND = r"""
+local size = redis.call('APPEND', KEYS[1], ARGV[1])
+local limit = tonumber(ARGV[2])
+if size <= limit then return size end
+local tail = redis.call('GETRANGE', KEYS[1], -math.max(1, math.floor(limit / 2)), -1)
+local partial = string.match(tail, '^[\128-\191]?[\128-\191]?[\128-\191]?')
+tail = string.sub(tail, #partial + 1)
+redis.call('SET', KEYS[1], tail)
+redis.call('INCRBY', KEYS[2], size - #tail)
+return #tail
+"""
+
+# KEYS: log, cut.  ARGV: offset, most bytes.  Returns where the bytes start (the offset,
+# or the oldest kept byte when the offset was dropped or lies past the end), the log's
+# end, and the bytes.
+READ = r"""
+local cut = tonumber(redis.call('GET', KEYS[2]) or '0')
+local size = cut + redis.call('STRLEN', KEYS[1])
+local start = tonumber(ARGV[1])
+if start < cut or start > size then start = cut end
+local last = math.min(size, start + tonumber(ARGV[2])) - 1
+if last < start then return {start, size, ''} end
+return {start, size, redis.call('GETRANGE', KEYS[1], start - cut, last - cut)}
+"""
+
 
 @dataclass(frozen=True)
 class Chunk:
     text: str
-    offset: int  # where the next read starts (bytes)
-    size: int  # the log's length now (bytes)
+    offset: int  # where the next read starts (bytes since the log began)
+    size: int  # the log's end now (bytes since the log began, dropped ones included)
     reset: bool = False  # the text starts the log anew: replace what was shown
+    skipped: int = 0  # bytes before the text that were dropped unread
 
 
 class LogTail:
     def __init__(self, client: redis.Redis, prefix: str = "taskenv") -> None:
         self.r = client
         self.keys = Keys(prefix)
+        self._append = client.register_script(APPEND)
+        self._read = client.register_script(READ)
+
+    def _pair(self, task_id: str, revision: int) -> list[str]:
+        return [self.keys.log(task_id, revision), self.keys.log_cut(task_id, revision)]
+
+    def append(self, task_id: str, revision: int, text: str, limit: int) -> None:
+        """Append output; past ``limit`` bytes keep the newest half and count the rest."""
+        self._append(keys=self._pair(task_id, revision), args=[text, limit])
 
     def size(self, task_id: str, revision: int) -> int:
-        return int(self.r.strlen(self.keys.log(task_id, revision)))  # type: ignore[arg-type]
+        """The log's end: every byte written to it, dropped ones included."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.get(self.keys.log_cut(task_id, revision))
+        pipe.strlen(self.keys.log(task_id, revision))
+        cut, kept = pipe.execute()
+        return int(cut or 0) + int(kept)
 
-    def since(self, task_id: str, revision: int, offset: int) -> Chunk:
-        """The output after ``offset`` bytes, whole UTF-8 characters only."""
-        size = self.size(task_id, revision)
+    def since(self, task_id: str, revision: int, offset: int, most: int = MAX_CHUNK) -> Chunk:
+        """The output after ``offset`` bytes, at most ``most`` of them, whole UTF-8
+        characters only.  From 0 it is everything kept, and its offset where to go on."""
+        start, size, data = self._bytes(self._read, self._pair(task_id, revision),
+                                        [offset, most])
         reset = offset > size
-        start = 0 if reset else offset
-        if start == size:
-            return Chunk("", start, size, reset)
-        end = min(size, start + MAX_CHUNK) - 1
-        # Bytes, even from a client that decodes: the range may end inside a character.
-        data = self.r.execute_command("GETRANGE", self.keys.log(task_id, revision), start, end,
-                                      **{NEVER_DECODE: True})
         text, used = whole_characters(bytes(data))
-        return Chunk(text, start + used, size, reset)
+        return Chunk(text, start + used, size, reset, start if reset else start - offset)
+
+    def _bytes(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``script`` for bytes, even on a client that decodes: they may end inside a
+        character."""
+        command = [len(keys), *keys, *args]
+        try:
+            return self.r.execute_command("EVALSHA", script.sha, *command,
+                                          **{NEVER_DECODE: True})
+        except redis.exceptions.NoScriptError:  # a restarted or another server
+            return self.r.execute_command("EVAL", script.script, *command,
+                                          **{NEVER_DECODE: True})
 
 
 def whole_characters(data: bytes) -> tuple[str, int]:

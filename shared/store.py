@@ -30,6 +30,7 @@ from shared.errors import NotFound
 from shared.insights import KEEP_SECONDS, day_of
 from shared.keys import REVISION_SUFFIX, Keys
 from shared.legacy import legacy_env_lists, legacy_split
+from shared.logtail import LogTail
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
@@ -547,8 +548,8 @@ class TaskStore:
         indexes = [k.index(), k.index(owner), k.index(state=state), k.index(owner, state)]
         indexes += [k.project_index(project)] if project else []
         own = [key for n in range(1, last + 1) for key in (
-            k.revision(task_id, n), k.log(task_id, n), k.beat(task_id, n),
-            k.suspect(task_id, n))]
+            k.revision(task_id, n), k.log(task_id, n), k.log_cut(task_id, n),
+            k.beat(task_id, n), k.suspect(task_id, n))]
         return int(self._delete(keys=[k.expiry(), *indexes, k.task(task_id), *own],
                                 args=[v, task_id, len(indexes)]))
 
@@ -581,10 +582,7 @@ class TaskStore:
 
     def append_log(self, task_id: str, revision: int, text: str) -> None:
         """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept."""
-        key = self.keys.log(task_id, revision)
-        if int(self.r.append(key, text)) > self.LOG_LIMIT:  # type: ignore[arg-type]
-            tail = self.r.getrange(key, -(self.LOG_LIMIT // 2), -1)
-            self.r.set(key, tail)
+        LogTail(self.r, self.keys.prefix).append(task_id, revision, text, self.LOG_LIMIT)
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))

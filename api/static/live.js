@@ -67,14 +67,18 @@
     localize(document);
   }
 
+  // chunk.skipped: bytes the store trimmed before this page read them; said once, here.
   function appendLog(log, chunk) {
     if (chunk.reset || log.hasAttribute("data-empty")) {
       log.textContent = "";
       log.removeAttribute("data-empty");
     }
-    if (!chunk.text) return;
+    const lineEnded = !log.textContent || log.textContent.endsWith("\n");
+    const dropped = chunk.skipped
+      ? `${lineEnded ? "" : "\n"}… ${chunk.skipped} bytes of earlier output dropped\n` : "";
+    if (!chunk.text && !dropped) return;
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-    log.append(chunk.text);
+    log.append(dropped + chunk.text);
     if (atBottom) log.scrollTop = log.scrollHeight;
   }
 

@@ -37,7 +37,8 @@ def test_the_live_endpoint_reports_state_and_only_new_log_bytes(
     assert first.status_code == 200
     assert first.json["status"] == states.PENDING and first.json["final"] is False
     assert first.json["log"] == {"revision": 1, "text": "first ✓\n",
-                                 "offset": len("first ✓\n".encode()), "reset": False}
+                                 "offset": len("first ✓\n".encode()), "reset": False,
+                                 "skipped": 0}
     offset = first.json["log"]["offset"]
 
     unchanged = live(b, task_id, first.headers["ETag"], offset=offset)
@@ -53,7 +54,26 @@ def test_an_offset_past_the_end_starts_the_log_again(browser, tasks: TaskStore) 
     task_id = b.create(**TASK_FORM)
     tasks.append_log(task_id, 1, "kept\n")
     answer = live(b, task_id, offset=10_000).json["log"]
-    assert answer == {"revision": 1, "text": "kept\n", "offset": 5, "reset": True}
+    assert answer == {"revision": 1, "text": "kept\n", "offset": 5, "reset": True,
+                      "skipped": 0}
+
+
+def test_offsets_survive_a_trim_and_dropped_output_is_counted_once(
+        browser, tasks: TaskStore) -> None:
+    tasks.LOG_LIMIT = 32
+    b = browser("alice")
+    task_id = b.create(**TASK_FORM)
+    tasks.append_log(task_id, 1, "0123456789\n")
+    page = b.get(f"/ui/tasks/{task_id}").text
+    assert 'data-offset="11"' in page
+    tasks.append_log(task_id, 1, "abcdefghij\n" * 2)  # 33 bytes: the newest 16 are kept
+    behind = live(b, task_id, offset=11).json["log"]
+    assert behind == {"revision": 1, "text": "ghij\nabcdefghij\n", "offset": 33,
+                      "reset": False, "skipped": 6}  # bytes 11 to 17 went unread
+    assert 'data-offset="33"' in b.get(f"/ui/tasks/{task_id}").text
+    tasks.append_log(task_id, 1, "more\n")
+    after = live(b, task_id, offset=33).json["log"]
+    assert (after["text"], after["offset"], after["skipped"]) == ("more\n", 38, 0)
 
 
 def test_a_cut_character_waits_for_its_last_bytes(browser, tasks: TaskStore) -> None:

@@ -11,6 +11,7 @@ def every_key(keys: Keys) -> dict[str, str]:
     return {
         "task": keys.task(TASK),
         "log": keys.log(TASK, REVISION),
+        "log_cut": keys.log_cut(TASK, REVISION),
         "beat": keys.beat(TASK, REVISION),
         "suspect": keys.suspect(TASK, REVISION),
         "requeue_claim": keys.requeue_claim(TASK, REVISION, STATE),
@@ -48,7 +49,7 @@ def test_every_key_is_under_the_prefix_so_deployments_can_share_a_redis():
 def test_only_a_tasks_own_keys_live_under_its_key():
     made = every_key(Keys())
     under_task = {kind for kind, key in made.items() if key.startswith(made["task"] + ":")}
-    assert under_task == {"log", "beat", "suspect", "requeue_claim"}
+    assert under_task == {"log", "log_cut", "beat", "suspect", "requeue_claim"}
 
 
 def test_the_policy_script_completes_the_version_stem_as_policy_version_does():
