@@ -8,6 +8,9 @@ schema for: they are checked against what they point at instead.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -294,11 +297,99 @@ def test_the_redis_url_has_the_redis_servers_password_and_points_at_its_service(
     service = named(objects, "Service", "taskenv-redis")
     assert url.hostname == f"taskenv-redis.{SERVICE_NS}.svc"
     assert url.port == service["spec"]["ports"][0]["port"]
-    redis_args = named(objects, "StatefulSet", "taskenv-redis")["spec"]["template"]["spec"][
-        "containers"][0]["args"]
-    assert redis_args[redis_args.index("--requirepass") + 1] == "$(REDIS_PASSWORD)"
-    assert redis_args[redis_args.index("--appendonly") + 1] == "yes"
-    assert redis_args[redis_args.index("--maxmemory-policy") + 1] == "noeviction"
+    assert named(objects, "Secret", "taskenv-redis")["stringData"]["auth.conf"] == \
+        f"requirepass {password}"
+
+
+# --- the Redis server's config -------------------------------------------------------------
+
+def redis_pod(objects: list[Doc]) -> Doc:
+    return dict(named(objects, "StatefulSet", "taskenv-redis")["spec"]["template"]["spec"])
+
+
+def mounted_file(pod: Doc, container: Doc, path: str) -> tuple[Doc, str]:
+    """The volume a container sees ``path`` in, and the file's name (key) in that volume."""
+    for mount in container["volumeMounts"]:
+        directory = mount["mountPath"].rstrip("/") + "/"
+        if path.startswith(directory):
+            (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+            assert mount.get("readOnly") is True, path
+            return volume, path.removeprefix(directory)
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def redis_config(objects: list[Doc]) -> tuple[str, Path, str]:
+    """The config file redis-server is started with, the file it includes, and that
+    file's text (from the Secret)."""
+    pod = redis_pod(objects)
+    (container,) = pod["containers"]
+    assert container["args"][0] == "redis-server" and len(container["args"]) == 2
+    volume, key = mounted_file(pod, container, container["args"][1])
+    config = named(objects, "ConfigMap", volume["configMap"]["name"])["data"][key]
+    (include,) = [line.split()[1] for line in config.splitlines()
+                  if line.startswith("include ")]
+    volume, key = mounted_file(pod, container, include)
+    items = {i["path"]: i["key"] for i in volume["secret"].get("items", [])}
+    auth = named(objects, "Secret", volume["secret"]["secretName"])["stringData"]
+    return config, Path(include), auth[items.get(key, key)]
+
+
+def test_redis_gets_its_settings_and_password_from_mounted_files(objects):
+    config, _, auth = redis_config(objects)
+    settings = dict(line.split(maxsplit=1) for line in config.splitlines()
+                    if line and not line.startswith("#"))
+    assert settings["appendonly"] == "yes" and settings["appendfsync"] == "everysec"
+    assert settings["maxmemory-policy"] == "noeviction"
+    assert settings["hash-max-ziplist-value"] == "1024"
+    assert settings["dir"] == "/data" and "requirepass" not in settings
+    password = named(objects, "Secret", "taskenv-redis")["stringData"]["password"]
+    assert auth == f"requirepass {password}"
+
+
+def test_no_container_has_a_secret_on_its_command_line_or_the_redis_server_in_its_env(
+        objects):
+    secret_vars = {e["name"] for _, c in containers(objects) for e in c.get("env", [])
+                   if "secretKeyRef" in e.get("valueFrom", {})}
+    for workload, container in containers(objects):
+        probes = [container.get(p, {}).get("exec", {}).get("command", [])
+                  for p in ("livenessProbe", "readinessProbe", "startupProbe")]
+        argv = " ".join(container.get("command", []) + container.get("args", [])
+                        + [word for probe in probes for word in probe])
+        where = f"{workload['metadata']['name']}/{container['name']}"
+        assert "requirepass" not in argv and "REDISCLI_AUTH" not in argv, where
+        assert not any(f"$({name})" in argv for name in secret_vars), where
+        assert not {"-a", "--pass", "--askpass"} & set(argv.split()), where
+    (redis_server,) = redis_pod(objects)["containers"]
+    assert not redis_server.get("env") and not redis_server.get("envFrom")
+
+
+def test_the_redis_config_starts_a_real_redis_that_wants_the_password(objects, tmp_path):
+    """The ConfigMap's file and the Secret's line, as mounted, read by redis-server itself."""
+    config, include, auth = redis_config(objects)
+    (tmp_path / include.name).write_text(auth + "\n")
+    conf = tmp_path / "redis.conf"  # the pod's paths, here
+    conf.write_text(config.replace(f"include {include}", f"include {tmp_path / include.name}")
+                    .replace("dir /data\n", f"dir {tmp_path}\n"))
+    socket = tmp_path / "redis.sock"
+    server = subprocess.Popen([shutil.which("redis-server") or "redis-server", str(conf),
+                               "--port", "0", "--unixsocket", str(socket)],
+                              stdout=subprocess.DEVNULL)
+    try:
+        password = auth.removeprefix("requirepass ")
+        client = redis.Redis(unix_socket_path=str(socket), password=password,
+                             decode_responses=True)
+        deadline = time.monotonic() + 10
+        while not socket.exists() and time.monotonic() < deadline and server.poll() is None:
+            time.sleep(0.05)
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        assert client.config_get("hash-max-listpack-value") == {
+            "hash-max-listpack-value": "1024"}  # the newer name of hash-max-ziplist-value
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(unix_socket_path=str(socket)).ping()
+    finally:
+        server.terminate()
+        server.wait(10)
 
 
 # --- RBAC ----------------------------------------------------------------------------------
