@@ -19,6 +19,8 @@ from shared.derived_keys import derived_keys
 from shared.envlist import Limits
 from shared.errors import (
     EnvInvalid,
+    Forbidden,
+    NotFound,
     PolicyConflict,
     PolicyInvalid,
     PreconditionFailed,
@@ -26,6 +28,7 @@ from shared.errors import (
     StateConflict,
 )
 from shared.policy import Policy, check_policy
+from shared.projects import CHANGE
 from shared.resolution import decide_policy, decide_validation
 from shared.secrets import masked
 from workers.services import Services
@@ -74,6 +77,26 @@ def refuse_unstorable(env: list[Doc], limits: Limits) -> None:
         raise EnvInvalid("the env cannot be stored", problems)
 
 
+def task_to_read(svc: Services, task_id: str, scope: str | None) -> tuple[Doc, str]:
+    """The task and what the caller (``scope``: its owner; None: an admin) may do with it,
+    ``change`` or ``read``.  A task it may not even read does not exist for it: 404."""
+    doc = svc.tasks.get(task_id)
+    access = svc.projects.task_access(doc, scope)
+    if access is None:
+        raise NotFound(f"no task {task_id}")
+    return doc, access
+
+
+def task_to_change(svc: Services, task_id: str, scope: str | None) -> Doc:
+    """The task, if the caller may change it.  Its project's maintainer, who may read it,
+    is told why not (403); anyone else finds no such task (404)."""
+    doc, access = task_to_read(svc, task_id, scope)
+    if access != CHANGE:
+        raise Forbidden(f"maintainers of project {doc.get('project')} may read a member's "
+                        f"task but not change it: task {task_id} is not yours")
+    return doc
+
+
 RESTART, NEXT_RUN = "restart", "next-run"  # how a change reaches a running task
 
 
@@ -88,7 +111,7 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
     launches the new revision once it is gone; ``next-run`` (on any task) only keeps
     the changed env as the revision's ``next_env``, for the next rerun.
     """
-    doc = svc.tasks.get(task_id, scope)  # 404 before anything else for tasks not yours
+    doc = task_to_change(svc, task_id, scope)  # before anything else
     check_match(doc, if_match)
     if apply == NEXT_RUN:
         return _keep_for_next_run(svc, task_id, actor, set_, unset, action, if_match)
@@ -201,7 +224,7 @@ def cancel_task(svc: Services, task_id: str, actor: str, scope: str | None,
     and finds it ``cancelled``.  A launched one is stopped by the launch workers.
     """
     while True:
-        doc = svc.tasks.get(task_id, scope)
+        doc = task_to_change(svc, task_id, scope)
         check_match(doc, if_match)
         if doc["state"] == states.CANCELLED:
             return doc, False
@@ -237,7 +260,7 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
     resolved values are kept where today's policy allows them.  Either way the policy
     stage reports what drifted from that revision.
     """
-    current = svc.tasks.get(task_id, scope)
+    current = task_to_change(svc, task_id, scope)
     base = revision or current["revision"]
     earlier = svc.tasks.revision(task_id, base)
     env = _pinned(svc, earlier, current.get("project")) if pin else earlier["env"]

@@ -69,7 +69,7 @@ def task_live(task_id: str) -> Response:
     ``log_revision`` is the revision whose log the page shows (the current one by
     default).  Final tasks answer ``final: true``; the page then stops asking.
     """
-    doc = svc().tasks.get(task_id, auth.scope())
+    doc = actions.task_to_read(svc(), task_id, auth.scope())[0]  # its maintainers' too
     revision = request.args.get("log_revision", type=int) or doc["revision"]
     if not 1 <= revision <= doc["revision"]:
         abort(400, f"log_revision is between 1 and {doc['revision']}")

@@ -53,6 +53,7 @@ from shared.errors import (
     TooManyRequests,
 )
 from shared.logtail import LogTail
+from shared.projects import CHANGE
 from shared.secrets import MASK, blanked, masked
 from shared.store import Page, TaskStore
 from shared.tokens import Identity, SessionStore, digest
@@ -202,13 +203,31 @@ def logout() -> Any:
 # --- tasks -------------------------------------------------------------------------------
 
 def listed_tasks() -> tuple[dict[str, Any], Page]:
-    """The caller's tasks for the list query in the URL (the list page and its live poll)."""
+    """The caller's tasks for the list query in the URL (the list page and its live poll);
+    with ``project``, that project's tasks, for its maintainers and admins."""
+    args = {k: v for k, v in request.args.items() if v}
+    project = args.pop("project", None)
     try:
-        query = TaskQuery().load({k: v for k, v in request.args.items() if v})
+        query = TaskQuery().load(args)
     except ma.ValidationError as error:
         abort(400, f"Bad list parameters: {error.messages}")
-    return query, svc().tasks.list(auth.scope(), query["status"],
-                                   cursors.decode(query["cursor"]), query["limit"])
+    cursor = cursors.decode(query["cursor"])
+    if project is None:
+        return {**query, "project": None}, svc().tasks.list(auth.scope(), query["status"],
+                                                            cursor, query["limit"])
+    if query["status"] is not None:  # the project's index has no per-state split to page
+        abort(400, "A project's tasks are listed in every state: filter by status among "
+                   "your own tasks.")
+    svc().projects.maintainable(project, auth.actor(), auth.identity().is_admin)
+    return {**query, "project": project}, svc().projects.tasks(project, cursor,
+                                                               query["limit"])
+
+
+def listable_projects() -> list[str]:
+    """The projects whose tasks the list page offers: those maintained; for admins, all."""
+    if auth.identity().is_admin:
+        return svc().projects.names()
+    return svc().projects.maintained_by(auth.actor())
 
 
 @bp.get("/ui/tasks")
@@ -216,7 +235,7 @@ def tasks() -> Any:
     query, found = listed_tasks()
     items = [records.summary_view(d, url_for(".task", task_id=d["id"])) for d in found.items]
     return page("tasks.html", items=items, next_cursor=cursors.encode(found.next_cursor),
-                query=query, states=states.ALL)
+                query=query, states=states.ALL, projects=listable_projects())
 
 
 @bp.route("/ui/tasks/new", methods=["GET", "POST"])
@@ -274,13 +293,17 @@ def new_task_page(typed: dict[str, Any], rows: list[dict[str, Any]], form_id: st
 
 @bp.get("/ui/tasks/<task_id>")
 def task(task_id: str) -> Any:
-    return task_page(svc().tasks.get(task_id, auth.scope()))
+    """The task, with its env editor, rerun and cancel for those who may change it; its
+    project's maintainers see it read-only."""
+    doc, access = actions.task_to_read(svc(), task_id, auth.scope())
+    return task_page(doc, read_only=access != CHANGE)
 
 
 def task_page(doc: dict[str, Any], status: int = 200,
               env_rows: list[dict[str, Any]] | None = None,
               new_rows: list[dict[str, Any]] | None = None,
-              errors: dict[str, Any] | None = None, error: TaskenvError | None = None) -> Any:
+              errors: dict[str, Any] | None = None, error: TaskenvError | None = None,
+              read_only: bool = False) -> Any:
     view = records.public_view(doc, url_for(".task", task_id=doc["id"]))
     view["next_env"] = [masked(e) for e in doc.get("next_env") or []]
     if env_rows is None:  # a secret's field starts empty: its value is write-only
@@ -293,14 +316,14 @@ def task_page(doc: dict[str, Any], status: int = 200,
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
                 log=log.text, log_offset=log.offset, log_revision=revision,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
-                errors=errors or {}, error=error,
+                errors=errors or {}, error=error, read_only=read_only,
                 running=view["status"] in (states.LAUNCHING, states.RUNNING),
                 final=view["status"] in states.FINAL)
 
 
 @bp.post("/ui/tasks/<task_id>/env")
 def task_env(task_id: str) -> Any:
-    doc = svc().tasks.get(task_id, auth.scope())
+    doc = actions.task_to_change(svc(), task_id, auth.scope())
     patch, errors, typed_env, typed_new = forms.read_env_edit(request.form, doc["env"])
     more = "more" in request.form
     stored = {e["name"]: bool(e.get("secret")) for e in doc["env"]}

@@ -21,9 +21,11 @@ import redis
 from shared.errors import BadRequest, Forbidden, NotFound, StateConflict
 from shared.keys import Keys
 from shared.redis_conn import as_text
+from shared.store import SUMMARY_FIELDS, Page
 
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 SCOPE_PREFIX = "project:"
+CHANGE, READ = "change", "read"  # what a caller may do with a task (see task_access)
 
 
 def project_scope(name: str) -> str:
@@ -134,6 +136,22 @@ class ProjectStore:
         """The projects whose tasks ``owner`` may read and whose policy it may edit."""
         return [p.name for p in self.many(self.of(owner)) if owner in p.maintainers]
 
+    def tasks(self, name: str, cursor: int | None = None, limit: int = 50) -> Page:
+        """A page of the project's task summaries, newest first, through the project's
+        index (as ``TaskStore.list`` pages through an owner's): ``limit`` records read,
+        however many tasks the project has; ``cursor`` is where the last page ended."""
+        top = f"({cursor}" if cursor is not None else "+inf"
+        pairs: Any = self.r.zrevrangebyscore(self.keys.project_index(name), top, "-inf",
+                                             start=0, num=limit + 1, withscores=True)
+        more, pairs = len(pairs) > limit, pairs[:limit]
+        pipe = self.r.pipeline(transaction=False)
+        for task_id, _ in pairs:
+            pipe.hmget(self.keys.task(as_text(task_id)), list(SUMMARY_FIELDS))
+        items = [{f: json.loads(v) for f, v in zip(SUMMARY_FIELDS, values, strict=True)
+                  if v is not None} for values in pipe.execute()
+                 if values[0] is not None]  # expired since the index was read
+        return Page(items, int(pairs[-1][1]) if more else None)
+
     # --- who may do what -------------------------------------------------------------------
 
     def for_task(self, owner: str, asked: str | None, is_admin: bool = False) -> str | None:
@@ -156,3 +174,22 @@ class ProjectStore:
         if not is_admin and owner not in project.maintainers:
             raise Forbidden(f"only a maintainer of project {name} or an admin may do this")
         return project
+
+    def task_access(self, task: Mapping[str, Any], owner: str | None) -> str | None:
+        """What ``owner`` (None: an admin) may do with ``task``: ``change`` it (its own; an
+        admin, any), ``read`` it (a task of a project ``owner`` maintains), or nothing.
+
+        The project is read only for someone else's task, so an owner's own costs nothing.
+        """
+        if owner is None or task.get("owner") == owner:
+            return CHANGE
+        project = task.get("project")
+        if isinstance(project, str) and owner in self._maintainers(project):
+            return READ
+        return None
+
+    def _maintainers(self, name: str) -> tuple[str, ...]:
+        try:
+            return self.get(name).maintainers
+        except NotFound:  # deleted since: its tasks are their owners' alone
+            return ()

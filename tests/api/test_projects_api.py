@@ -171,7 +171,7 @@ def test_a_maintainer_reads_the_projects_tasks_but_cannot_change_them(
     assert carol.get(f"/api/v1/tasks/{task_id}").status_code == 200
     patched = carol.patch(f"/api/v1/tasks/{task_id}/env",
                           json={"set": [{"name": "LR", "value": "9"}]})
-    assert patched.status_code == 404
+    assert patched.status_code == 403  # may read, not change
     assert dave.get(f"/api/v1/tasks/{task_id}").status_code == 404  # another project's
     assert bob.get(f"/api/v1/tasks/{task_id}").status_code == 404
     assert carol.get("/api/v1/tasks").get_json()["items"] == []  # listings stay one's own

@@ -1,0 +1,183 @@
+"""A project's maintainers read its members' tasks and never change them, through the API
+and the console; anyone else finds no such task at all."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from shared.store import TaskStore
+from tests.api.conftest import Browser, EnqueueSpy, task_body
+
+CHANGES: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("patch", "/env", {"set": [{"name": "LR", "value": "9"}]}),
+    ("patch", "/env", {"set": [{"name": "LR", "value": "9"}], "apply": "next-run"}),
+    ("patch", "/env", {"unset": ["LEARNING_RATE"]}),
+    ("post", "/cancel", None),
+    ("post", "/rerun", None),
+    ("post", "/rerun", {"pin": True}),
+]
+PAGE_CHANGES = [("/env", {"env-0-name": "LEARNING_RATE", "env-0-value": "0.5",
+                          "apply": "restart"}),
+                ("/cancel", {}), ("/rerun", {})]
+CHANGE_FORM = re.compile(r'<form[^>]+action="/ui/tasks/[0-9a-f]+/(env|cancel|rerun)"')
+
+
+@pytest.fixture
+def users(client: FlaskClient, client_for: Callable[..., FlaskClient]) -> dict[str, FlaskClient]:
+    """vision: alice and erin members, carol its maintainer; speech: bob a member, dave its
+    maintainer."""
+    for name, members, maintainers in (("vision", ["alice", "erin"], ["carol"]),
+                                       ("speech", ["bob"], ["dave"])):
+        made = client.post("/api/v1/projects", json={"name": name, "members": members,
+                                                     "maintainers": maintainers})
+        assert made.status_code == 201, made.get_json()
+    return {name: client_for(name) for name in ("alice", "erin", "carol", "bob", "dave")}
+
+
+@pytest.fixture
+def alices_task(users: dict[str, FlaskClient]) -> str:
+    made = users["alice"].post("/api/v1/tasks", json=task_body())
+    assert made.status_code == 202, made.get_json()
+    return str(made.get_json()["id"])
+
+
+def change(user: FlaskClient, task_id: str, method: str, path: str,
+           body: dict[str, Any] | None) -> Any:
+    return getattr(user, method)(f"/api/v1/tasks/{task_id}{path}", json=body)
+
+
+def untouched(tasks: TaskStore, enqueued: EnqueueSpy, task_id: str) -> None:
+    doc = tasks.get(task_id)
+    assert (doc["revision"], doc["state"], doc.get("next_env")) == (1, "pending", None)
+    assert [e["name"] for e in doc["env"]] == ["LEARNING_RATE"]
+    assert enqueued.calls == [(task_id, 1)]  # only its creation
+
+
+# --- the API -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("method", "path", "body"), CHANGES)
+def test_a_maintainer_reads_a_members_task_but_each_change_is_403_and_changes_nothing(
+        users: dict[str, FlaskClient], alices_task: str, tasks: TaskStore,
+        enqueued: EnqueueSpy, error_shape: Callable[..., None], method: str, path: str,
+        body: dict[str, Any] | None) -> None:
+    carol = users["carol"]
+    assert carol.get(f"/api/v1/tasks/{alices_task}").status_code == 200
+    refused = change(carol, alices_task, method, path, body)
+    assert refused.status_code == 403, refused.get_json()
+    error_shape(refused.get_json(), "forbidden")
+    message = refused.get_json()["message"]
+    assert "maintainers of project vision may read a member's task but not change it" \
+        in message
+    untouched(tasks, enqueued, alices_task)
+
+
+@pytest.mark.parametrize(("method", "path", "body"), CHANGES)
+def test_whoever_may_not_read_a_task_finds_none_whatever_they_try(
+        users: dict[str, FlaskClient], alices_task: str, tasks: TaskStore,
+        enqueued: EnqueueSpy, error_shape: Callable[..., None], method: str, path: str,
+        body: dict[str, Any] | None) -> None:
+    """A fellow member, another project's maintainer and an outsider: 404, as for a task
+    that does not exist, so that a 403 never tells them it does."""
+    for name in ("erin", "dave", "bob"):
+        user = users[name]
+        assert user.get(f"/api/v1/tasks/{alices_task}").status_code == 404
+        refused = change(user, alices_task, method, path, body)
+        assert refused.status_code == 404, (name, refused.get_json())
+        error_shape(refused.get_json(), "not_found")
+        assert refused.get_json() == change(user, "0" * 32, method, path, body).get_json() \
+            | {"message": refused.get_json()["message"]}
+    untouched(tasks, enqueued, alices_task)
+
+
+def test_the_owner_a_maintainers_own_task_and_the_admin_still_change_tasks(
+        users: dict[str, FlaskClient], client: FlaskClient, alices_task: str) -> None:
+    patch = {"set": [{"name": "LR", "value": "9"}]}
+    assert change(users["alice"], alices_task, "patch", "/env", patch).status_code == 202
+    assert change(client, alices_task, "patch", "/env", patch).status_code == 202
+    own = users["carol"].post("/api/v1/tasks", json=task_body()).get_json()["id"]
+    assert change(users["carol"], own, "patch", "/env", patch).status_code == 202
+
+
+def test_a_maintainer_removed_or_a_project_deleted_reads_nothing_more(
+        users: dict[str, FlaskClient], client: FlaskClient, alices_task: str) -> None:
+    carol = users["carol"]
+    assert client.patch("/api/v1/projects/vision", json={"maintainers": []}).status_code == 200
+    assert carol.get(f"/api/v1/tasks/{alices_task}").status_code == 404
+    assert client.patch("/api/v1/projects/vision",
+                        json={"maintainers": ["carol"]}).status_code == 200
+    assert carol.get(f"/api/v1/tasks/{alices_task}").status_code == 200
+    assert client.delete("/api/v1/projects/vision").status_code in (200, 204)
+    assert carol.get(f"/api/v1/tasks/{alices_task}").status_code == 404
+    assert change(carol, alices_task, "post", "/cancel", None).status_code == 404
+
+
+# --- the console -------------------------------------------------------------------------
+
+def test_a_maintainer_sees_a_members_task_page_without_any_control_to_change_it(
+        users: dict[str, FlaskClient], alices_task: str,
+        browser: Callable[..., Browser]) -> None:
+    shown = browser("carol").get(f"/ui/tasks/{alices_task}")
+    assert shown.status_code == 200
+    assert 'id="read-only"' in shown.text and "<dd>vision</dd>" in shown.text
+    assert CHANGE_FORM.findall(shown.text) == []
+    assert browser("carol").get(f"/ui/tasks/{alices_task}/live").status_code == 200
+    owner = browser("alice").get(f"/ui/tasks/{alices_task}")
+    assert sorted(CHANGE_FORM.findall(owner.text)) == ["cancel", "env", "rerun"]
+    assert 'id="read-only"' not in owner.text
+    for name in ("erin", "dave"):
+        assert browser(name).get(f"/ui/tasks/{alices_task}").status_code == 404
+        assert browser(name).get(f"/ui/tasks/{alices_task}/live").status_code == 404
+
+
+@pytest.mark.parametrize(("path", "form"), PAGE_CHANGES)
+def test_a_forged_change_from_the_console_is_403_for_a_maintainer_and_404_for_others(
+        users: dict[str, FlaskClient], alices_task: str, tasks: TaskStore,
+        enqueued: EnqueueSpy, browser: Callable[..., Browser], path: str,
+        form: dict[str, str]) -> None:
+    forged = browser("carol").post(f"/ui/tasks/{alices_task}{path}", form)
+    assert forged.status_code == 403
+    assert "may read a member&#39;s task but not change it" in forged.text
+    assert browser("dave").post(f"/ui/tasks/{alices_task}{path}", form).status_code == 404
+    untouched(tasks, enqueued, alices_task)
+
+
+def test_the_task_list_offers_a_maintainer_the_projects_tasks_a_page_at_a_time(
+        users: dict[str, FlaskClient], browser: Callable[..., Browser]) -> None:
+    made = [users[name].post("/api/v1/tasks", json=task_body(name=f"t{i}")).get_json()["id"]
+            for i, name in enumerate(["alice", "erin", "bob", "alice"])]
+    carol = browser("carol")
+    own = carol.get("/ui/tasks")
+    assert 'href="/ui/tasks?project=vision"' in own.text
+    assert "speech" not in own.text and made[0] not in own.text  # one's own, as before
+    first = carol.get("/ui/tasks?project=vision&limit=2")
+    assert first.status_code == 200 and "Tasks of project vision" in first.text
+    assert listed(first.text) == [made[3], made[1]]
+    assert "<td>erin</td>" in first.text  # whose each task is
+    cursor = re.search(r'rel="next" href="[^"]*cursor=([^&"]+)', first.text)
+    assert cursor is not None
+    rest = carol.get(f"/ui/tasks?project=vision&limit=2&cursor={cursor.group(1)}")
+    assert listed(rest.text) == [made[0]] and 'rel="next"' not in rest.text
+    live = carol.get("/ui/tasks/live?project=vision").get_json()
+    assert [i["id"] for i in live["items"]] == [made[3], made[1], made[0]]
+
+
+def test_only_a_projects_maintainers_and_admins_list_its_tasks(
+        users: dict[str, FlaskClient], alices_task: str,
+        browser: Callable[..., Browser]) -> None:
+    assert 'href="/ui/tasks?project=' not in browser("alice").get("/ui/tasks").text
+    for name in ("alice", "dave"):
+        assert browser(name).get("/ui/tasks?project=vision").status_code == 403
+        assert browser(name).get("/ui/tasks/live?project=vision").status_code == 403
+    assert browser("carol").get("/ui/tasks?project=nowhere").status_code == 404
+    assert browser("carol").get("/ui/tasks?project=vision&status=pending").status_code == 400
+    admin = browser().get("/ui/tasks?project=vision")
+    assert admin.status_code == 200 and listed(admin.text) == [alices_task]
+
+
+def listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-task="([0-9a-f]+)">', html)
