@@ -83,11 +83,15 @@ return 1
 # ARGV: revision (JSON), new state, allowed old states (comma-separated), final states
 #       (comma-separated), now (JSON), expires-at (0: kept forever), the revision key's
 #       suffix, the index key prefix, the insights key prefix of a project, insights TTL,
-#       the event (JSON), id, then revision field/value pairs
-# Returns false if the task is gone, {0} if it is elsewhere, {1, project} once moved.
+#       the event (JSON), id, "1" to return the record as moved (or "0"), then revision
+#       field/value pairs
+# Returns false if the task is gone, {0} if it is elsewhere, {2} if it is stored in the
+# layout of before revisions had their own keys, {1, project} once moved, or
+# {1, project, task fields, revision fields} when asked for the record.
 MOVE = COUNT_ENTRY + """
 local t = redis.call('HMGET', KEYS[1], 'v', 'state', 'revision', 'owner', 'seq', 'project')
 if not t[1] then return false end
+if not t[3] then return {2} end
 if t[3] ~= ARGV[1] then return {0} end
 local old, new = cjson.decode(t[2]), ARGV[2]
 local function member(list, x)
@@ -103,7 +107,7 @@ local events = r[1]
 if not events or events == '[]' or events == 'null' then events = '[' .. ARGV[11] .. ']'
 else events = string.sub(events, 1, -2) .. ',' .. ARGV[11] .. ']' end
 local fields = {'state', state, 'updated_at', ARGV[5], 'events', events}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
 if member(ARGV[4], new) then
   fields[#fields + 1] = 'ended_at'
   fields[#fields + 1] = ARGV[5]
@@ -127,6 +131,9 @@ if ARGV[6] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[6], ARGV[12])
 elseif member(ARGV[4], old) then redis.call('ZREM', KEYS[2], ARGV[12]) end
 local project = t[6] and t[6] ~= 'null' and cjson.decode(t[6]) or false
 count_entry(KEYS[3], project and (ARGV[9] .. project .. ':states') or '', new, ARGV[10])
+if ARGV[13] == '1' then
+  return {1, project, redis.call('HGETALL', KEYS[1]), redis.call('HGETALL', rev)}
+end
 return {1, project}
 """
 

@@ -10,10 +10,8 @@ and does nothing, so no revision is processed twice.  The Celery tasks in
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -27,6 +25,7 @@ from shared.resolution import decide_policy, decide_validation
 from shared.secrets import StreamRedactor
 from shared.store import Doc, TaskStore
 from shared.workload import Workload
+from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher
 
 log = logging.getLogger(__name__)
@@ -78,18 +77,18 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
            heartbeat_seconds: int = 5) -> None:
     """Launch one revision; the reconciler relaunches it only if nothing ever started."""
     with keep_alive(tasks, task_id, revision, heartbeat_seconds):
-        doc = _advance(tasks, task_id, revision, states.RESOLVED,
-                       lambda doc: (states.LAUNCHING, {}))
+        doc = _claim(tasks, task_id, revision)
         if doc is None:
             _skip("launch", task_id, revision)
             return
         workload = Workload.from_doc(doc)
         # Secrets are hidden whole even when the launcher's messages cut one in pieces.
         redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        moved: list[bool] = []  # whether each move the launch made found the revision
         # Once the workload may be running, no write may fail the launch: each waits out
         # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
-            started=lambda: _insist(lambda: _started(tasks, task_id, revision)),
+            started=lambda: _insist(lambda: moved.append(_started(tasks, task_id, revision))),
             log=lambda text: _append_log(tasks, task_id, revision, redactor.feed(text)),
         )
         try:
@@ -103,13 +102,20 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             return
         finally:
             _append_log(tasks, task_id, revision, redactor.flush())
-        if _cancelled_meanwhile(tasks, launcher, workload):
-            return
-        if outcome.state == states.RUNNING:
-            return  # the started hook moved it to running; its end is recorded later
-        # The outcome cannot be had again (the local steps ran once): hold on to it.
-        _insist(lambda: record_outcome(tasks, task_id, revision, outcome.state,
-                                          outcome.exit_code, outcome.reason))
+        if outcome.state != states.RUNNING:
+            # The outcome cannot be had again (the local steps ran once): hold on to it.
+            _insist(lambda: moved.append(record_outcome(
+                tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)))
+        if not (moved and all(moved)):  # a move refused (or none made): cancelled?
+            _cancelled_meanwhile(tasks, launcher, workload)
+
+
+def _claim(tasks: TaskStore, task_id: str, revision: int) -> Doc | None:
+    """The revision moved from resolved to launching, and its record: one round trip."""
+    try:
+        return tasks.claim(task_id, revision, states.RESOLVED, states.LAUNCHING)
+    except NotFound:
+        return None
 
 
 def _append_log(tasks: TaskStore, task_id: str, revision: int, clean: str) -> None:
@@ -159,7 +165,7 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         enqueue(task_id, doc["revision"])
 
 
-def patiently(write: Callable[[], None], give_up_after: float = 300.0,
+def patiently(write: Callable[[], object], give_up_after: float = 300.0,
               wanted: Callable[[], bool] = lambda: True) -> bool:
     """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s,
     or once the write is no longer ``wanted`` (say, the task's run directory is gone)."""
@@ -177,48 +183,10 @@ def patiently(write: Callable[[], None], give_up_after: float = 300.0,
             delay = min(delay * 2, 5.0)
 
 
-def _insist(write: Callable[[], None]) -> None:
+def _insist(write: Callable[[], object]) -> None:
     """:func:`patiently`, then one last try whose error is the caller's (Celery retries)."""
     if not patiently(write):
         write()
-
-
-@contextmanager
-def keep_alive(tasks: TaskStore, task_id: str, revision: int, interval: int) -> Iterator[None]:
-    """Refresh the revision's heartbeat while a launch is in this worker's hands.
-
-    A launch whose heartbeat has expired was abandoned by a worker that died.
-    """
-    done = threading.Event()
-    ttl = interval * 3
-
-    def beat_once() -> float:
-        """Seconds until the next beat: soon again while Redis is away."""
-        try:
-            tasks.heartbeat(task_id, revision, ttl)
-            return interval
-        except redis.RedisError:
-            return 0.2
-
-    def beat() -> None:
-        wait = first
-        while not done.wait(wait):
-            wait = beat_once()
-
-    # The first beat may meet Redis restarting too: what holds the launch (a worker, or a
-    # local runner whose steps must run) goes on and beats again as soon as it is back.
-    first = beat_once()
-    thread = threading.Thread(target=beat, daemon=True, name=f"heartbeat-{task_id}")
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-        try:
-            tasks.stop_heartbeat(task_id, revision)
-        except redis.RedisError:
-            pass  # it expires on its own
 
 
 def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
@@ -229,19 +197,21 @@ def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
 
 
 def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
-                   exit_code: int | None, reason: str | None) -> None:
+                   exit_code: int | None, reason: str | None) -> bool:
     """What a launcher or the backend reported: a final state ends the revision; ``running``
-    moves it on from ``launching`` (a start the launch worker did not live to record)."""
+    moves it on from ``launching`` (a start the launch worker did not live to record).
+    False if the revision was elsewhere (cancelled, say) or the task gone."""
     if state == states.RUNNING:
-        _started(tasks, task_id, revision)
-        return
-    _move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
-          exit_code=exit_code, reason=reason)
-    log.info("task %s r%s %s (exit code %s)", task_id, revision, state, exit_code)
+        return _started(tasks, task_id, revision)
+    moved = _move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
+                  exit_code=exit_code, reason=reason)
+    if moved:
+        log.info("task %s r%s %s (exit code %s)", task_id, revision, state, exit_code)
+    return moved
 
 
-def _started(tasks: TaskStore, task_id: str, revision: int) -> None:
-    _move(tasks, task_id, revision, states.LAUNCHING, states.RUNNING)
+def _started(tasks: TaskStore, task_id: str, revision: int) -> bool:
+    return _move(tasks, task_id, revision, states.LAUNCHING, states.RUNNING)
 
 
 def _move(tasks: TaskStore, task_id: str, revision: int, expected: str | set[str],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import fakeredis
@@ -10,6 +11,7 @@ import pytest
 from shared import records, states
 from shared.errors import NotFound
 from shared.insights import KEEP_SECONDS, Insights
+from shared.secrets import Cipher, new_key
 from shared.store import TaskStore
 
 
@@ -87,3 +89,31 @@ def test_the_day_counters_the_scripts_write_expire_after_a_week_and_a_day(
     keys = r.keys(f"{tasks.keys.prefix}:insights:*")
     assert len(keys) == 2  # every task's and the project's
     assert all(0 < r.ttl(k) <= KEEP_SECONDS for k in keys)
+
+
+def test_claim_moves_and_answers_with_the_whole_record_in_one_round_trip(
+        r: fakeredis.FakeRedis) -> None:
+    cipher = Cipher([new_key()])
+    tasks = TaskStore(r, cipher=cipher)
+    doc = records.new_task({"name": "train", "steps": [["true"]],
+                            "env": [{"name": "TOKEN", "value": "s3cr3t-value", "secret": True}]},
+                           "alice")
+    doc["state"] = states.RESOLVED
+    task_id = tasks.create(doc)[0]["id"]
+    claimed = tasks.claim(task_id, 1, states.RESOLVED, states.LAUNCHING)
+    assert claimed is not None and claimed["state"] == states.LAUNCHING
+    assert claimed["env"] == [{"name": "TOKEN", "value": "s3cr3t-value", "secret": True}]
+    assert claimed == tasks.get(task_id)  # the record as stored after the move
+    assert tasks.claim(task_id, 1, states.RESOLVED, states.LAUNCHING) is None  # claimed once
+
+
+def test_a_move_converts_a_record_stored_before_revisions_had_their_own_keys(
+        r: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(r)
+    old = {**records.new_task({"name": "old", "steps": [["true"]], "env": []}, "alice"),
+           "id": "legacy1", "state": states.RESOLVED, "history": []}
+    r.hset(tasks.keys.task("legacy1"), mapping={"doc": json.dumps(old),
+                                                "state": states.RESOLVED, "v": 4, "seq": 1})
+    claimed = tasks.claim("legacy1", 1, states.RESOLVED, states.LAUNCHING)
+    assert claimed is not None and claimed["name"] == "old"
+    assert tasks.get("legacy1")["state"] == states.LAUNCHING

@@ -30,10 +30,11 @@ from shared.redis_conn import connect
 from shared.secrets import Cipher, StreamRedactor
 from shared.store import TaskStore
 from shared.workload import Workload
+from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.local import write_outcome_file
 from workers.launchers.sandbox import bwrap_argv
-from workers.stages import keep_alive, patiently, record_outcome
+from workers.stages import patiently, record_outcome
 
 log = logging.getLogger("taskenv.local_runner")
 
