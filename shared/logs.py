@@ -8,12 +8,19 @@ local runner works on a task, ``request_id`` while the API answers a request.  T
 context lives in :mod:`contextvars`, so threads (the API's) and prefork children
 (the workers') each see only their own.
 
+Celery's own lines about a message ("Task taskenv.policy[...] received", succeeded,
+failed) get the same fields from what Celery logs them with (the record's ``data``):
+``celery_id`` (the message's id, the one in the text) and, for a taskenv stage, the
+``task_id`` and ``revision`` its arguments name.  The "received" line is written before
+any task is bound, so without this it would name the message but not the task.
+
 Nothing here masks secrets: no code path logs a value, and the tests grep every
 process's log for a secret to prove it.
 """
 
 from __future__ import annotations
 
+import ast
 import contextvars
 import logging
 import sys
@@ -24,7 +31,9 @@ from typing import IO, Any
 from pythonjsonlogger.json import JsonFormatter
 
 FORMATS = ("text", "json")
-CONTEXT_FIELDS = ("task_id", "revision", "request_id")
+CONTEXT_FIELDS = ("task_id", "revision", "request_id", "celery_id")
+STAGE_PREFIX = "taskenv."  # the names of taskenv's Celery tasks
+LONGEST_ARGS = 200  # a stage's arguments are two ids; anything longer is not one of ours
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s%(context)s"
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -36,13 +45,40 @@ class ContextFilter(logging.Filter):
     """Adds the current task or request to every record (``None`` fields are left out)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        bound = _context.get()
+        bound = {**celery_fields(record), **_context.get()}
         for name in CONTEXT_FIELDS:
             setattr(record, name, None)
         for name, value in bound.items():
             setattr(record, name, value)
         record.context = "".join(f" {k}={v}" for k, v in bound.items())
         return True
+
+
+def celery_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The message and task a line of Celery's is about, from its ``data`` (none for other
+    lines)."""
+    data = getattr(record, "data", None)
+    if not record.name.startswith("celery.") or not isinstance(data, dict) \
+            or not data.get("id"):
+        return {}
+    found: dict[str, Any] = {"celery_id": str(data["id"])}
+    if str(data.get("name", "")).startswith(STAGE_PREFIX):
+        found.update(stage_ids(data.get("args")))
+    return found
+
+
+def stage_ids(args: Any) -> dict[str, Any]:
+    """``task_id`` and ``revision`` from a stage's arguments as Celery shows them: their
+    ``repr`` (read as a literal, never evaluated)."""
+    if isinstance(args, str) and len(args) <= LONGEST_ARGS:
+        try:
+            args = ast.literal_eval(args)
+        except (ValueError, SyntaxError):
+            return {}
+    if isinstance(args, list | tuple) and len(args) == 2 and isinstance(args[0], str) \
+            and isinstance(args[1], int):
+        return {"task_id": args[0], "revision": args[1]}
+    return {}
 
 
 class _Json(JsonFormatter):

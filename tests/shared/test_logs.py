@@ -8,13 +8,15 @@ import json
 import logging
 
 import pytest
+from celery.app.trace import LOG_RECEIVED
+from celery.utils.saferepr import saferepr
 
 from shared import logs
 
 
-def written(fmt: str, emit: object) -> str:
+def written(fmt: str, emit: object, logger_name: str = "taskenv.test") -> str:
     out = io.StringIO()
-    logger = logging.getLogger(f"taskenv.test.{fmt}")
+    logger = logging.getLogger(f"{logger_name}.{fmt}")
     logger.propagate = False
     logger.setLevel(logging.INFO)
     handler = logs.handler(fmt, out)
@@ -50,3 +52,47 @@ def test_text_lines_show_the_context_at_the_end() -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="TASKENV_LOG_FORMAT"):
         logs.formatter("xml")
+
+
+CELERY = "celery.worker.strategy"  # the logger of Celery's "received" line
+
+
+def celery_line(log: logging.Logger, name: str, args: object) -> None:
+    """What Celery's worker logs on taking a message: the "received" format, formatted from
+    its context, which it also passes along as ``data``."""
+    context = {"id": "c0ffee-1", "name": name, "args": saferepr(args), "kwargs": "{}",
+               "eta": None}
+    log.info(LOG_RECEIVED, context, extra={"data": context})
+
+
+def test_celerys_received_line_names_the_task_and_the_message() -> None:
+    line = json.loads(written("json", lambda log: celery_line(
+        log, "taskenv.policy", ["a" * 32, 3]), CELERY))
+    assert line["message"] == "Task taskenv.policy[c0ffee-1] received"
+    assert (line["task_id"], line["revision"], line["celery_id"]) == ("a" * 32, 3, "c0ffee-1")
+
+
+def test_another_apps_celery_line_names_only_the_message_and_a_bound_task_wins() -> None:
+    def emit(log: logging.Logger) -> None:
+        celery_line(log, "other.job", ["b" * 32, 1])
+        celery_line(log, "taskenv.launch", "__import__('os')")  # not two ids: not read
+        with logs.bound(task_id="c" * 32, revision=2):
+            celery_line(log, "taskenv.launch", ["a" * 32, 1])
+
+    other, odd, inside = (json.loads(line) for line in written("json", emit, CELERY)
+                          .splitlines())
+    assert other["celery_id"] == "c0ffee-1" and "task_id" not in other
+    assert odd["celery_id"] == "c0ffee-1" and "task_id" not in odd
+    assert (inside["task_id"], inside["revision"]) == ("c" * 32, 2)
+
+
+def test_only_celerys_loggers_are_read_for_a_message() -> None:
+    line = json.loads(written("json", lambda log: celery_line(log, "taskenv.policy",
+                                                              ["a" * 32, 3])))
+    assert "celery_id" not in line and "task_id" not in line
+
+
+def test_text_lines_show_what_celery_is_about_too() -> None:
+    text = written("text", lambda log: celery_line(log, "taskenv.validate", ["d" * 32, 1]),
+                   CELERY)
+    assert text.rstrip().endswith(f"received celery_id=c0ffee-1 task_id={'d' * 32} revision=1")
