@@ -41,14 +41,14 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
     refuse_unstorable(data["env"], svc.limits)
-    svc.quotas.check_create(actor)
     project = svc.projects.for_task(actor, data.get("project"))
     fresh = records.new_task(data, actor)
     fresh["digest"] = records.request_digest(data, digest_keys(svc)[0])
     fresh.setdefault("id", uuid.uuid4().hex)  # the audit entry, written with it, names it
     audit = svc.audit.entry(actor, "task.create", fresh["id"],
                             variables=[e.get("name") for e in data["env"]])
-    doc, created = svc.tasks.create(in_project(fresh, project), idempotency_key, audit)
+    doc, created = svc.tasks.create(in_project(fresh, project), idempotency_key, audit,
+                                    svc.quotas.budget(actor))
     if created:
         svc.enqueue(doc["id"], doc["revision"])
     elif not same_request(svc, str(doc.get("digest")), data):

@@ -14,8 +14,14 @@ Three quotas, each off when set to 0 (``Settings.quota_*``):
 
 The last two answer 409.  Each refusal is a :class:`Problem` naming the rule
 (``quota.creates_per_minute``, ``quota.unfinished_tasks``,
-``quota.revisions_per_task``) and the limit.  Counting and refusing are two steps,
-so requests racing each other may overshoot a count limit by the few in flight.
+``quota.revisions_per_task``) and the limit.
+
+A creation is counted and judged inside the script that stores the task
+(:class:`CreateBudget` hands it the keys and limits): concurrent creations cannot
+overshoot either creation quota, and a refused one stores nothing.  The script only
+compares the counts with the limits, as :func:`over_rate` and :func:`over_unfinished`
+do; the refusal it reports is worded by them.  A new revision is still counted and
+judged in two steps (:meth:`QuotaCounter.check_revision`).
 """
 
 from __future__ import annotations
@@ -95,6 +101,28 @@ def seconds_left(now: float) -> int:
 # --- counting: Redis ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CreateBudget:
+    """What the creation script counts a new task against: the subject's creations this
+    minute (``rate_key``, "" when that quota is off) and its unfinished tasks (the
+    per-state indexes in ``unfinished_keys``, none when off)."""
+
+    quotas: Quotas
+    subject: str
+    now: float
+    rate_key: str = ""
+    unfinished_keys: tuple[str, ...] = ()
+
+    def refuse(self, created: int, unfinished: int) -> None:
+        """Raise the refusal for the counts the script found over a limit."""
+        if problem := over_rate(self.quotas, self.subject, created):
+            raise TooManyRequests(problem.message, [problem],
+                                  retry_after=seconds_left(self.now))
+        if problem := over_unfinished(self.quotas, self.subject, unfinished):
+            raise QuotaExceeded(problem.message, [problem])
+        raise AssertionError(f"refused within quota: {created} created, {unfinished} open")
+
+
 class QuotaCounter:
     """Counts what a subject uses and refuses what would take it over a quota."""
 
@@ -105,21 +133,15 @@ class QuotaCounter:
         self.quotas = quotas or Quotas()
         self.clock = clock
 
-    def check_create(self, owner: str) -> None:
-        """Count one creation by ``owner``; raise if it takes them over a quota."""
-        if not (self.quotas.creates_per_minute or self.quotas.unfinished_tasks):
-            return  # both off: not even a round trip
+    def budget(self, owner: str) -> CreateBudget:
+        """What a new task of ``owner`` is counted against, in the script that stores it."""
         subject, now = user(owner), self.clock()
-        key = self.keys.quota_creates(subject, int(now // WINDOW))
-        pipe = self.r.pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.expire(key, 2 * WINDOW)
-        self._queue_unfinished(pipe, owner)
-        created, _, *counts = pipe.execute()
-        if problem := over_rate(self.quotas, subject, int(created)):
-            raise TooManyRequests(problem.message, [problem], retry_after=seconds_left(now))
-        if problem := over_unfinished(self.quotas, subject, sum(counts)):
-            raise QuotaExceeded(problem.message, [problem])
+        q = self.quotas
+        rate_key = self.keys.quota_creates(subject, int(now // WINDOW)) \
+            if q.creates_per_minute else ""
+        unfinished = tuple(self.keys.index(owner, state) for state in UNFINISHED) \
+            if q.unfinished_tasks else ()
+        return CreateBudget(q, subject, now, rate_key, unfinished)
 
     def check_revision(self, doc: Mapping[str, Any]) -> None:
         """Raise if a new revision of ``doc`` would take it, or its owner, over a quota.
@@ -136,9 +158,6 @@ class QuotaCounter:
 
     def unfinished(self, owner: str) -> int:
         pipe = self.r.pipeline(transaction=False)
-        self._queue_unfinished(pipe, owner)
-        return sum(int(n) for n in pipe.execute())
-
-    def _queue_unfinished(self, pipe: Any, owner: str) -> None:
         for state in UNFINISHED:
             pipe.zcard(self.keys.index(owner, state))
+        return sum(int(n) for n in pipe.execute())

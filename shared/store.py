@@ -31,6 +31,8 @@ from shared.insights import KEEP_SECONDS, day_of
 from shared.keys import REVISION_SUFFIX, Keys
 from shared.legacy import legacy_env_lists, legacy_split
 from shared.logtail import LogTail
+from shared.quotas import WINDOW as QUOTA_WINDOW
+from shared.quotas import CreateBudget, Quotas
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
@@ -134,17 +136,21 @@ class TaskStore:
     # --- writing -------------------------------------------------------------------------
 
     def create(self, doc: Doc, idempotency_key: str | None = None,
-               audit: AuditEntry | None = None) -> tuple[Doc, bool]:
+               audit: AuditEntry | None = None,
+               budget: CreateBudget | None = None) -> tuple[Doc, bool]:
         """Store a new task; with a key already used, return that task instead.
 
         ``audit`` (a stream and its entry's fields) is appended in the same call, and only
-        if the task is created.
+        if the task is created.  ``budget``: the owner's quotas, counted and judged in
+        that call too (a refusal raises, and stores nothing).
         """
         doc.setdefault("id", uuid.uuid4().hex)
         idem = self.keys.idempotency(doc["owner"], idempotency_key) if idempotency_key else ""
-        created, found_id = self._create(*self._create_call(doc, idem, audit))
-        if not created:
-            return self.get(as_text(found_id)), False
+        answer = self._create(*self._create_call(doc, idem, audit, budget))
+        if int(answer[0]) < 0 and budget is not None:
+            budget.refuse(int(answer[1]), int(answer[2]))
+        if not int(answer[0]):
+            return self.get(as_text(answer[1])), False
         self._entered(doc["state"], doc.get("project"))
         return doc, True
 
@@ -167,8 +173,8 @@ class TaskStore:
         if pending:
             pipe.execute()
 
-    def _create_call(self, doc: Doc, idem: str, audit: AuditEntry | None = None
-                     ) -> tuple[list[str], list[Any]]:
+    def _create_call(self, doc: Doc, idem: str, audit: AuditEntry | None = None,
+                     budget: CreateBudget | None = None) -> tuple[list[str], list[Any]]:
         task_id, owner, state = doc["id"], doc["owner"], doc["state"]
         k = self.keys
         task_fields, rev_fields = self._split(doc, set(doc))
@@ -177,9 +183,12 @@ class TaskStore:
         keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
                 k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
                 k.project_index(project) if project else "", *self._insights_keys(project),
-                stream]
+                stream, budget.rate_key if budget else "",
+                *(budget.unfinished_keys if budget else ())]
+        q = budget.quotas if budget else Quotas(0, 0, 0)
         args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields), state, KEEP_SECONDS,
-                stream_length, 2 * len(entry), *(x for pair in entry.items() for x in pair),
+                stream_length, 2 * len(entry), q.creates_per_minute, 2 * QUOTA_WINDOW,
+                q.unfinished_tasks, *(x for pair in entry.items() for x in pair),
                 *_pairs(task_fields), *_pairs(rev_fields)]
         return keys, args
 

@@ -25,19 +25,34 @@ end
 
 # KEYS: task, first revision, idem (or ""), all-index, owner-index, state-index,
 #       owner-state-index, seq, project-index (or ""), insights key of every task,
-#       insights key of the project (or ""), audit stream (or "")
+#       insights key of the project (or ""), audit stream (or ""), the owner's creations
+#       this minute (or "": not counted), then the owner's unfinished-state indexes (none:
+#       not counted)
 # ARGV: id, idem-ttl, number of task fields n, the state, insights TTL, audit stream
-#       length, number of audit field/value pairs m, m audit pairs, n task field/value
-#       pairs, revision pairs
+#       length, number of audit field/value pairs m, creations per minute allowed, the
+#       creations counter's TTL, unfinished tasks allowed, m audit pairs, n task
+#       field/value pairs, revision pairs
+# Returns {0, id} for a key used before (nothing counted), {-1, created, unfinished} when
+# a quota refuses (nothing stored; shared.quotas words the refusal), {1, id} once stored.
 CREATE = COUNT_ENTRY + """
 if KEYS[3] ~= '' then
   local existing = redis.call('GET', KEYS[3])
   if existing then return {0, existing} end
 end
+local created, unfinished = 0, 0
+if KEYS[13] ~= '' then
+  created = redis.call('INCR', KEYS[13])
+  if created == 1 then redis.call('EXPIRE', KEYS[13], ARGV[9]) end
+end
+for i = 14, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
+if (KEYS[13] ~= '' and created > tonumber(ARGV[8]))
+    or (#KEYS > 13 and unfinished >= tonumber(ARGV[10])) then
+  return {-1, created, unfinished}
+end
 local seq = redis.call('INCR', KEYS[8])
 local n = tonumber(ARGV[3])
 local m = tonumber(ARGV[7])
-local first = 8 + m
+local first = 11 + m
 redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, unpack(ARGV, first, first - 1 + 2 * n))
 if #ARGV >= first + 2 * n then
   redis.call('HSET', KEYS[2], unpack(ARGV, first + 2 * n, #ARGV))
@@ -47,7 +62,7 @@ if KEYS[9] ~= '' then redis.call('ZADD', KEYS[9], seq, ARGV[1]) end
 if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
 count_entry(KEYS[10], KEYS[11], ARGV[4], ARGV[5])
 if KEYS[12] ~= '' then
-  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 8, 7 + m))
+  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 11, 10 + m))
 end
 return {1, ARGV[1]}
 """

@@ -65,24 +65,31 @@ def task(owner: str, state: str = states.PENDING) -> dict[str, object]:
             "env": [], "created_at": 0.0, "updated_at": 0.0}
 
 
+def create(counter: QuotaCounter, owner: str) -> bool:
+    """A task of ``owner`` stored with its quotas counted, as the API stores one."""
+    _, created = TaskStore(counter.r).create(task(owner), budget=counter.budget(owner))
+    return created
+
+
 def test_creations_past_the_rate_in_one_minute_are_told_when_to_retry(
         client: fakeredis.FakeRedis) -> None:
     counter = QuotaCounter(client, quotas=Quotas(3, 0, 0), clock=Clock(600.0 + 45))
     for _ in range(3):
-        counter.check_create("ann")
+        assert create(counter, "ann")
     with pytest.raises(TooManyRequests) as refused:
-        counter.check_create("ann")
+        create(counter, "ann")
     assert refused.value.retry_after == 15
     assert [p.rule for p in refused.value.problems] == ["quota.creates_per_minute"]
-    counter.check_create("bob")  # another user's budget is their own
+    assert len(TaskStore(client).all_ids()) == 3  # the refused one stored nothing
+    assert create(counter, "bob")  # another user's budget is their own
 
 
 def test_the_next_minute_starts_a_new_count(client: fakeredis.FakeRedis) -> None:
     clock = Clock(600.0)
     counter = QuotaCounter(client, quotas=Quotas(1, 0, 0), clock=clock)
-    counter.check_create("ann")
+    create(counter, "ann")
     clock.now = 660.0
-    counter.check_create("ann")
+    create(counter, "ann")
     assert 0 < client.ttl(counter.keys.quota_creates(user("ann"), 11)) <= 120
 
 
@@ -94,9 +101,39 @@ def test_unfinished_tasks_are_counted_per_owner_from_the_state_indexes(
     counter = QuotaCounter(client, quotas=Quotas(0, 2, 0))
     assert counter.unfinished("ann") == 2
     with pytest.raises(QuotaExceeded) as refused:
-        counter.check_create("ann")
+        create(counter, "ann")
     assert refused.value.problems[0].limit == 2
-    counter.check_create("bob")
+    assert counter.unfinished("ann") == 2
+    assert create(counter, "bob")
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5])
+def test_the_script_refuses_exactly_where_the_pure_rules_do(
+        client: fakeredis.FakeRedis, limit: int) -> None:
+    rate, unfinished = QuotaCounter(client, "r", Quotas(limit, 0, 0)), \
+        QuotaCounter(client, "u", Quotas(0, limit, 0))
+    for counter, rule in ((rate, over_rate), (unfinished, over_unfinished)):
+        stored = 0
+        for attempt in range(1, limit + 3):
+            count = attempt if counter is rate else stored
+            refused = rule(counter.quotas, user("ann"), count) is not None
+            try:
+                TaskStore(client, counter.keys.prefix).create(
+                    task("ann"), budget=counter.budget("ann"))
+                stored += 1
+                assert not refused, (rule.__name__, attempt)
+            except (TooManyRequests, QuotaExceeded):
+                assert refused, (rule.__name__, attempt)
+        assert stored == limit
+
+
+def test_a_replayed_creation_is_not_counted_again(client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(client, quotas=Quotas(1, 0, 0), clock=Clock(600.0))
+    tasks = TaskStore(client)
+    first, _ = tasks.create(task("ann"), "key-1", budget=counter.budget("ann"))
+    again, created = tasks.create(task("ann"), "key-1", budget=counter.budget("ann"))
+    assert (again["id"], created) == (first["id"], False)
+    assert client.get(counter.keys.quota_creates(user("ann"), 10)) == "1"
 
 
 def test_a_new_revision_past_the_limit_is_refused(client: fakeredis.FakeRedis) -> None:
