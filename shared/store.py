@@ -132,6 +132,7 @@ class TaskStore:
         self._read = client.register_script(scripts.READ)
         self._delete = client.register_script(scripts.DELETE)
         self._move = client.register_script(scripts.MOVE)
+        self.logs = LogTail(client, prefix)
 
     # --- writing -------------------------------------------------------------------------
 
@@ -617,7 +618,7 @@ class TaskStore:
 
     def append_log(self, task_id: str, revision: int, text: str) -> None:
         """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept."""
-        LogTail(self.r, self.keys.prefix).append(task_id, revision, text, self.LOG_LIMIT)
+        self.logs.append(task_id, revision, text, self.LOG_LIMIT)
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))
