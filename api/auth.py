@@ -85,13 +85,6 @@ def scope() -> str | None:
     return None if identity().is_admin else identity().owner
 
 
-def readable_projects() -> list[str]:
-    """The projects whose tasks this caller may read (not change): those it maintains."""
-    if identity().is_admin:
-        return []  # an admin reads every task already
-    return svc().projects.maintained_by(identity().owner)
-
-
 def security_headers(response: Any) -> Any:
     headers = response.headers
     headers.setdefault("X-Content-Type-Options", "nosniff")

@@ -144,9 +144,10 @@ def preview_new() -> Response:
 def preview_edit(task_id: str) -> Response:
     """The env editor's change applied to the task's env, as its next revision would get it.
 
-    A secret left empty keeps its stored value, as saving would.
+    A secret left empty keeps its stored value, as saving would.  Only those who may change
+    the task have the editor: its project's maintainers, who read it, are refused (403).
     """
-    doc = svc().tasks.get(task_id, auth.scope())
+    doc = actions.task_to_change(svc(), task_id, auth.scope())
     patch, errors, _, _ = forms.read_env_edit(request.form, doc["env"])
     if patch is None:
         problems = [Problem(rule="form", message=line) for line in forms.messages(errors)]

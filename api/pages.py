@@ -219,8 +219,8 @@ def listed_tasks() -> tuple[dict[str, Any], Page]:
         abort(400, "A project's tasks are listed in every state: filter by status among "
                    "your own tasks.")
     svc().projects.maintainable(project, auth.actor(), auth.identity().is_admin)
-    return {**query, "project": project}, svc().projects.tasks(project, cursor,
-                                                               query["limit"])
+    return {**query, "project": project}, svc().tasks.list(cursor=cursor, limit=query["limit"],
+                                                           project=project)
 
 
 def listable_projects() -> list[str]:
@@ -386,8 +386,9 @@ def task_rerun(task_id: str) -> Any:
 
 @bp.get("/ui/tasks/<task_id>/diff")
 def task_diff(task_id: str) -> Any:
-    """What changed between two revisions of a task; secrets only as changed or not."""
-    doc = svc().tasks.get(task_id, auth.scope())
+    """What changed between two revisions of a task (its project's maintainers read it too);
+    secrets only as changed or not."""
+    doc = actions.task_to_read(svc(), task_id, auth.scope())[0]
     last = doc["revision"]
     old = request.args.get("from", type=int) or max(1, last - 1)
     new = request.args.get("to", type=int) or last
@@ -396,7 +397,7 @@ def task_diff(task_id: str) -> Any:
         abort(400, f"Choose two revisions between 1 and {last}, and resolved or env.")
     view = records.public_view(doc, url_for(".task", task_id=task_id))
     try:
-        diff, error = env_diff(task_id, old, new, of), None
+        diff, error = env_diff(doc, old, new, of), None
     except StateConflict as conflict:
         diff, error = None, conflict
     return page("task_diff.html", 409 if error else 200, task=view, diff=diff, error=error,

@@ -9,8 +9,8 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api import svc
-from api.auth import scope
 from api.schemas import DiffOut, DiffQuery, RevisionList, RevisionOut
+from api.tasks import readable
 from shared import revisions
 from shared.errors import NotFound, StateConflict
 from shared.secrets import masked
@@ -21,12 +21,11 @@ blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revis
 Doc = dict[str, Any]
 
 
-def revision_of(task_id: str, number: int) -> Doc:
-    """Revision ``number`` of one of the caller's tasks; someone else's task is 404."""
-    doc = svc().tasks.get(task_id, scope())
+def revision_of(doc: Doc, number: int) -> Doc:
+    """Revision ``number`` of the task ``doc``, a task the caller may read."""
     if not 1 <= number <= doc["revision"]:
-        raise NotFound(f"task {task_id} has no revision {number}")
-    return svc().tasks.revision(task_id, number)
+        raise NotFound(f"task {doc['id']} has no revision {number}")
+    return svc().tasks.revision(doc["id"], number)
 
 
 def revision_view(rev: Doc) -> Doc:
@@ -47,8 +46,9 @@ def compared(rev: Doc, of: str) -> list[Doc]:
     return list(rev["resolved"])
 
 
-def env_diff(task_id: str, old: int, new: int, of: str) -> Doc:
-    a, b = revision_of(task_id, old), revision_of(task_id, new)
+def env_diff(doc: Doc, old: int, new: int, of: str) -> Doc:
+    """What changed from revision ``old`` to ``new`` of ``doc``, a task the caller may read."""
+    a, b = revision_of(doc, old), revision_of(doc, new)
     found = revisions.diff(compared(a, of), compared(b, of))
     found["changed"] = [{**c, "source": c["new_source"]} for c in found["changed"]]
     return {"from": old, "to": new, "of": of, **found}
@@ -60,7 +60,7 @@ class Revisions(MethodView):
     def get(self, task_id: str) -> Doc:
         """Every revision, oldest first: state, policy version, who made it and how, when it
         started and ended, its exit code."""
-        doc = svc().tasks.get(task_id, scope())
+        doc = readable(task_id)
         return {"items": svc().tasks.revisions(task_id, doc["revision"])}
 
 
@@ -70,7 +70,7 @@ class Revision(MethodView):
     def get(self, task_id: str, number: int) -> Doc:
         """One revision: env as set, resolved env with each variable's source (secrets
         masked), errors, warnings, outcome and, for a rerun, its drift report."""
-        return revision_view(revision_of(task_id, number))
+        return revision_view(revision_of(readable(task_id), number))
 
 
 @blp.route("/<int:old>/diff/<int:new>")
@@ -80,4 +80,4 @@ class RevisionDiff(MethodView):
     def get(self, query: Doc, task_id: str, old: int, new: int) -> Doc:
         """Variables added, removed and changed from revision ``old`` to ``new``, each with
         its values and source; a secret shows only as changed or unchanged."""
-        return env_diff(task_id, old, new, query["of"])
+        return env_diff(readable(task_id), old, new, query["of"])

@@ -11,7 +11,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api import actions, cursors, svc
-from api.auth import actor, readable_projects, scope
+from api.auth import actor, scope
 from api.schemas import (
     EnvPatch,
     EnvQuery,
@@ -46,6 +46,12 @@ IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
 
 def task_url(task_id: str) -> str:
     return url_for("tasks.Task", task_id=task_id)
+
+
+def readable(task_id: str) -> dict[str, Any]:
+    """A task the caller may read: its own (any, for an admin), or as a maintainer one of
+    its project's.  Every read goes through here; a task it may not read is 404."""
+    return actions.task_to_read(svc(), task_id, scope())[0]
 
 
 def accepted(doc: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +90,7 @@ class Task(MethodView):
 
         The ``ETag`` is the revision, for ``If-Match`` on a change.
         """
-        doc = svc().tasks.get(task_id, scope(), readable_projects())
+        doc = readable(task_id)
         view = records.public_view(doc, task_url(task_id))
         kept = doc.get("next_env")
         view["next_env"] = None if kept is None else [masked(e) for e in kept]
@@ -128,7 +134,7 @@ class TaskEnv(MethodView):
         "parses back to the same values; each secret is left out, named in a comment."))
     def get(self, query: dict[str, Any], task_id: str) -> Any:
         """The env as set and the resolved env (secrets masked), or either as a .env file."""
-        doc = svc().tasks.get(task_id, scope())
+        doc = readable(task_id)
         if query["format"] == "dotenv":
             return _dotenv(doc, query["resolved"])
         resolved = doc.get("resolved")
@@ -189,7 +195,7 @@ class TaskManifest(MethodView):
         A revision not yet resolved is resolved here against the current policy, as
         preview does; secret values appear only as ``secretKeyRef`` references.
         """
-        doc = svc().tasks.get(task_id, scope())
+        doc = readable(task_id)
         resolved = doc.get("resolved") is not None
         if not resolved:
             doc = actions.resolved_now(svc(), doc)
@@ -207,7 +213,7 @@ class TaskLogs(MethodView):
                           "schema": {"type": "integer", "minimum": 1}}])
     def get(self, task_id: str) -> Response:
         """The output of the task's steps, for the current revision or ``?revision=n``."""
-        doc = svc().tasks.get(task_id, scope(), readable_projects())
+        doc = readable(task_id)
         revision = request.args.get("revision", type=int) or doc["revision"]
         text = svc().tasks.read_log(task_id, revision)
         return Response(text, mimetype="text/plain")

@@ -21,7 +21,6 @@ import redis
 from shared.errors import BadRequest, Forbidden, NotFound, StateConflict
 from shared.keys import Keys
 from shared.redis_conn import as_text
-from shared.store import SUMMARY_FIELDS, Page
 
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 SCOPE_PREFIX = "project:"
@@ -135,22 +134,6 @@ class ProjectStore:
     def maintained_by(self, owner: str) -> list[str]:
         """The projects whose tasks ``owner`` may read and whose policy it may edit."""
         return [p.name for p in self.many(self.of(owner)) if owner in p.maintainers]
-
-    def tasks(self, name: str, cursor: int | None = None, limit: int = 50) -> Page:
-        """A page of the project's task summaries, newest first, through the project's
-        index (as ``TaskStore.list`` pages through an owner's): ``limit`` records read,
-        however many tasks the project has; ``cursor`` is where the last page ended."""
-        top = f"({cursor}" if cursor is not None else "+inf"
-        pairs: Any = self.r.zrevrangebyscore(self.keys.project_index(name), top, "-inf",
-                                             start=0, num=limit + 1, withscores=True)
-        more, pairs = len(pairs) > limit, pairs[:limit]
-        pipe = self.r.pipeline(transaction=False)
-        for task_id, _ in pairs:
-            pipe.hmget(self.keys.task(as_text(task_id)), list(SUMMARY_FIELDS))
-        items = [{f: json.loads(v) for f, v in zip(SUMMARY_FIELDS, values, strict=True)
-                  if v is not None} for values in pipe.execute()
-                 if values[0] is not None]  # expired since the index was read
-        return Page(items, int(pairs[-1][1]) if more else None)
 
     # --- who may do what -------------------------------------------------------------------
 

@@ -337,14 +337,10 @@ class TaskStore:
 
     # --- reading -------------------------------------------------------------------------
 
-    def get(self, task_id: str, owner: str | None = None,
-            projects: Collection[str] = ()) -> Doc:
-        """The task, if ``owner`` (None: anyone) owns it or it is in one of ``projects``
-        (those the caller maintains, whose tasks it may read)."""
-        doc = self._fetch(task_id)[1]
-        if owner is not None and doc["owner"] != owner and doc.get("project") not in projects:
-            raise NotFound(f"no task {task_id}")  # someone else's task does not exist for you
-        return doc
+    def get(self, task_id: str) -> Doc:
+        """The task, whoever owns it: who may read it is the API's one rule
+        (``ProjectStore.task_access``), not the store's."""
+        return self._fetch(task_id)[1]
 
     def position(self, task_id: str) -> tuple[int, str] | None:
         """The current revision and its state, without the record; None if gone."""
@@ -424,10 +420,13 @@ class TaskStore:
                 for n, values in enumerate(pipe.execute(), start=1)]
 
     def list(self, owner: str | None = None, state: str | None = None,
-             cursor: int | None = None, limit: int = 50) -> Page:
-        """Summaries, newest first; ``cursor`` is the position the previous page ended at."""
+             cursor: int | None = None, limit: int = 50, project: str | None = None) -> Page:
+        """Summaries, newest first; ``cursor`` is the position the previous page ended at.
+
+        With ``project``, that project's tasks (its index), in every state and of every owner.
+        """
         top = f"({cursor}" if cursor is not None else "+inf"
-        pairs: Any = self.r.zrevrangebyscore(self.keys.index(owner, state), top, "-inf",
+        pairs: Any = self.r.zrevrangebyscore(self._listed(owner, state, project), top, "-inf",
                                              start=0, num=limit + 1, withscores=True)
         more = len(pairs) > limit
         pairs = pairs[:limit]
@@ -442,6 +441,14 @@ class TaskStore:
             elif (doc := self.find(as_text(task_id))) is not None:  # a record to migrate
                 items.append({f: doc.get(f) for f in SUMMARY_FIELDS})
         return Page(items, int(pairs[-1][1]) if more and pairs else None)
+
+    def _listed(self, owner: str | None, state: str | None, project: str | None) -> str:
+        """The index a listing pages through."""
+        if project is None:
+            return self.keys.index(owner, state)
+        if owner is not None or state is not None:  # the project's index has no such split
+            raise ValueError("a project's tasks are listed in every state, of every owner")
+        return self.keys.project_index(project)
 
     def reseal(self, task_id: str) -> int:
         """Seal every revision's secrets again with the first key (rotation); the count.

@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from shared.policy_store import PolicyStore
+from shared.secrets import MASK
 from shared.store import TaskStore
 from tests.api.conftest import Browser, EnqueueSpy, task_body
+from tests.api.test_revisions_api import finish, resolve
 
 CHANGES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("patch", "/env", {"set": [{"name": "LR", "value": "9"}]}),
@@ -25,6 +28,10 @@ PAGE_CHANGES = [("/env", {"env-0-name": "LEARNING_RATE", "env-0-value": "0.5",
                           "apply": "restart"}),
                 ("/cancel", {}), ("/rerun", {})]
 CHANGE_FORM = re.compile(r'<form[^>]+action="/ui/tasks/[0-9a-f]+/(env|cancel|rerun)"')
+SECRET = "hunter2-not-for-maintainers"
+READS = ["", "/env", "/env?format=dotenv", "/env?format=dotenv&resolved=true", "/revisions",
+         "/revisions/1", "/revisions/2", "/revisions/1/diff/2", "/revisions/1/diff/2?of=env",
+         "/manifest", "/logs", "/logs?revision=1"]
 
 
 @pytest.fixture
@@ -94,6 +101,64 @@ def test_whoever_may_not_read_a_task_finds_none_whatever_they_try(
     untouched(tasks, enqueued, alices_task)
 
 
+@pytest.fixture
+def alices_revised_task(users: dict[str, FlaskClient], tasks: TaskStore,
+                        policies: PolicyStore) -> str:
+    """Alice's task in vision with a secret: revision 1 ran (and logged), revision 2 changed
+    the secret and LR; both resolved."""
+    alice = users["alice"]
+    made = alice.post("/api/v1/tasks", json=task_body(project="vision", env=[
+        {"name": "LR", "value": "0.01"}, {"name": "TOKEN", "value": SECRET, "secret": True}]))
+    assert made.status_code == 202, made.get_json()
+    task_id = str(made.get_json()["id"])
+    resolve(tasks, policies, task_id, 1)
+    finish(tasks, task_id, 1)
+    tasks.append_log(task_id, 1, "epoch 1 done\n")
+    changed = alice.patch(f"/api/v1/tasks/{task_id}/env", json={"set": [
+        {"name": "LR", "value": "0.02"},
+        {"name": "TOKEN", "value": SECRET + "-rotated", "secret": True}]})
+    assert changed.status_code == 202, changed.get_json()
+    resolve(tasks, policies, task_id, 2)
+    return task_id
+
+
+@pytest.mark.parametrize("path", READS)
+def test_a_maintainer_reads_all_of_a_members_task_exactly_as_its_owner_does(
+        users: dict[str, FlaskClient], alices_revised_task: str, path: str) -> None:
+    """Every read answers the maintainer what it answers the owner, byte for byte: secrets
+    masked or left out for both, never a value in clear."""
+    url = f"/api/v1/tasks/{alices_revised_task}{path}"
+    owners, maintainers = users["alice"].get(url), users["carol"].get(url)
+    assert maintainers.status_code == 200, maintainers.get_data(as_text=True)
+    assert maintainers.get_data() == owners.get_data()
+    assert maintainers.headers.get("ETag") == owners.headers.get("ETag")
+    assert SECRET not in maintainers.get_data(as_text=True)
+
+
+def test_what_a_maintainer_reads_holds_the_task_with_its_secrets_masked(
+        users: dict[str, FlaskClient], alices_revised_task: str) -> None:
+    url = f"/api/v1/tasks/{alices_revised_task}"
+    carol = users["carol"]
+    env = carol.get(f"{url}/env").get_json()
+    assert {e["name"]: e["value"] for e in env["env"]} == {"LR": "0.02", "TOKEN": MASK}
+    assert [r["revision"] for r in carol.get(f"{url}/revisions").get_json()["items"]] == [1, 2]
+    diff = carol.get(f"{url}/revisions/1/diff/2?of=env").get_json()
+    assert {c["name"] for c in diff["changed"]} == {"LR", "TOKEN"}
+    assert carol.get(f"{url}/logs?revision=1").get_data(as_text=True) == "epoch 1 done\n"
+    assert carol.get(f"{url}/manifest").get_json()["resolved"] is True
+
+
+@pytest.mark.parametrize("path", READS)
+def test_a_fellow_member_and_another_projects_maintainer_read_nothing(
+        users: dict[str, FlaskClient], alices_revised_task: str,
+        error_shape: Callable[..., None], path: str) -> None:
+    for name in ("erin", "dave"):
+        refused = users[name].get(f"/api/v1/tasks/{alices_revised_task}{path}")
+        assert refused.status_code == 404, (name, refused.get_data(as_text=True))
+        error_shape(refused.get_json(), "not_found")
+        assert SECRET not in refused.get_data(as_text=True)
+
+
 def test_the_owner_a_maintainers_own_task_and_the_admin_still_change_tasks(
         users: dict[str, FlaskClient], client: FlaskClient, alices_task: str) -> None:
     patch = {"set": [{"name": "LR", "value": "9"}]}
@@ -132,6 +197,36 @@ def test_a_maintainer_sees_a_members_task_page_without_any_control_to_change_it(
     for name in ("erin", "dave"):
         assert browser(name).get(f"/ui/tasks/{alices_task}").status_code == 404
         assert browser(name).get(f"/ui/tasks/{alices_task}/live").status_code == 404
+
+
+def test_a_maintainer_compares_a_members_revisions_on_the_console(
+        users: dict[str, FlaskClient], alices_revised_task: str,
+        browser: Callable[..., Browser]) -> None:
+    carol = browser("carol")
+    task_page = carol.get(f"/ui/tasks/{alices_revised_task}")
+    assert 'id="read-only"' in task_page.text and 'class="diff-form"' in task_page.text
+    diff_url = f"/ui/tasks/{alices_revised_task}/diff?from=1&to=2&of=env"
+    shown = carol.get(diff_url)
+    assert shown.status_code == 200
+    assert main(shown.text) == main(browser("alice").get(diff_url).text)  # the owner's, no more
+    assert "<code>LR</code>" in shown.text and "<code>TOKEN</code>" in shown.text
+    assert SECRET not in shown.text
+    for name in ("erin", "dave"):
+        assert browser(name).get(diff_url).status_code == 404
+
+
+def test_the_env_editors_preview_is_for_those_who_may_change_the_task(
+        users: dict[str, FlaskClient], alices_task: str,
+        browser: Callable[..., Browser]) -> None:
+    """A read-only page has no editor to preview: its maintainer is told why, others find
+    no task."""
+    form = {"env-0-name": "LEARNING_RATE", "env-0-value": "0.5"}
+    url = f"/ui/tasks/{alices_task}/preview"
+    assert browser("alice").post(url, form).status_code == 200
+    refused = browser("carol").post(url, form)
+    assert refused.status_code == 403
+    assert "may read a member&#39;s task but not change it" in refused.text
+    assert browser("dave").post(url, form).status_code == 404
 
 
 @pytest.mark.parametrize(("path", "form"), PAGE_CHANGES)
@@ -181,3 +276,11 @@ def test_only_a_projects_maintainers_and_admins_list_its_tasks(
 
 def listed(html: str) -> list[str]:
     return re.findall(r'<tr data-task="([0-9a-f]+)">', html)
+
+
+def main(html: str) -> str:
+    """The page's own content, without the navigation (which differs by role)."""
+    found = re.search(r'<main id="content">.*</main>', html, re.S)
+    assert found is not None
+    return found.group(0)
+

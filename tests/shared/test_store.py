@@ -102,13 +102,6 @@ def test_get_unknown_task_raises_not_found(tasks: TaskStore) -> None:
     assert tasks.find("no-such-task") is None
 
 
-def test_get_with_another_owner_raises_not_found(tasks: TaskStore) -> None:
-    task_id = create(tasks, owner="alice")
-    assert tasks.get(task_id, "alice")["owner"] == "alice"
-    with pytest.raises(NotFound):
-        tasks.get(task_id, "bob")
-
-
 # --- transitions -------------------------------------------------------------------------
 
 def test_transition_from_the_expected_state_moves_and_records_an_event(tasks: TaskStore) -> None:
@@ -248,6 +241,33 @@ def test_list_filters_by_owner(tasks: TaskStore) -> None:
     assert ids(tasks.list(owner="bob").items) == list(reversed(bob))
     assert len(tasks.list().items) == 5
     assert tasks.list(owner="carol").items == []
+
+
+def in_project(tasks: TaskStore, project: str, owner: str) -> str:
+    doc, created = tasks.create({**new_doc(owner=owner), "project": project})
+    assert created
+    return str(doc["id"])
+
+
+def test_list_of_a_project_pages_its_tasks_of_every_owner_and_state(
+        tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
+    vision = [in_project(tasks, "vision", owner) for owner in ("alice", "erin", "alice")]
+    in_project(tasks, "speech", "bob")
+    create(tasks, owner="alice")  # in no project
+    tasks.transition(vision[0], 1, states.PENDING, states.REJECTED)
+    assert all_pages(tasks, limit=2, project="vision") == [[vision[2], vision[1]], [vision[0]]]
+    first = tasks.list(project="vision", limit=1).items[0]
+    assert set(first) == {"id", "name", "owner", "project", "state", "revision",
+                          "created_at", "updated_at"}  # a summary: no env
+    r.delete(tasks.keys.task(vision[1]))  # expired since the index was read
+    assert ids(tasks.list(project="vision").items) == [vision[2], vision[0]]
+    assert tasks.list(project="nowhere").items == []
+
+
+def test_a_projects_index_is_not_split_by_owner_or_state(tasks: TaskStore) -> None:
+    for split in ({"owner": "alice"}, {"state": states.PENDING}):
+        with pytest.raises(ValueError, match="every state, of every owner"):
+            tasks.list(project="vision", **split)
 
 
 def test_list_pages_within_an_owner(tasks: TaskStore) -> None:
