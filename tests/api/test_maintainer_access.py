@@ -283,4 +283,3 @@ def main(html: str) -> str:
     found = re.search(r'<main id="content">.*</main>', html, re.S)
     assert found is not None
     return found.group(0)
-
