@@ -10,6 +10,10 @@ from its submission to its ``running`` event, which the launch stage records whe
 ids, each played with ``podman kube play --start --quiet``, as many at once as the
 launch worker runs (its concurrency), all due at once.  Rounds alternate; the fastest
 of each is kept; the pods a round made are removed before the next (not timed).
+
+``python -m bench.podman_launch`` runs this phase alone (with its own redis-server and
+the full run's options, e.g. ``--rounds 3``), prints the rounds and the verdict, and
+writes no results file.
 """
 
 from __future__ import annotations
@@ -169,3 +173,25 @@ def phase(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> di
         say(f"  podman launcher: NOT MEASURED: {why}")
         return {"skipped": why}
     return measure(procs, client, args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from bench.run import parse_args  # the full run's options; bench.run imports this module
+
+    args = parse_args(argv)
+    args.podman = True  # asked for by name: a missing podman or image is an error
+    procs = Processes(Path(tempfile.mkdtemp(prefix="taskenv-bench-")))
+    ok = False
+    try:
+        result = phase(procs, procs.start_redis(), args)
+        ok = True
+    finally:
+        procs.close(ok)
+    ratio = result["throughput_ratio"]
+    say(f"best: {_line(result['pipeline'], result['floor'])}")
+    say(f"podman launcher throughput {ratio:.2f} x the kube play loop (>= {RATIO}): "
+        f"{'MET' if ratio >= RATIO else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

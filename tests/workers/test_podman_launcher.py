@@ -12,6 +12,7 @@ import stat
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,75 @@ def test_concurrent_launches_leave_one_container(launcher: PodmanLauncher, make_
     assert outcomes == [Outcome("running")] * 3
     assert pods_and_containers(workload) == ([workload.run_name],
                                              [launcher.container_name(workload)])
+
+
+class CountingLauncher(PodmanLauncher):
+    """Real podman, noting each podman process it runs by its first two words."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.calls: list[str] = []
+
+    def podman(self, *args: str, stdin: bytes | None = None,
+               stderr: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+        self.calls.append(" ".join(args[:2]))
+        return super().podman(*args, stdin=stdin, stderr=stderr)
+
+
+def test_a_first_launch_is_one_podman_process(make_workload):
+    launcher = CountingLauncher(Settings())
+    first, second = make_workload([["true"]]), make_workload([["true"]])
+
+    launcher.launch(first, RecordingHooks().hooks)
+    assert launcher.calls == ["image exists", "kube play"]  # the image: once per process
+    launcher.calls.clear()
+    launcher.launch(second, RecordingHooks().hooks)
+
+    assert launcher.calls == ["kube play"]
+    assert finish(launcher, second).state == "succeeded"
+
+
+def test_a_redelivered_launch_with_a_secret_adopts_the_pod_and_leaves_no_secret(
+        make_workload):
+    launcher = CountingLauncher(Settings())
+    workload = make_workload([["sleep", "2"]], secrets={"API_TOKEN": "s3cr3t"})
+    launcher.launch(workload, RecordingHooks().hooks)
+    launcher.calls.clear()
+    again = RecordingHooks()
+
+    assert launcher.launch(workload, again.hooks) == Outcome("running")
+
+    assert again.started == 1
+    assert launcher.calls == ["secret create", "kube play", "secret rm", "pod exists",
+                              "container inspect"]  # refused, found, running: left alone
+    assert pods_and_containers(workload) == ([workload.run_name],
+                                             [launcher.container_name(workload)])
+    left = podman("secret", "ls", "--format", "{{.Name}}").stdout.split()
+    assert not [s for s in left if s.startswith(manifest.secret_name(workload))]
+    assert finish(launcher, workload).state == "succeeded"
+
+
+@pytest.fixture
+def doomed_image() -> Iterator[str]:
+    """A second name for the runtime image, for a test to remove."""
+    name = f"localhost/taskenv-doomed:{uuid.uuid4().hex[:8]}"
+    assert podman("tag", DEFAULT_IMAGE, name).returncode == 0
+    yield name
+    podman("untag", DEFAULT_IMAGE, name)
+
+
+def test_an_image_removed_after_it_was_found_still_fails_plainly(launcher: PodmanLauncher,
+                                                                 make_workload,
+                                                                 doomed_image: str):
+    before = make_workload([["true"]], image=doomed_image)
+    assert run(launcher, before)[0].state == "succeeded"
+    assert podman("untag", DEFAULT_IMAGE, doomed_image).returncode == 0
+    after = make_workload([["true"]], image=doomed_image)
+
+    with pytest.raises(LaunchFailed, match="taskenv-doomed.* is not in podman's local store"):
+        launcher.launch(after, RecordingHooks().hooks)
+
+    assert pods_and_containers(after) == ([], [])
 
 
 class CapturingLauncher(PodmanLauncher):

@@ -26,8 +26,13 @@ What podman 4.3 does differently from Kubernetes, and what this module does abou
   starts clean.
 
 The pod is named after the workload's ``run_name``: a second launch of the same
-revision finds it (``podman pod exists``) and adopts it, so one container runs.
-Every call is an argv list, never a shell.
+revision (a redelivery, a retry, a concurrent launch) has its play refused with
+"already exists" and adopts the pod instead, starting it if an earlier launch died
+before it did, so one container runs.  A first launch is therefore one podman
+process, ``kube play``: the pod is not looked up beforehand, and whether a local
+image exists is asked once per worker process (and again after a failed play, so an
+image removed since still gets a plain message).  Every call is an argv list, never
+a shell.
 """
 
 from __future__ import annotations
@@ -79,15 +84,13 @@ class PodmanLauncher:
         self.binary = binary
         self.timeout = timeout
         self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
+        self.images_present: set[str] = set()  # local images found; forgotten on a failed play
 
     # -- the Launcher interface ------------------------------------------------------
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         workload = self.with_image(workload)
-        if self.pod_exists(workload.run_name):
-            self._adopt(workload)
-        else:
-            self._play(workload)
+        self._play(workload)
         hooks.started()
         return Outcome("running")
 
@@ -220,7 +223,23 @@ class PodmanLauncher:
             raw.args, raw.returncode, _text(raw.stdout), _text(raw.stderr))
 
     def _play(self, workload: Workload) -> None:
+        """Play the revision's pod, or adopt it if an earlier or concurrent launch made it."""
         self._check_image(workload.image)
+        result = self._play_with_secret(workload)
+        if result.returncode == 0:
+            return
+        # Asked only now: a first launch needs no lookup, and a play refused because the
+        # pod exists names it.
+        if NAME_IN_USE.search(result.stderr) and self.pod_exists(workload.run_name):
+            self._adopt(workload)
+            return
+        self.remove(workload)  # a failed play can leave a half-made pod
+        self.images_present.discard(workload.image)
+        self._check_image(workload.image)  # removed since it was found: say so plainly
+        raise self._error("kube play", result)
+
+    def _play_with_secret(self, workload: Workload) -> subprocess.CompletedProcess[str]:
+        """``kube play`` with the secret variables in a podman secret that lives for the play."""
         payload = self.secret_payload(workload)
         secret = None
         if payload is not None:
@@ -228,16 +247,10 @@ class PodmanLauncher:
             self._create_secret(secret, payload)
         try:
             with private_file(self.render(workload, secret)) as path:
-                result = self.play_file(path)
+                return self.play_file(path)
         finally:
             if secret is not None:
                 self._remove_secret(secret)
-        if result.returncode == 0:
-            return
-        if NAME_IN_USE.search(result.stderr) and self.pod_exists(workload.run_name):
-            return  # a concurrent launch of this revision got there first: adopt its pod
-        self.remove(workload)  # a failed play can leave a half-made pod
-        raise self._error("kube play", result)
 
     def _adopt(self, workload: Workload) -> None:
         """The revision's pod exists (a redelivery, a retry): start it if need be, never twice."""
@@ -251,14 +264,20 @@ class PodmanLauncher:
         return self.podman("kube", "play", "--start", "--quiet", str(path))
 
     def _check_image(self, image: str) -> None:
-        """A local image that is missing cannot be pulled: say so instead of trying."""
-        if image.startswith("localhost/"):
-            result = self.podman("image", "exists", image)
-            if result.returncode == 1:
-                raise LaunchFailed(f"image {image} is not in podman's local store "
-                                   "(deploy/image/build.sh builds the default one)")
-            if result.returncode != 0:
-                raise self._error("image exists", result)
+        """A local image that is missing cannot be pulled: say so instead of trying.
+
+        Once found, an image is not asked about again by this worker process until a
+        play fails (each question is a podman process of its own).
+        """
+        if not image.startswith("localhost/") or image in self.images_present:
+            return
+        result = self.podman("image", "exists", image)
+        if result.returncode == 1:
+            raise LaunchFailed(f"image {image} is not in podman's local store "
+                               "(deploy/image/build.sh builds the default one)")
+        if result.returncode != 0:
+            raise self._error("image exists", result)
+        self.images_present.add(image)
 
     def _create_secret(self, name: str, payload: bytes) -> None:
         result = self.podman("secret", "create", name, "-", stdin=payload)
