@@ -20,9 +20,9 @@ process's log for a secret to prove it.
 
 from __future__ import annotations
 
-import ast
 import contextvars
 import logging
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +33,9 @@ from pythonjsonlogger.json import JsonFormatter
 FORMATS = ("text", "json")
 CONTEXT_FIELDS = ("task_id", "revision", "request_id", "celery_id")
 STAGE_PREFIX = "taskenv."  # the names of taskenv's Celery tasks
-LONGEST_ARGS = 200  # a stage's arguments are two ids; anything longer is not one of ours
+# A stage's arguments as Celery shows them, the repr of (task id, revision): matched, not
+# parsed as Python (a line is logged per message: this is on every stage's hot path).
+STAGE_ARGS = re.compile(r"""[(\[]\s*'([0-9A-Za-z_-]{1,64})'\s*,\s*(\d{1,9})\s*,?\s*[)\]]""")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s%(context)s"
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
@@ -68,13 +70,11 @@ def celery_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def stage_ids(args: Any) -> dict[str, Any]:
-    """``task_id`` and ``revision`` from a stage's arguments as Celery shows them: their
-    ``repr`` (read as a literal, never evaluated)."""
-    if isinstance(args, str) and len(args) <= LONGEST_ARGS:
-        try:
-            args = ast.literal_eval(args)
-        except (ValueError, SyntaxError):
-            return {}
+    """``task_id`` and ``revision`` from a stage's arguments as Celery shows them (their
+    ``repr``, matched as text, never evaluated) or as values."""
+    if isinstance(args, str):
+        found = STAGE_ARGS.fullmatch(args)
+        return {"task_id": found[1], "revision": int(found[2])} if found else {}
     if isinstance(args, list | tuple) and len(args) == 2 and isinstance(args[0], str) \
             and isinstance(args[1], int):
         return {"task_id": args[0], "revision": args[1]}

@@ -96,3 +96,18 @@ def test_text_lines_show_what_celery_is_about_too() -> None:
     text = written("text", lambda log: celery_line(log, "taskenv.validate", ["d" * 32, 1]),
                    CELERY)
     assert text.rstrip().endswith(f"received celery_id=c0ffee-1 task_id={'d' * 32} revision=1")
+
+
+@pytest.mark.parametrize("shown, ids", [
+    (f"('{'d' * 32}', 3)", {"task_id": "d" * 32, "revision": 3}),
+    (f"['{'d' * 32}', 12]", {"task_id": "d" * 32, "revision": 12}),
+    (("abc", 2), {"task_id": "abc", "revision": 2}),
+    ("('abc', 1, 2)", {}),  # not a stage's two arguments
+    ("('a' + 'b', 1)", {}),  # an expression is never evaluated
+    ("('x' * 10**9, 1)", {}),
+    ("('$(id)', 1)", {}),
+    ("", {}),
+])
+def test_a_stage_s_arguments_are_matched_as_text_never_evaluated(shown: object,
+                                                                  ids: dict[str, object]) -> None:
+    assert logs.stage_ids(shown) == ids
