@@ -17,8 +17,9 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
   call per task).  One whose launch worker is alive (heartbeat) is left alone; a
   finished workload not yet recorded is recorded.  ``run_forever`` sweeps the
   running tasks about once a minute: changes keep them current in between, and
-  the sweep only catches what needs time to pass (a container that never
-  starts, a worker lost with no backend record) at a Redis read per task;
+  the sweep only catches what needs time to pass (a worker lost with no backend
+  record) at a Redis read per task.  A task whose container the backend said can
+  never start is looked at every pass until it has waited ``stuck_after``;
 * a ``launching`` task that nobody holds and the backend does not know was never
   started: it goes back to ``resolved`` and is launched again;
 * a ``running`` task that nobody holds and the backend does not know was lost
@@ -63,8 +64,13 @@ STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESO
 
 def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                    stuck_after: float, now: float | None = None,
-                   heartbeat_ttl: float = 15.0, sweep_running: bool = True) -> Counter[str]:
+                   heartbeat_ttl: float = 15.0, sweep_running: bool = True,
+                   waiting: set[str] | None = None) -> Counter[str]:
+    """One pass.  ``waiting``: the tasks whose container the backend said can never start
+    (``NEVER_STARTS``), kept between passes by the caller: they are looked at every pass,
+    so each fails once ``stuck_after`` has passed, not at the next full sweep."""
     now = time.time() if now is None else now
+    waiting = set() if waiting is None else waiting
     counts: Counter[str] = Counter()
     for state, stage in STAGE_FOR.items():
         for task_id in tasks.iter_ids_in_state(state):
@@ -74,7 +80,9 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                 # Once per stuck_after: a long queue must not fill up with copies.
                 enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
-    if _apply_changes(tasks, launcher, counts):
+    if _apply_changes(tasks, launcher, counts, waiting):
+        _check_waiting(tasks, launcher, enqueue, waiting, stuck_after, now, heartbeat_ttl,
+                       counts)
         for state in (states.LAUNCHING, states.RUNNING) if sweep_running else (
                 states.LAUNCHING,):
             for task_id in tasks.iter_ids_in_state(state):
@@ -97,7 +105,8 @@ def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
     return stage, doc["id"], doc["revision"]
 
 
-def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str]) -> bool:
+def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
+                   waiting: set[str]) -> bool:
     """Record what changed in the backend; False if it could not be read this pass."""
     try:
         changes = list(launcher.changes())
@@ -105,6 +114,8 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str]) -
         log.exception("reconcile: the %s backend could not be read", launcher.name)
         return False
     for change in changes:
+        if change.outcome is not None and change.outcome.reason in NEVER_STARTS:
+            waiting.add(change.task_id)
         try:
             counts[_apply(tasks, launcher, change)] += 1
         except Exception:
@@ -127,6 +138,25 @@ def _apply(tasks: TaskStore, launcher: Launcher, change: Change) -> str:
     fail(tasks, change.task_id, change.revision,
          change.gone_reason or f"the {launcher.name} backend no longer has this workload")
     return "vanished"
+
+
+def _check_waiting(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, waiting: set[str],
+                   stuck_after: float, now: float, heartbeat_ttl: float,
+                   counts: Counter[str]) -> None:
+    """Look at the tasks whose container cannot start; forget those that started, ended or
+    were failed."""
+    for task_id in list(waiting):
+        doc = tasks.find(task_id)
+        seen = launcher.seen(Workload.from_doc(doc)) if doc is not None and doc["state"] in (
+            states.LAUNCHING, states.RUNNING) else None
+        if seen is None or seen.reason not in NEVER_STARTS:
+            waiting.discard(task_id)
+            continue
+        acted = _check_launched(tasks, launcher, enqueue, task_id, stuck_after, now,
+                                heartbeat_ttl)
+        if acted:
+            waiting.discard(task_id)
+            counts[acted] += 1
 
 
 def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task_id: str,
@@ -176,13 +206,15 @@ def run_forever(svc: Services) -> None:
     sweep_every = 1 if svc.settings.launcher in SWEPT_EVERY_PASS else max(
         1, round(FULL_SWEEP_SECONDS / max(1, interval)))
     passes = 0
+    waiting: set[str] = set()
     while True:
         try:
             if svc.redis.set(lock, "1", nx=True, ex=max(1, interval)):
                 counts = reconcile_once(svc.tasks, svc.launcher, svc.send,
                                         settings.stuck_after_seconds,
                                         heartbeat_ttl=3 * settings.heartbeat_seconds,
-                                        sweep_running=passes % sweep_every == 0)
+                                        sweep_running=passes % sweep_every == 0,
+                                        waiting=waiting)
                 passes += 1
                 _passed(svc, counts)
         except Exception:  # Redis restarting: try again next interval

@@ -292,3 +292,37 @@ def test_every_launched_task_is_looked_at_however_many(tasks):
     counts = reconcile_once(tasks, Backend(), queue, stuck, now=t0 + TTL + 1, heartbeat_ttl=TTL)
 
     assert counts["relaunched"] == 1_050 and len(queue.sent) == 1_050
+
+
+def test_a_container_that_can_never_start_fails_at_stuck_after_without_a_full_sweep(tasks):
+    task_id, other = task_in(tasks, states.RUNNING), task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.view[task_id] = Outcome(states.RUNNING, reason="ImagePullBackOff")
+    backend.view[other] = Outcome(states.RUNNING)
+    waiting: set[str] = set()
+    start = age(tasks, task_id)
+
+    first = reconcile_once(tasks, backend, Queue(), STUCK, now=start + 1, waiting=waiting,
+                           sweep_running=False)
+    assert not first and waiting == {task_id}
+    late = reconcile_once(tasks, backend, Queue(), STUCK, now=start + STUCK + 1,
+                          waiting=waiting, sweep_running=False)  # no news from the backend
+
+    assert late["never_started"] == 1 and waiting == set()
+    assert tasks.get(task_id)["state"] == states.FAILED
+    assert tasks.get(other)["state"] == states.RUNNING
+
+
+def test_a_container_that_started_after_all_is_forgotten_and_left_running(tasks):
+    task_id = task_in(tasks, states.RUNNING)
+    backend = Backend()
+    backend.view[task_id] = Outcome(states.RUNNING, reason="ErrImagePull")
+    waiting: set[str] = set()
+    start = age(tasks, task_id)
+    reconcile_once(tasks, backend, Queue(), STUCK, now=start + 1, waiting=waiting,
+                   sweep_running=False)
+    backend.view[task_id] = Outcome(states.RUNNING)  # the image arrived
+
+    reconcile_once(tasks, backend, Queue(), STUCK, now=start + STUCK + 1, waiting=waiting,
+                   sweep_running=False)
+    assert waiting == set() and tasks.get(task_id)["state"] == states.RUNNING
