@@ -55,6 +55,10 @@ class SandboxUnavailable(RuntimeError):
 
 
 OUTCOME_FILE = "outcome.json"  # how the runner ended, written before it tells Redis
+# The runners this process started, kept to reap them once they end.  Per process, not per
+# launcher: a launcher dropped while its runners live must not drop their handles (an
+# unreaped handle collected with its launcher is a "subprocess still running" warning).
+_RUNNERS: list[subprocess.Popen[bytes]] = []
 
 class LocalLauncher:
     name = "local"
@@ -63,7 +67,6 @@ class LocalLauncher:
         self.root = Path(settings.work_dir).resolve()
         self.settings = settings
         self.bwrap = sandbox_binary(settings.local_sandbox)
-        self.runners: list[subprocess.Popen[bytes]] = []  # kept to reap them once they end
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
@@ -125,7 +128,7 @@ class LocalLauncher:
 
     def reap(self) -> None:
         """Collect the exit status of the runners this process started that have ended."""
-        self.runners = [proc for proc in self.runners if proc.poll() is None]
+        _RUNNERS[:] = [proc for proc in _RUNNERS if proc.poll() is None]
 
     def logs(self, workload: Workload) -> str | None:
         return None  # the runner writes the task's log as the steps run
@@ -149,7 +152,7 @@ class LocalLauncher:
         with proc.stdin:
             proc.stdin.write(json.dumps(spec).encode())
         self.reap()
-        self.runners.append(proc)
+        _RUNNERS.append(proc)
         return proc.pid
 
 
