@@ -14,6 +14,7 @@ from typing import Any
 
 import marshmallow as ma
 
+from api import project_actions
 from shared import envfile, envlist, records, resolution, revisions, states
 from shared.derived_keys import derived_keys
 from shared.envlist import Limits
@@ -27,6 +28,7 @@ from shared.errors import (
     Problem,
     StateConflict,
 )
+from shared.layers import ProjectConflict
 from shared.policy import Policy, check_policy
 from shared.projects import CHANGE
 from shared.resolution import decide_policy, decide_validation
@@ -329,12 +331,16 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
 
 
-def save_policy(svc: Services, data: Doc, actor: str, shape: ma.Schema | None = None) -> Policy:
-    """Check the policy's rules, store it as a new version and audit it.
+def save_policy(svc: Services, data: Doc, actor: str,
+                shape: ma.Schema | None = None) -> tuple[Policy, list[ProjectConflict]]:
+    """Check the policy's rules, store it as a new version and audit it; with it, the
+    projects whose current policy it now refuses.
 
     The rules come first: they name the variable.  ``shape`` then loads the data with
     the API's schema, for a caller whose data has not been through it (the page).
-    Tasks already resolved keep the version they were resolved with.
+    Tasks already resolved keep the version they were resolved with.  A project policy
+    in conflict does not stop the save (an admin must be able to tighten the platform);
+    the audit entry names those projects and variables, never a value.
     """
     problems = check_policy(data, svc.limits)
     if problems:
@@ -343,8 +349,11 @@ def save_policy(svc: Services, data: Doc, actor: str, shape: ma.Schema | None = 
         data = shape.load(data)
     policy: Policy = svc.policies.put(Policy.from_dict(
         {**data, "author": actor, "created_at": time.time()}))
+    conflicts = project_actions.platform_conflicts(svc, policy)
     svc.audit.record(actor, "policy.put", f"v{policy.version}",
                      defaults=[d.name for d in policy.defaults],
                      protected=[p.name for p in policy.protected],
-                     on_conflict=policy.on_conflict)
-    return policy
+                     on_conflict=policy.on_conflict,
+                     project_conflicts=[{"project": c.project, "variables": c.variables()}
+                                        for c in conflicts])
+    return policy, conflicts

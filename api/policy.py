@@ -13,7 +13,7 @@ from flask_smorest import Blueprint
 
 from api import actions, project_actions, svc
 from api.auth import actor
-from api.schemas import ImpactOut, PolicyIn, PolicyOut, PolicyVersions
+from api.schemas import ImpactOut, PolicyIn, PolicyOut, PolicySaved, PolicyVersions
 from shared.secrets import masked_policy
 
 blp = Blueprint("policy", __name__, url_prefix="/api/v1/policy",
@@ -28,10 +28,15 @@ class CurrentPolicy(MethodView):
         return masked_policy(svc().policies.current().to_dict())
 
     @blp.arguments(PolicyIn)
-    @blp.response(200, PolicyOut)
+    @blp.response(200, PolicySaved)
     def put(self, data: dict[str, Any]) -> dict[str, Any]:
-        """Replace the policy: makes a new version; tasks already resolved keep theirs."""
-        return masked_policy(actions.save_policy(svc(), data, actor()).to_dict())
+        """Replace the policy: makes a new version; tasks already resolved keep theirs.
+
+        Saved even if some project's policy now conflicts with it (a name the platform now
+        protects, a default breaking a new rule); ``project_conflicts`` names each."""
+        policy, conflicts = actions.save_policy(svc(), data, actor())
+        return {**masked_policy(policy.to_dict()),
+                "project_conflicts": [c.to_dict() for c in conflicts]}
 
 
 @blp.route("/versions")

@@ -25,6 +25,7 @@ from api.errors import status_for
 from api.pages import BLANK_ROWS, bp, page
 from api.schemas import PolicyIn
 from shared.errors import Forbidden, PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
+from shared.layers import ProjectConflict
 from shared.policy import Policy
 from shared.policy_store import PolicyStore
 from shared.projects import project_scope
@@ -49,7 +50,8 @@ def editor(project: str | None) -> Any:
     store = _store(project)
     current = store.current()
     if request.method == "GET":
-        return policy_page(project, current, _rows_of(current))
+        return policy_page(project, current, _rows_of(current),
+                           conflicts=_conflicts(project, current))
     data, errors, shown = read_policy(request.form, current)
     more = "more" in request.form
     if more or data is None:
@@ -59,7 +61,7 @@ def editor(project: str | None) -> Any:
         if "impact" in request.form:
             found = project_actions.draft_impact(svc(), PolicyIn().load(data), project)
             return policy_page(project, current, shown, impact=found)
-        saved = _save(project, data)
+        saved, conflicts = _save(project, data)
     except PolicyInvalid as error:
         return policy_page(project, current, shown, status_for(error), problems=error.problems)
     except ma.ValidationError as error:
@@ -69,7 +71,18 @@ def editor(project: str | None) -> Any:
                            {"_schema": [error.message]})
     flash(f"Policy version {saved.version} saved: new tasks and new revisions are resolved "
           "with it; tasks already resolved keep their version.", "ok")
+    if conflicts:
+        flash(_conflicts_note(conflicts), "warning")
     return redirect(_url(project))
+
+
+def _conflicts_note(conflicts: list[ProjectConflict], shown: int = 10) -> str:
+    named = "; ".join(f"{c.project} ({', '.join(c.variables()) or 'its rules'})"
+                      for c in conflicts[:shown])
+    more = f" and {len(conflicts) - shown} more" if len(conflicts) > shown else ""
+    return (f"{len(conflicts)} project {'policy' if len(conflicts) == 1 else 'policies'} "
+            f"now conflict with it: {named}{more}. The policy is saved; each project's "
+            "maintainers must change theirs (listed below).")
 
 
 def _store(project: str | None) -> PolicyStore:
@@ -82,12 +95,22 @@ def _store(project: str | None) -> PolicyStore:
     return svc().policies.scoped(project_scope(project))
 
 
-def _save(project: str | None, data: Row) -> Policy:
-    # The rules first (they name the variable), then the API's shape (PolicyIn).
+def _save(project: str | None, data: Row) -> tuple[Policy, list[ProjectConflict]]:
+    # The rules first (they name the variable), then the API's shape (PolicyIn).  A
+    # project's policy is refused when in conflict; only the platform's saves with some.
     if project is None:
         return actions.save_policy(svc(), data, auth.actor(), shape=PolicyIn())
     return project_actions.save_project_policy(svc(), project, data, auth.actor(),
-                                               shape=PolicyIn())
+                                               shape=PolicyIn()), []
+
+
+def _conflicts(project: str | None, current: Policy) -> list[ProjectConflict]:
+    """The platform page: every project whose policy the platform's refuses; a project's
+    page: its own conflicts, if the platform's policy changed since it was saved."""
+    if project is None:
+        return project_actions.platform_conflicts(svc(), current)
+    problems = project_actions.policy_conflicts(svc(), current)
+    return [ProjectConflict(project, current.version, tuple(problems))] if problems else []
 
 
 def _url(project: str | None) -> str:
@@ -138,7 +161,8 @@ def _json(text: str, what: str) -> tuple[Any, str | None]:
 
 def policy_page(project: str | None, current: Policy, form: Row, status: int = 200,
                 errors: dict[str, Any] | None = None, problems: list[Problem] | None = None,
-                extra: int = 1, impact: Row | None = None) -> Any:
+                extra: int = 1, impact: Row | None = None,
+                conflicts: list[ProjectConflict] | None = None) -> Any:
     # Typed rows first, so that error indexes (defaults[2]) point at the row shown third.
     blank = BLANK_ROWS * extra
     return page("policy.html", status, policy=current, project=project, action=_url(project),
@@ -146,6 +170,7 @@ def policy_page(project: str | None, current: Policy, form: Row, status: int = 2
                 defaults=form["defaults"] + forms.blank(blank, when=""),
                 protected=form["protected"] + forms.blank(blank, reason="", when=""),
                 errors=errors or {}, problems=problems or [], impact=impact,
+                conflicts=conflicts or [],
                 bad={p.variable for p in problems or [] if p.variable})
 
 

@@ -3,7 +3,8 @@
 A project policy is saved only if :func:`shared.layers.check_layer` finds nothing it
 would weaken in the platform's; a draft's impact is measured with the same merge the
 policy stage runs (``shared.resolution.draft_resolution``), over the latest revision of
-every task not final plus the most recent 1,000 final ones in scope.
+every task not final plus the most recent 1,000 final ones in scope.  A platform policy
+may be saved under projects it now refuses; ``platform_conflicts`` names them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import marshmallow as ma
 from shared import envlist
 from shared.errors import PolicyInvalid, Problem
 from shared.impact import TaskSnapshot, impact
-from shared.layers import check_layer
+from shared.layers import ProjectConflict, check_layer, project_conflicts
 from shared.policy import Policy, Resolution, Resolved, check_policy
 from shared.projects import Project, project_scope
 from shared.resolution import draft_resolution, facts_of
@@ -45,6 +46,22 @@ def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Proble
     if project is None:
         return check_policy(data, svc.limits)
     return check_layer(data, svc.policies.current(), svc.limits)
+
+
+def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]:
+    """Every project whose current policy ``platform`` would refuse: one read per project."""
+    current = {name: _project_policy(svc, name) for name in svc.projects.names()}
+    return project_conflicts(current, platform, svc.limits)
+
+
+def policy_conflicts(svc: Services, project_policy: Policy) -> list[Problem]:
+    """What in a project's policy the platform's current one refuses (a platform policy
+    saved after it may have protected a name or added a rule)."""
+    return check_layer(project_policy.to_dict(), svc.policies.current(), svc.limits)
+
+
+def _project_policy(svc: Services, name: str) -> Policy:
+    return svc.policies.scoped(project_scope(name)).current()
 
 
 def save_project_policy(svc: Services, name: str, data: Doc, actor: str,

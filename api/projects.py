@@ -23,6 +23,7 @@ from api.schemas import (
     ProjectList,
     ProjectOut,
     ProjectPatch,
+    ProjectPolicyOut,
 )
 from shared.errors import Forbidden
 from shared.policy_store import PolicyStore
@@ -92,10 +93,13 @@ class Project(MethodView):
 
 @blp.route("/<name>/policy")
 class ProjectPolicy(MethodView):
-    @blp.response(200, PolicyOut)
+    @blp.response(200, ProjectPolicyOut)
     def get(self, name: str) -> dict[str, Any]:
-        """The project policy new tasks of the project are resolved with."""
-        return masked_policy(maintained(name).current().to_dict())
+        """The project policy new tasks of the project are resolved with, and what in it
+        the platform's current policy refuses (``conflicts``: what to fix)."""
+        current = maintained(name).current()
+        conflicts = project_actions.policy_conflicts(svc(), current)
+        return {**masked_policy(current.to_dict()), "conflicts": [p.to_dict() for p in conflicts]}
 
     @blp.arguments(PolicyIn)
     @blp.response(200, PolicyOut)

@@ -321,6 +321,29 @@ class PolicyOut(ma.Schema):
     created_at = fields.Float(allow_none=True)
 
 
+class ProjectConflictOut(ma.Schema):
+    project = fields.String()
+    policy_version = fields.Integer(metadata={"description": "The project policy's current "
+                                                             "version, the one in conflict."})
+    problems = fields.List(fields.Nested(Problem), metadata={
+        "description": "What the platform policy now refuses in it, as a PUT of it would be "
+                       "refused: each names the variable and the rule; a secret value is "
+                       "never shown."})
+
+
+class PolicySaved(PolicyOut):
+    project_conflicts = fields.List(fields.Nested(ProjectConflictOut), metadata={
+        "description": "Projects whose current policy this platform policy would refuse: "
+                       "the save stands; their maintainers must change them.  Empty when "
+                       "none."})
+
+
+class ProjectPolicyOut(PolicyOut):
+    conflicts = fields.List(fields.Nested(Problem), metadata={
+        "description": "What the platform's current policy refuses in this version (saved "
+                       "before the platform's last change); empty when none."})
+
+
 class PolicyVersions(ma.Schema):
     current = fields.Integer()
     versions = fields.List(fields.Integer())

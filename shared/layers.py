@@ -2,12 +2,15 @@
 
 ``check_layer`` is what a ``PUT`` of a project policy runs: the checks every policy
 passes (``check_policy``) and those between the layers, each naming the variable
-and the platform entry it conflicts with.
+and the platform entry it conflicts with.  ``project_conflicts`` runs it again for
+every project's saved policy when the platform's changes: a platform policy may be
+tightened under projects whose policies it now refuses, and their maintainers are told.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from shared.conditions import may_overlap
@@ -29,6 +32,36 @@ def check_layer(project_data: Mapping[str, Any], platform: Policy,
                  for p in _unsatisfiable(rule, f"rules[{rule_index}]", platform)]
     problems += _platform_defaults_against(rules, project_data, platform)
     return problems
+
+
+@dataclass(frozen=True)
+class ProjectConflict:
+    """A project's saved policy that the platform's policy, saved since, would refuse."""
+
+    project: str
+    policy_version: int
+    problems: tuple[Problem, ...]
+
+    def variables(self) -> list[str]:
+        """The variables the problems name, each once: what an audit entry may keep."""
+        return sorted({p.variable for p in self.problems if p.variable})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "policy_version": self.policy_version,
+                "problems": [p.to_dict() for p in self.problems]}
+
+
+def project_conflicts(projects: Mapping[str, Policy], platform: Policy,
+                      limits: Limits) -> list[ProjectConflict]:
+    """Each project whose current policy ``check_layer`` would refuse under ``platform``,
+    by name.  One check per project, whatever the number of tasks."""
+    found: list[ProjectConflict] = []
+    for name in sorted(projects):
+        policy = projects[name]
+        problems = check_layer(policy.to_dict(), platform, limits)
+        if problems:
+            found.append(ProjectConflict(name, policy.version, tuple(problems)))
+    return found
 
 
 def _platform_protected_names(data: Mapping[str, Any], platform: Policy) -> list[Problem]:

@@ -47,7 +47,8 @@ def test_put_creates_version_one_then_two(client: FlaskClient) -> None:
     assert first["defaults"] == [{"name": "NCCL_DEBUG", "value": "WARN"}]
     assert first["protected"][1] == {"name": "CUDA_VISIBLE_DEVICES",
                                      "reason": "the scheduler sets it"}
-    assert client.get(POLICY).get_json() == second
+    # The PUT also says which project policies it conflicts with: none here.
+    assert {**client.get(POLICY).get_json(), "project_conflicts": []} == second
 
 
 def test_versions_lists_every_version_and_the_current_one(client: FlaskClient) -> None:
@@ -61,7 +62,7 @@ def test_an_old_version_is_returned_unchanged(client: FlaskClient) -> None:
     put(client, policy(defaults=[{"name": "NCCL_DEBUG", "value": "INFO"}], protected=[]))
     response = client.get(f"{POLICY}/versions/1")
     assert response.status_code == 200
-    assert response.get_json() == first
+    assert {**response.get_json(), "project_conflicts": []} == first
 
 
 def test_version_zero_is_the_empty_policy(client: FlaskClient) -> None:
