@@ -49,19 +49,18 @@ def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Proble
 
 
 def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]:
-    """Every project whose current policy ``platform`` would refuse: one read per project."""
-    current = {name: _project_policy(svc, name) for name in svc.projects.names()}
-    return project_conflicts(current, platform, svc.limits)
+    """Every project whose current policy ``platform`` would refuse: the projects' current
+    versions in one read, each version's body read once per process."""
+    names = svc.projects.names()
+    current = svc.policies.currents([project_scope(name) for name in names])
+    return project_conflicts({name: current[project_scope(name)] for name in names}, platform,
+                             svc.limits)
 
 
 def policy_conflicts(svc: Services, project_policy: Policy) -> list[Problem]:
     """What in a project's policy the platform's current one refuses (a platform policy
     saved after it may have protected a name or added a rule)."""
     return check_layer(project_policy.to_dict(), svc.policies.current(), svc.limits)
-
-
-def _project_policy(svc: Services, name: str) -> Policy:
-    return svc.policies.scoped(project_scope(name)).current()
 
 
 def save_project_policy(svc: Services, name: str, data: Doc, actor: str,
