@@ -8,10 +8,15 @@ compose file's ``deploy.replicas`` (TASKENV_LAUNCH_REPLICAS).  Podman runs healt
 checks from systemd timers, which this machine has not ("unable to get systemd
 connection to add healthchecks"), so the test runs each service's health check
 itself with ``podman healthcheck run``: the command the compose file defines.
+
+The secrets reach the containers through env files only: every command the test runs
+has its output checked for each secret value, since podman-compose prints the
+``podman run`` lines it makes (where an ``environment:`` entry would be in clear).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -33,49 +38,77 @@ PROJECT = "taskenv-test"
 LAUNCH_REPLICAS = 3
 TASKS = 10
 FINAL = set(states.FINAL)
+# The settings whose values must never be printed; the Redis URL holds the password.
+SECRETS = frozenset({"TASKENV_REDIS_PASSWORD", "TASKENV_ADMIN_TOKEN", "TASKENV_SECRET_KEYS",
+                     "TASKENV_SESSION_SECRET"})
 
 
 class Compose:
-    """podman-compose on this project, with the stack's settings in its environment.
-    Its output echoes every ``podman run`` line, secrets included: it is captured and
-    shown only with the secrets blanked out."""
+    """podman-compose on this project: the secrets in env files in ``secrets_dir``,
+    the other settings in its environment."""
 
-    def __init__(self, settings: dict[str, str]) -> None:
+    def __init__(self, secrets_dir: Path, settings: dict[str, str]) -> None:
         self.settings = settings
         self.up_output = ""
+        self.secrets = {name: value for name, value in settings.items() if name in SECRETS}
+        write_env_files(secrets_dir, self.secrets)
         # podman needs its usual environment (PATH with sbin for netavark's firewall);
-        # no TASKENV_* of the caller's may reach the compose file.
+        # no TASKENV_* of the caller's may reach the compose file, nor any secret.
         outer = {k: v for k, v in os.environ.items() if not k.startswith("TASKENV_")}
-        self.env = {**outer, **settings}
+        public = {k: v for k, v in settings.items() if k not in SECRETS}
+        self.env = {**outer, **public, "TASKENV_SECRETS_DIR": str(secrets_dir)}
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 600) -> str:
         proc = subprocess.run(["podman-compose", "-p", PROJECT, *args], cwd=ROOT, env=self.env,
                               capture_output=True, text=True, timeout=timeout)
-        out = self.redact(proc.stdout + proc.stderr)
+        out = self.checked(f"podman-compose {args[0]}", proc)
         assert proc.returncode == 0 or not check, f"podman-compose {args[0]} failed:\n{out}"
         return out
 
-    def redact(self, text: str) -> str:
-        for name, value in self.settings.items():
-            if name != "TASKENV_API_PORT" and len(value) >= 8:
-                text = text.replace(value, f"[{name}]")
-        return text
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A podman command, its output checked for secrets like podman-compose's."""
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        out = self.checked(" ".join(argv[:2]), proc)
+        assert proc.returncode == 0 or not check, f"{' '.join(argv)} failed:\n{out}"
+        return proc
+
+    def checked(self, command: str, proc: subprocess.CompletedProcess[str]) -> str:
+        """stdout and stderr, once asserted free of every secret value (the failure
+        names the secret, never shows it)."""
+        out = proc.stdout + proc.stderr
+        shown = [name for name, value in self.secrets.items() if value in out]
+        assert not shown, f"{command} printed the value of {shown}"
+        return out
 
     def containers(self, service: str) -> list[str]:
         """Names of the service's running containers."""
-        out = podman("ps", "--filter", f"label=io.podman.compose.project={PROJECT}",
-                     "--filter", f"label=com.docker.compose.service={service}",
-                     "--format", "{{.Names}}")
+        out = self.run("podman", "ps", "--filter", f"label=io.podman.compose.project={PROJECT}",
+                       "--filter", f"label=com.docker.compose.service={service}",
+                       "--format", "{{.Names}}").stdout
         return sorted(out.split())
 
     def logs(self, container: str) -> str:
-        proc = subprocess.run(["podman", "logs", container], capture_output=True, text=True)
-        return self.redact(proc.stdout + proc.stderr)
+        proc = self.run("podman", "logs", container, check=False)
+        return proc.stdout + proc.stderr
+
+    def podman(self, *args: str) -> str:
+        return self.run("podman", *args).stdout
 
 
-def podman(*args: str) -> str:
-    return subprocess.run(["podman", *args], check=True, capture_output=True,
-                          text=True).stdout
+def write_env_files(directory: Path, secrets: dict[str, str]) -> None:
+    """The three env files docker-compose.yml reads, readable by their owner only."""
+    password = secrets["TASKENV_REDIS_PASSWORD"]
+    files = {
+        "redis.env": {"REDIS_PASSWORD": password, "REDISCLI_AUTH": password},
+        "taskenv.env": {"TASKENV_REDIS_URL": f"redis://:{password}@redis:6379/0",
+                        "TASKENV_SECRET_KEYS": secrets["TASKENV_SECRET_KEYS"]},
+        "api.env": {name: secrets[name]
+                    for name in ("TASKENV_ADMIN_TOKEN", "TASKENV_SESSION_SECRET")},
+    }
+    for name, values in files.items():
+        path = directory / name
+        path.touch(mode=0o600)
+        path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
 
 
 def free_port() -> int:
@@ -105,8 +138,8 @@ def images() -> None:
 
 
 @pytest.fixture(scope="module")
-def compose(images: None) -> Iterator[Compose]:
-    compose = Compose(stack_settings())
+def compose(images: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Compose]:
+    compose = Compose(tmp_path_factory.mktemp("secrets"), stack_settings())
     take_down(compose)  # what an interrupted earlier run left
     try:
         compose.up_output = compose("up", "-d")
@@ -118,18 +151,16 @@ def compose(images: None) -> Iterator[Compose]:
 def take_down(compose: Compose) -> None:
     compose("down", "-v", check=False)
     # podman-compose 1.0.3 leaves the project's network behind.
-    subprocess.run(["podman", "network", "rm", "-f", f"{PROJECT}_default"],
-                   capture_output=True)
+    compose.run("podman", "network", "rm", "-f", f"{PROJECT}_default", check=False)
 
 
-def healthy(container: str) -> bool:
-    return subprocess.run(["podman", "healthcheck", "run", container],
-                          capture_output=True).returncode == 0
+def healthy(compose: Compose, container: str) -> bool:
+    return compose.run("podman", "healthcheck", "run", container, check=False).returncode == 0
 
 
 def wait_healthy(compose: Compose, container: str, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
-    while not healthy(container):
+    while not healthy(compose, container):
         assert time.monotonic() < deadline, (
             f"{container} not healthy after {timeout:.0f}s:\n{compose.logs(container)[-4000:]}")
         time.sleep(2)
@@ -190,11 +221,33 @@ def test_redis_is_durable_and_never_evicts(compose: Compose) -> None:
     wait_healthy(compose, redis)
 
     def config(name: str) -> str:
-        return podman("exec", redis, "redis-cli", "config", "get", name).split()[1]
+        return compose.podman("exec", redis, "redis-cli", "config", "get", name).split()[1]
 
     assert config("appendonly") == "yes"
     assert config("maxmemory-policy") == "noeviction"
-    anonymous = subprocess.run(["podman", "exec", redis, "env", "-u", "REDISCLI_AUTH",
-                                "redis-cli", "get", "x"],
-                               capture_output=True, text=True)
+    anonymous = compose.run("podman", "exec", redis, "env", "-u", "REDISCLI_AUTH",
+                            "redis-cli", "get", "x", check=False)
     assert "NOAUTH" in anonymous.stdout + anonymous.stderr
+
+
+def test_secrets_reach_their_services_through_env_files_only(compose: Compose) -> None:
+    runs = [line for line in compose.up_output.splitlines() if line.startswith("podman run")]
+    assert runs and all("--env-file" in line for line in runs), compose.up_output
+    wait_healthy(compose, f"{PROJECT}_api_1")
+    for name in compose.containers("launch"):  # users' steps run there: no API secret
+        for variable in ("TASKENV_ADMIN_TOKEN", "TASKENV_SESSION_SECRET"):
+            assert compose.run("podman", "exec", name, "printenv", variable,
+                               check=False).returncode == 1, (name, variable)
+
+    # The Fernet keys reached the API (which encrypts) and the launch workers (which decrypt).
+    value = secrets.token_hex(16)
+    admin = Api(compose.settings["TASKENV_API_PORT"], compose.settings["TASKENV_ADMIN_TOKEN"])
+    task_id = str(admin.post("/tasks", {
+        "name": "compose-secret",
+        "steps": [["sh", "-c", 'printf %s "$HF_TOKEN" | sha256sum']],
+        "env": [{"name": "HF_TOKEN", "value": value, "secret": True}],
+    })["id"])
+    doc = wait_final(admin, task_id)
+    assert doc["status"] == states.SUCCEEDED, doc
+    log = admin.get(f"/tasks/{task_id}/logs").text
+    assert hashlib.sha256(value.encode()).hexdigest() in log, log
