@@ -57,11 +57,13 @@ class Pulse:
         held = Held(tasks, task_id, revision, time.monotonic())
         with self._lock:
             self._held[id(held)] = held
-        self._start()
+            self._start()
         return held
 
     def release(self, held: Held) -> None:
-        with self._lock:  # after this, the thread never beats it again
+        """Beat it no more, and delete its beat if it had one.  A beat in flight as it is
+        released may outlive it by one heartbeat's life: the task is settled by then."""
+        with self._lock:
             self._held.pop(id(held), None)
         if held.beaten_at:
             try:
@@ -70,17 +72,18 @@ class Pulse:
                 pass  # it expires on its own
 
     def beat_due(self, now: float) -> int:
-        """Beat every launch that is due; how many were beaten."""
+        """Beat every launch that is due; how many were beaten.  Redis is written outside
+        the lock: a launch never waits on Redis to be held or released."""
         with self._lock:
             due = [h for h in self._held.values() if self._is_due(h, now)]
-            for tasks, group in _by_store(due).items():
-                try:
-                    tasks.heartbeats([(h.task_id, h.revision) for h in group], self.ttl)
-                except redis.RedisError as exc:
-                    log.warning("heartbeat not written (%s): trying again in %.0fs", exc, TICK)
-                    continue
-                for h in group:
-                    h.beaten_at = now
+        for tasks, group in _by_store(due).items():
+            try:
+                tasks.heartbeats([(h.task_id, h.revision) for h in group], self.ttl)
+            except redis.RedisError as exc:
+                log.warning("heartbeat not written (%s): trying again in %.0fs", exc, TICK)
+                continue
+            for h in group:
+                h.beaten_at = now
         return len(due)
 
     def _is_due(self, held: Held, now: float) -> bool:
