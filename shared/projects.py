@@ -141,9 +141,7 @@ class ProjectStore:
         """The project a new task of ``owner`` goes in: the one asked for, if ``owner`` may
         use it; else the owner's only project; None for an owner in no project."""
         if asked is not None:
-            project = self.get(asked)
-            if not is_admin and owner not in project.everyone:
-                raise Forbidden(f"{owner} is not a member of project {asked}")
+            self.visible(asked, owner, is_admin)
             return asked
         mine = self.of(owner)
         if len(mine) > 1:
@@ -151,9 +149,19 @@ class ProjectStore:
                              f"of {', '.join(mine)}")
         return mine[0] if mine else None
 
-    def maintainable(self, name: str, owner: str, is_admin: bool) -> Project:
-        """The project, if ``owner`` may edit its policy: a maintainer or an admin."""
+    def visible(self, name: str, owner: str, is_admin: bool) -> Project:
+        """The project, if ``owner`` belongs to it (or is an admin).  To anyone else it
+        does not exist: the same 404 as a name no project has, so that no tenant learns
+        which other projects there are by asking."""
         project = self.get(name)
+        if not is_admin and owner not in project.everyone:
+            raise NotFound(f"no project {name}")
+        return project
+
+    def maintainable(self, name: str, owner: str, is_admin: bool) -> Project:
+        """The project, if ``owner`` may edit its policy: a maintainer or an admin.  A
+        member is told why not (403); anyone else finds no such project (404)."""
+        project = self.visible(name, owner, is_admin)
         if not is_admin and owner not in project.maintainers:
             raise Forbidden(f"only a maintainer of project {name} or an admin may do this")
         return project

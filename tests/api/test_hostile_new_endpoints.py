@@ -49,6 +49,14 @@ def assert_error(response: Any, status: int) -> None:
     assert set(response.get_json()) >= {"code", "message", "errors"}
 
 
+def assert_no_such_project(response: Any, name: str) -> None:
+    """What a project one does not belong to answers: exactly what a name no project has
+    answers, so asking never tells a tenant that another's project exists."""
+    assert_error(response, 404)
+    assert response.get_json() == {"code": "not_found", "errors": [],
+                                   "message": f"no project {name}"}
+
+
 def create(user: FlaskClient, **body: Any) -> str:
     data = {"name": "resnet", "steps": [["python3", "train.py"]], **body}
     response = user.post(TASKS, json=data)
@@ -469,7 +477,7 @@ def test_a_maintainer_of_one_project_cannot_read_or_write_anothers_policy(
                      carol.get(f"{speech}/versions/1"),
                      carol.put(speech, json={"defaults": [], "protected": []}),
                      carol.post(f"{speech}/impact", json={"defaults": [], "protected": []})):
-        assert_error(response, 403)
+        assert_no_such_project(response, "speech")
         assert_hidden(response, DEFAULT_SECRET, "speech-default", "SPEECH_ONLY")
     assert client.get(f"{speech}/versions").get_json()["current"] == 1
     assert {k: v for k, v in snapshot(redis_client).items() if "audit" not in k} == \
@@ -499,9 +507,11 @@ def test_plain_users_and_maintainers_cannot_ask_the_platform_drafts_impact(
     for who in ("eve", "alice", "carol"):
         response = users[who].post("/api/v1/policy/impact", json=draft)
         assert_error(response, 403)
-    for who in ("eve", "alice", "bob"):
+    assert_error(users["alice"].post("/api/v1/projects/vision/policy/impact", json=draft),
+                 403)  # a member, not a maintainer
+    for who in ("eve", "bob"):
         response = users[who].post("/api/v1/projects/vision/policy/impact", json=draft)
-        assert_error(response, 403)
+        assert_no_such_project(response, "vision")
 
 
 @pytest.mark.usefixtures("projects")
@@ -534,10 +544,10 @@ def test_a_project_impact_counts_only_its_tasks_and_never_shows_a_secret(
 def test_creating_a_task_in_a_project_one_is_not_a_member_of_is_refused_and_stores_nothing(
         users: Users, redis_client: fakeredis.FakeRedis, enqueued: EnqueueSpy) -> None:
     for who, project in (("eve", "vision"), ("bob", "vision"), ("dave", "vision"),
-                         ("alice", "speech")):
+                         ("alice", "speech"), ("alice", "nowhere")):
         response = users[who].post(TASKS, json={"name": "t", "steps": [["true"]],
                                                 "project": project})
-        assert_error(response, 403)
+        assert_no_such_project(response, project)
     assert task_keys(redis_client) == {} and enqueued.calls == []
 
 
@@ -578,7 +588,7 @@ def test_previewing_another_projects_policy_is_refused_and_shows_nothing(
     for who in ("eve", "alice", "carol"):
         response = users[who].post("/api/v1/env/preview", json={
             "env": [], "project": "speech", "resources": {"gpus": 1}, "image": "x"})
-        assert_error(response, 403)
+        assert_no_such_project(response, "speech")
         assert_hidden(response, DEFAULT_SECRET, "speech-default", "SPEECH_ONLY")
 
 
@@ -693,7 +703,7 @@ def test_the_projects_pages_refuse_plain_users_and_other_maintainers(
         assert who.post("/ui/projects/vision", {"members": "eve",
                                                 "maintainers": "eve"}).status_code == 403
         page = who.get("/ui/projects/speech/policy")
-        assert page.status_code == 403
+        assert page.status_code == 404  # neither belongs to speech: no such project for them
         assert_hidden(page, DEFAULT_SECRET, "HUB_TOKEN")
         assert who.get("/ui/policy").status_code == 403
     assert {k: v for k, v in snapshot(redis_client).items() if ":project" in k} == before

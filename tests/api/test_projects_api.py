@@ -159,8 +159,9 @@ def test_the_project_of_a_new_task(client: FlaskClient, users: dict[str, FlaskCl
     error_shape(ambiguous.get_json(), "bad_request")
     assert "speech, vision" in ambiguous.get_json()["message"]
     assert create(users["alice"], project="speech").status_code == 202
-    assert create(users["bob"], project="vision").status_code == 403
-    assert create(users["bob"], project="nowhere").status_code == 404
+    refused, unknown = (create(users["bob"], project=p) for p in ("vision", "nowhere"))
+    assert refused.status_code == unknown.status_code == 404  # not bob's: no such project
+    assert refused.get_json()["message"] == "no project vision"
 
 
 @pytest.mark.usefixtures("projects")
@@ -182,7 +183,7 @@ def test_only_maintainers_and_admins_touch_a_project_policy(
         client: FlaskClient, users: dict[str, FlaskClient]) -> None:
     path = "/api/v1/projects/vision/policy"
     assert put_policy(users["alice"], path).status_code == 403  # a member
-    assert put_policy(users["dave"], path).status_code == 403  # another's maintainer
+    assert put_policy(users["dave"], path).status_code == 404  # not in it: no such project
     assert users["alice"].get(path).status_code == 403
     saved = put_policy(users["carol"], path, defaults=[{"name": "X", "value": "1"}])
     assert saved.status_code == 200 and saved.get_json()["scope"] == "project:vision"
@@ -232,7 +233,7 @@ def test_a_drafts_impact_names_rejections_and_changes_and_saves_nothing(
     assert (project["considered"], project["rejected"], project["changed"]) == (1, 0, 1)
     assert client.get("/api/v1/policy").get_json()["version"] == 0
     assert users["carol"].post("/api/v1/projects/speech/policy/impact",
-                               json=draft).status_code == 403
+                               json=draft).status_code == 404  # not carol's project
 
 
 # --- console -----------------------------------------------------------------------------
