@@ -14,8 +14,8 @@ from cli.app import App, pass_app
 from cli.errors import UsageProblem
 from cli.outcome import Exit
 
-# What ``policy get --json`` adds to a policy and ``PUT /policy`` does not take.
-WRITTEN_BY_SERVER = ("version", "author", "created_at")
+# What the API adds to a policy and ``PUT /policy`` does not take.
+WRITTEN_BY_SERVER = ("version", "author", "created_at", "project_conflicts")
 MASK = "********"  # how the API shows a secret value
 existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -66,8 +66,21 @@ def set_policy(app: App, policy_file: Path) -> int:
     saved = app.client().put_policy(draft(policy_file))
     app.err.print(render.line(f"policy version {saved['version']} saved; tasks already "
                               "resolved keep the version they were resolved with"))
-    print_policy(app, saved)
+    warn_conflicts(app, saved.get("project_conflicts") or [])
+    print_policy(app, {k: v for k, v in saved.items() if k != "project_conflicts"})
     return Exit.SUCCEEDED
+
+
+def warn_conflicts(app: App, conflicts: list[dict[str, Any]]) -> None:
+    """The project policies the saved platform policy now refuses, each problem on a line:
+    saved all the same, they are for the projects' maintainers to fix."""
+    for conflict in conflicts:
+        app.err.print(render.line(
+            f"project {conflict.get('project')} (policy version "
+            f"{conflict.get('policy_version')}) now conflicts with this policy:",
+            "yellow"))
+        for problem in conflict.get("problems") or []:
+            app.err.print(render.line(f"  {render.problem_line(problem)}", "yellow"))
 
 
 @policy.command("history")

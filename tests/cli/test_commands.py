@@ -285,3 +285,23 @@ def test_tokens_create_prints_the_new_token_once_and_list_never(api: FakeApi, ru
     assert "bob" in listed.out
     assert "token k1 revoked" in revoked.err
     assert api.seen[0].body == {"owner": "bob", "role": "admin"}
+
+
+def test_policy_set_warns_of_each_project_policy_the_new_one_refuses(api: FakeApi, run,
+                                                                      tmp_path: Path):
+    draft = tmp_path / "policy.yaml"
+    draft.write_text("defaults: []\nprotected: [{name: DATA_ROOT, value: /data}]\n",
+                     encoding="utf-8")
+    api.on("PUT", "/policy", Answer(200, {
+        "version": 7, "defaults": [], "protected": [{"name": "DATA_ROOT", "value": "/data"}],
+        "rules": [], "project_conflicts": [{"project": "vision", "policy_version": 3,
+                                            "problems": [PROTECTED]}]}))
+
+    result = run("policy", "set", str(draft))
+
+    assert result.code == 0
+    assert "project vision (policy version 3) now conflicts with this policy:" in result.err
+    assert f"DATA_ROOT: {PROTECTED['message']} (policy.protected)" in result.err
+    assert "project_conflicts" not in result.out
+    assert api.seen[0].body == {"defaults": [], "protected": [
+        {"name": "DATA_ROOT", "value": "/data"}]}
