@@ -26,7 +26,7 @@ from api.schemas import (
     TaskQuery,
 )
 from shared import envfile, manifest, records
-from shared.errors import BadRequest, StateConflict
+from shared.errors import BadRequest, NotFound, StateConflict
 from shared.secrets import masked
 from shared.workload import Workload
 
@@ -215,5 +215,7 @@ class TaskLogs(MethodView):
         """The output of the task's steps, for the current revision or ``?revision=n``."""
         doc = readable(task_id)
         revision = request.args.get("revision", type=int) or doc["revision"]
+        if not 1 <= revision <= doc["revision"]:
+            raise NotFound(f"task {task_id} has no revision {revision}")
         text = svc().tasks.read_log(task_id, revision)
         return Response(text, mimetype="text/plain")

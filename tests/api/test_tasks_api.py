@@ -310,6 +310,10 @@ def test_logs_are_plain_text_for_the_current_or_a_given_revision(
     assert current.get_data(as_text=True) == "second run\n"
     first = client.get(f"{TASKS}/{task_id}/logs?revision=1")
     assert first.get_data(as_text=True) == "epoch 1 loss 0.5\n数据\n"
+    for missing in (3, -1):  # no such revision: not the empty text of a silent revision
+        response = client.get(f"{TASKS}/{task_id}/logs?revision={missing}")
+        assert response.status_code == 404
+        assert response.get_json()["message"] == f"task {task_id} has no revision {missing}"
 
 
 def test_logs_of_a_task_without_output_are_empty(client: FlaskClient,
