@@ -130,6 +130,10 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
             raise StateConflict(f"task {task_id} is restarting: revision {doc['revision']} "
                                 "starts once the one before has stopped; change it then")
         env = _patched(doc, set_, unset, action, svc.limits)
+        # Judged again inside the compare-and-set: changes of one task racing each other
+        # are each counted on the revision they would follow.  (A restart is judged once,
+        # before it stops anything: a refusal after the stop would end the run for nothing.)
+        svc.quotas.check_revision(doc)
         return _next_revision(doc, env, actor, action, extra)
 
     new = svc.tasks.update(task_id, change)

@@ -20,8 +20,11 @@ A creation is counted and judged inside the script that stores the task
 (:class:`CreateBudget` hands it the keys and limits): concurrent creations cannot
 overshoot either creation quota, and a refused one stores nothing.  The script only
 compares the counts with the limits, as :func:`over_rate` and :func:`over_unfinished`
-do; the refusal it reports is worded by them.  A new revision is still counted and
-judged in two steps (:meth:`QuotaCounter.check_revision`).
+do; the refusal it reports is worded by them.  A new revision is judged inside the
+store's compare-and-set that makes it (:meth:`QuotaCounter.check_revision`), so one
+task's racing changes cannot pass its revisions quota; the unfinished-tasks count a
+reopened task adds to is read there too, so only reopenings of different tasks racing
+each other could pass that one by the few in flight.
 """
 
 from __future__ import annotations

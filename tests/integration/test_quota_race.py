@@ -8,11 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
+from api import actions
 from shared import states
+from shared.config import Settings
 from shared.errors import QuotaExceeded, TooManyRequests
 from shared.quotas import QuotaCounter, Quotas
 from shared.store import TaskStore
 from workers.localstack import RedisServer
+from workers.services import build_services
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +42,27 @@ def test_forty_concurrent_creations_store_exactly_the_quota(
     assert answers.count("stored") == 7
     assert answers.count(rule) == 33
     assert len(TaskStore(client, prefix).all_ids()) == 7
+
+
+def test_concurrent_changes_of_one_task_make_no_more_revisions_than_its_quota(
+        redis_server: RedisServer) -> None:
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    settings = Settings.from_env({}, redis_url=redis_server.url, key_prefix="race-revisions",
+                                 quota_revisions_per_task=5)
+    svc = build_services(settings, client, enqueue=lambda task_id, revision: None)
+    task_id = actions.create_task(svc, {"name": "t", "steps": [["true"]], "env": []},
+                                  "ann")["id"]
+
+    def change(n: int) -> str:
+        try:
+            actions.revise_task(svc, task_id, "ann", "ann",
+                                [{"name": "LR", "value": str(n)}], [], "task.patch")
+            return "made"
+        except QuotaExceeded as refused:
+            return refused.problems[0].rule
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(change, range(30)))
+    assert answers.count("made") == 4  # revisions 2 to 5
+    assert answers.count("quota.revisions_per_task") == 26
+    assert svc.tasks.get(task_id)["revision"] == 5
