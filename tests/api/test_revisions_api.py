@@ -15,22 +15,11 @@ from shared.policy import Policy, Protected
 from shared.policy_store import PolicyStore
 from shared.secrets import MASK
 from shared.store import TaskStore
+from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
 from workers import stages
 
 TASKS = "/api/v1/tasks"
 SECRET = "hunter2-very-secret"
-HOSTILE = {
-    "DOUBLE_QUOTES": 'say "hi"',
-    "SINGLE_QUOTES": "it's 'quoted'",
-    "BACKSLASHES": "C:\\path\\n not a newline \\\\",
-    "DOLLAR": "$HOME ${HOME} $(id) `id`",
-    "EQUALS": "a=b==c",
-    "NEWLINES": "line one\nline two\n",
-    "HASH": "# not a comment # really",
-    "NON_ASCII": "数据集/训练 — ünïcode ✓",
-    "PADDED": "  padded  ",
-    "EMPTY": "",
-}
 
 MoveTo = Callable[[str, str], None]
 

@@ -12,21 +12,7 @@ from hypothesis import strategies as st
 
 from cli import envfile
 from cli.errors import UsageProblem
-
-HOSTILE = {
-    "DOUBLE_QUOTES": 'say "hi"',
-    "SINGLE_QUOTES": "it's 'quoted'",
-    "BACKSLASHES": "C:\\path\\n not a newline \\\\",
-    "DOLLAR": "$HOME ${HOME} $(id) `id`",
-    "EQUALS": "a=b==c",
-    "NEWLINES": "line one\nline two\n",
-    "CARRIAGE": "dos\r\nline\r",
-    "HASH": "# not a comment # really",
-    "TRAILING_SPACE": "  padded  ",
-    "NON_ASCII": "数据集/训练 — ünïcode ✓",
-    "EMPTY": "",
-    "TAB": "a\tb",
-}
+from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
 
 
 def as_variables(values: dict[str, str]) -> list[dict[str, object]]:
