@@ -11,7 +11,6 @@ a finished task makes no request; the whole flow works from the keyboard alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +21,11 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from api import actions
 from shared.config import Settings
 from tests.integration.conftest import Stack
-from tests.integration.test_browser import CHROMIUM_ARGS, chromium, log_in
+from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in
 from workers.services import Services, build_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
-__all__ = ["CHROMIUM_ARGS", "chromium"]  # the module-wide browser fixture
+__all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "screenshots"
 WIDTHS = (375, 1280)
@@ -38,13 +37,6 @@ LIVE_WAIT_MS = 60_000
 def services(stack: Stack) -> Services:
     """The stack's stores, reached from the test; creating through them enqueues nothing."""
     return build_services(Settings.from_env(stack.env), enqueue=lambda *_: None)
-
-
-@pytest.fixture
-def context(chromium: Browser) -> Iterator[BrowserContext]:
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 900})
-    yield ctx
-    ctx.close()
 
 
 def user_page(context: BrowserContext, stack: Stack, owner: str) -> Page:

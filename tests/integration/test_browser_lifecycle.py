@@ -11,26 +11,18 @@ fixes it, and follows the task to ``succeeded``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 from tests.integration.conftest import Stack
-from tests.integration.test_browser import CHROMIUM_ARGS, chromium, log_in, submit
+from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
-__all__ = ["CHROMIUM_ARGS", "chromium"]  # the module-wide browser fixture
+__all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
 
 LIVE_WAIT_MS = 90_000  # the machine is shared: launching a step can take a while
 RULE = "a learning rate below 1, written 0.x"
-
-
-@pytest.fixture
-def context(chromium: Browser) -> Iterator[BrowserContext]:
-    ctx = chromium.new_context(viewport={"width": 1280, "height": 900})
-    yield ctx
-    ctx.close()
 
 
 def signed_in(context: BrowserContext, stack: Stack, token: str) -> Page:
