@@ -30,7 +30,7 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     """Build the API; tests hand in a Redis client (fakeredis) and an enqueue spy."""
     overrides = dict(test_config or {})
     settings = Settings.from_env(**overrides)
-    app = Flask(__name__)
+    app = Flask(__name__, template_folder="console/templates", static_folder="console/static")
     app.config.from_mapping(
         API_TITLE="taskenv",
         API_VERSION="v1",
@@ -49,20 +49,10 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services
-    from api import (
-        admin,
-        auth,
-        errors,
-        health,
-        metrics,
-        pages,
-        policy,
-        policy_pages,  # noqa: F401  (its console routes join the pages blueprint)
-        preview,
-        projects,
-        revisions,
-        tasks,
-    )
+    from api import auth, errors, health, metrics
+    from api.console import pages
+    from api.console import policy as policy_pages  # noqa: F401  (its routes join the console blueprint)
+    from api.rest import admin, policy, preview, projects, revisions, tasks
 
     metrics.init_app(app)  # first: a request refused by auth still has an id and is counted
     auth.init_app(app)

@@ -15,9 +15,10 @@ from typing import Any
 import marshmallow as ma
 
 from api import project_actions
-from shared import envfile, envlist, records, resolution, revisions, states
+from shared.access.projects import CHANGE
 from shared.derived_keys import derived_keys
-from shared.envlist import Limits
+from shared.env import envfile, envlist
+from shared.env.envlist import Limits
 from shared.errors import (
     EnvInvalid,
     Forbidden,
@@ -28,11 +29,11 @@ from shared.errors import (
     Problem,
     StateConflict,
 )
-from shared.layers import ProjectConflict
-from shared.policy import Policy, check_policy
-from shared.projects import CHANGE
-from shared.resolution import decide_policy, decide_validation
+from shared.policy.layers import ProjectConflict
+from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
+from shared.task import records, resolution, revisions, states
+from shared.task.resolution import decide_policy, decide_validation
 from workers.services import Services
 
 Doc = dict[str, Any]

@@ -15,11 +15,11 @@ from typing import Any
 from flask import Flask, g, request
 
 from api import svc
+from shared.access.tokens import Identity
 from shared.errors import Forbidden, NotFound, TooManyRequests, Unauthorized
-from shared.tokens import Identity
 
 PUBLIC_ENDPOINTS = {"health.healthz", "health.readyz", "metrics.scrape", "static"}
-# The web pages (api/pages.py) authenticate by session cookie, not bearer token.
+# The web pages (api/console/pages.py) authenticate by session cookie, not bearer token.
 SESSION_BLUEPRINTS = {"pages"}
 # Whole blueprints only admins reach; checked before the body is even parsed, so a
 # user learns nothing about these routes beyond 403.

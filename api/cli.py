@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from shared.access.tokens import ROLES
 from shared.config import Settings
 from shared.errors import NotFound
-from shared.tokens import ROLES
 from workers.services import Services, build_services
 
 

@@ -14,7 +14,7 @@ from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
 from api.schemas import Error
-from shared.envlist import capped
+from shared.env.envlist import capped
 from shared.errors import (
     BadRequest,
     EnvInvalid,

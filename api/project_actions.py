@@ -1,8 +1,8 @@
 """What admins and maintainers do to projects and layered policies, for the API and pages.
 
-A project policy is saved only if :func:`shared.layers.check_layer` finds nothing it
+A project policy is saved only if :func:`shared.policy.layers.check_layer` finds nothing it
 would weaken in the platform's; a draft's impact is measured with the same merge the
-policy stage runs (``shared.resolution.draft_resolution``), over the latest revision of
+policy stage runs (``shared.task.resolution.draft_resolution``), over the latest revision of
 every task not final plus the most recent 1,000 final ones in scope.  A platform policy
 may be saved under projects it now refuses; ``platform_conflicts`` names them.
 """
@@ -14,14 +14,14 @@ from typing import Any
 
 import marshmallow as ma
 
-from shared import envlist
+from shared.access.projects import Project, project_scope
+from shared.env import envlist
 from shared.errors import PolicyInvalid, Problem
-from shared.impact import TaskSnapshot, impact
-from shared.layers import ProjectConflict, check_layer, project_conflicts
-from shared.policy import Policy, Resolution, Resolved, check_policy
-from shared.projects import Project, project_scope
-from shared.resolution import draft_resolution, facts_of
-from shared.store import Doc
+from shared.policy.impact import TaskSnapshot, impact
+from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
+from shared.policy.model import Policy, Resolution, Resolved, check_policy
+from shared.store.tasks import Doc
+from shared.task.resolution import draft_resolution, facts_of
 from workers.services import Services
 
 FINAL_CONSIDERED = 1000
@@ -116,7 +116,7 @@ def snapshot(doc: Doc) -> TaskSnapshot:
 
 
 def impact_view(found: dict[str, Any]) -> Doc:
-    """``shared.impact``'s summary in the API's shape: counts first, then the rejections
+    """``shared.policy.impact``'s summary in the API's shape: counts first, then the rejections
     and the value changes, each with how many tasks and owners it touches."""
     rejected = found["rejected"]
     changed = found["tasks"] - rejected["tasks"] - found["accepted"] - found["unchanged"]

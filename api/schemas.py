@@ -2,7 +2,7 @@
 
 The schemas check JSON shape and types only: that is the API's contract, and a
 request that breaks it is answered 422 at once.  The env rules (name syntax,
-sizes, duplicates, the policy) live in ``shared.envlist`` and ``shared.policy``
+sizes, duplicates, the policy) live in ``shared.env.envlist`` and ``shared.policy.model``
 and run in the validation and policy workers and in preview, so exactly one
 place decides whether an env list is acceptable.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import marshmallow as ma
 from marshmallow import fields, validate
 
-from shared import states
+from shared.task import states
 from workers.launchers.sandbox import workdir_problem
 
 
@@ -256,7 +256,7 @@ class TaskQuery(Strict):
 
 
 class WhenIn(Strict):
-    """Which tasks an entry applies to; checked by ``shared.conditions.check_when``."""
+    """Which tasks an entry applies to; checked by ``shared.policy.conditions.check_when``."""
 
     gpus = fields.Raw(metadata={"description": "A GPU count or comparison: 0, \">=1\", \"<2\"."})
     image = fields.String(metadata={"description": "A glob the task's image must match."})
@@ -284,7 +284,7 @@ class ProtectedIn(Strict):
 
 
 class RuleIn(Strict):
-    """A value rule; its values are checked by ``shared.rules`` (all problems at once)."""
+    """A value rule; its values are checked by ``shared.policy.rules`` (all problems at once)."""
 
     name = fields.String(required=True, metadata={"description": "A name or glob: NCCL_*."})
     required = StrictBool()

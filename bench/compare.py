@@ -16,7 +16,7 @@ from bench.pipeline import Taskenv
 from bench.processes import Processes
 from bench.report import say
 from bench.thin import Thin
-from shared import states
+from shared.task import states
 
 System = Baseline | Thin | Taskenv
 

@@ -1,6 +1,6 @@
 """How costs grow: env size (validation + merge), stored tasks (listing), memory.
 
-* :func:`merge_cost` times ``shared.envlist.validate`` + ``shared.policy.resolve``
+* :func:`merge_cost` times ``shared.env.envlist.validate`` + ``shared.policy.model.resolve``
   in-process (timeit, best of several repeats) for env lists of growing size
   against a policy of 20 defaults and 20 protected variables.
 * :func:`listing_cost` loads task records straight into Redis with
@@ -31,12 +31,12 @@ from bench.inputs import policy_body, user_env
 from bench.measure import summarize
 from bench.processes import Processes
 from bench.report import say
-from shared import envlist
-from shared.envlist import Limits
+from shared.access.tokens import PREFIX as TOKEN_PREFIX
+from shared.env import envlist
+from shared.env.envlist import Limits
 from shared.keys import Keys
-from shared.policy import Policy, platform_env, resolve
-from shared.store import SEALED_FIELDS, TaskStore
-from shared.tokens import PREFIX as TOKEN_PREFIX
+from shared.policy.model import Policy, platform_env, resolve
+from shared.store.tasks import SEALED_FIELDS, TaskStore
 from workers.localstack import free_port, start_api, wait_http
 
 PREFIX = "growth"

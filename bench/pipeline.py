@@ -26,10 +26,10 @@ from bench.measure import (
     wait_until,
 )
 from bench.processes import Processes
-from shared import states
+from shared.access.tokens import PREFIX as TOKEN_PREFIX
 from shared.keys import Keys
-from shared.store import TaskStore
-from shared.tokens import PREFIX as TOKEN_PREFIX
+from shared.store.tasks import TaskStore
+from shared.task import states
 from workers.celery_app import QUEUES
 from workers.localstack import free_port, start_api, start_worker, wait_http
 

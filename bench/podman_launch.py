@@ -6,7 +6,7 @@ taskenv: its API and one worker per queue with ``TASKENV_LAUNCHER=podman`` (imag
 (steps ``true``, ten user variables, the run's policy) POSTed at once; each is timed
 from its submission to its ``running`` event, which the launch stage records when
 ``podman kube play --start`` has returned.  The floor: the YAML the launcher renders
-(``PodmanLauncher.render``, from ``shared.manifest``) for the same records under new
+(``PodmanLauncher.render``, from ``shared.task.manifest``) for the same records under new
 ids, each played with ``podman kube play --start --quiet``, as many at once as the
 launch worker runs (its concurrency), all due at once.  Rounds alternate; the fastest
 of each is kept; the pods a round made are removed before the next (not timed).
@@ -36,9 +36,9 @@ from bench.measure import best, in_ms, submit, summarize, wait_until
 from bench.pipeline import Taskenv, first_seen
 from bench.processes import Processes
 from bench.report import say
-from shared import states
 from shared.config import Settings
-from shared.workload import DEFAULT_IMAGE, Workload
+from shared.task import states
+from shared.task.workload import DEFAULT_IMAGE, Workload
 from workers.launchers.podman import PodmanLauncher
 
 PREFIX = "podbench"

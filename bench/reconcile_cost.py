@@ -23,11 +23,11 @@ from kubernetes.client import Configuration
 
 from bench.report import say
 from shared.config import Settings
-from shared.manifest import (
+from shared.store.tasks import TaskStore
+from shared.task.manifest import (
     job_name,
 )
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.task.workload import Workload
 from tests.contract.jobs import running_jobs
 from tests.contract.k8s_api import FakeKubeApi, condition, terminated
 from workers.launchers.kubernetes import KubernetesLauncher, make_api_client

@@ -17,14 +17,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared import records
+from shared.access.tokens import PREFIX as TOKEN_PREFIX
 from shared.config import Settings
-from shared.envlist import Limits
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
+from shared.env.envlist import Limits
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
-from shared.store import TaskStore
-from shared.tokens import PREFIX as TOKEN_PREFIX
+from shared.store.tasks import TaskStore
+from shared.task import records
 
 PREFIX = "stagecost"
 

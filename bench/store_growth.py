@@ -21,8 +21,8 @@ from typing import Any
 import redis
 
 from bench.inputs import user_env
-from shared import records, states
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import records, states
 
 Doc = dict[str, Any]
 HISTORY_FACTOR = 1.2  # a change at 200 revisions costs at most this times one at 1

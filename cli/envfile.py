@@ -1,5 +1,5 @@
 """``.env`` files in and out, with the same reader and writer as the server
-(``shared.envfile``, python-dotenv's parser).
+(``shared.env.envfile``, python-dotenv's parser).
 
 Reading never evaluates anything: no ``${VAR}`` expansion, no command
 substitution; a value is exactly the text between its quotes.  Writing quotes
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.errors import UsageProblem
-from shared import envfile
+from shared.env import envfile
 
 
 def read_text(path: Path) -> str:

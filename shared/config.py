@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from shared.workload import DEFAULT_IMAGE
+from shared.task.workload import DEFAULT_IMAGE
 
 PREFIX = "TASKENV_"
 

@@ -19,7 +19,7 @@ from shared.errors import SecretsUnavailable
 
 MASK = "********"
 REDACTED = "[secret]"
-# GitLab's rule for masked variables: shorter values are refused (shared.envlist).
+# GitLab's rule for masked variables: shorter values are refused (shared.env.envlist).
 MIN_SECRET_LENGTH = 8
 # Lines of a multi-line secret at least this long are hidden on their own too.
 MIN_LINE_REDACTED = MIN_SECRET_LENGTH

@@ -20,9 +20,9 @@ import pytest
 import redis
 import requests
 
-from shared import states
+from shared.access.tokens import PREFIX
 from shared.secrets import new_key
-from shared.tokens import PREFIX
+from shared.task import states
 from workers.celery_app import QUEUES
 from workers.localstack import (
     RedisServer,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 
 log = logging.getLogger(__name__)
 

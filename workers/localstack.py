@@ -212,8 +212,8 @@ def local_credentials(directory: Path) -> dict[str, str]:
 
     Set ``TASKENV_ADMIN_TOKEN`` and ``TASKENV_SECRET_KEYS`` to use your own instead.
     """
+    from shared.access.tokens import PREFIX
     from shared.secrets import new_key
-    from shared.tokens import PREFIX
 
     directory.mkdir(parents=True, exist_ok=True)
     out = {}

@@ -27,7 +27,7 @@ from celery import signals
 
 from shared import logs, metrics
 from shared.errors import TaskenvError
-from shared.workload import Workload
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Launcher, Outcome
 from workers.services import process_settings
 

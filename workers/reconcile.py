@@ -39,10 +39,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from shared import logs, metrics, states
+from shared import logs, metrics
 from shared.config import Settings
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task import states
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Launcher, Outcome
 from workers.services import Services, current
 from workers.stages import fail

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from shared.audit import AuditLog
+from shared.access.audit import AuditLog
+from shared.access.projects import ProjectStore
+from shared.access.quotas import QuotaCounter, Quotas
+from shared.access.tokens import AuthFailures, TokenStore
 from shared.config import Settings
-from shared.envlist import Limits
+from shared.env.envlist import Limits
 from shared.keys import Keys
-from shared.policy_store import PolicyStore
-from shared.projects import ProjectStore
-from shared.quotas import QuotaCounter, Quotas
+from shared.policy.store import PolicyStore
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
-from shared.store import TaskStore
-from shared.tokens import AuthFailures, TokenStore
+from shared.store.tasks import TaskStore
 
 if TYPE_CHECKING:
     from workers.launchers.base import Launcher

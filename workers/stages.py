@@ -16,15 +16,15 @@ from typing import Any
 
 import redis
 
-from shared import states
-from shared.envlist import Limits
+from shared.env.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
-from shared.insights import Insights
-from shared.policy_store import PolicyStore
-from shared.resolution import decide_policy, decide_validation
+from shared.policy.store import PolicyStore
 from shared.secrets import StreamRedactor
-from shared.store import Doc, TaskStore
-from shared.workload import Workload
+from shared.store.insights import Insights
+from shared.store.tasks import Doc, TaskStore
+from shared.task import states
+from shared.task.resolution import decide_policy, decide_validation
+from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher
 

@@ -13,10 +13,10 @@ worker holds from its ``seen()``, and hands each answer to
 
 from __future__ import annotations
 
-from shared import states
 from shared.secrets import redact
-from shared.store import Doc, TaskStore
-from shared.workload import Workload
+from shared.store.tasks import Doc, TaskStore
+from shared.task import states
+from shared.task.workload import Workload
 from workers.launchers.base import Launcher, Outcome
 from workers.stages import record_outcome
 

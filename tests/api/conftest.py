@@ -12,11 +12,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from api import create_app
-from shared import states
-from shared.policy_store import PolicyStore
+from shared.access.tokens import PREFIX
+from shared.policy.store import PolicyStore
 from shared.secrets import new_key
-from shared.store import TaskStore
-from shared.tokens import PREFIX
+from shared.store.tasks import TaskStore
+from shared.task import states
 
 ADMIN_TOKEN = PREFIX + "admin-for-api-tests-0123456789abcdef"
 

@@ -9,10 +9,10 @@ import pytest
 
 from api import create_app
 from api.auth import PUBLIC_ENDPOINTS
-from shared.envlist import Limits
-from shared.policy_store import PolicyStore
+from shared.env.envlist import Limits
+from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 from workers import stages
 
 ADMIN = "tke_admin-for-tests-0123456789abcdef"

@@ -9,8 +9,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import states
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import EnqueueSpy
 
 TASKS = "/api/v1/tasks"

@@ -16,11 +16,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import envfile, states
-from shared.envlist import EnvVar, Limits
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.env import envfile
+from shared.env.envlist import EnvVar, Limits
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import ADMIN_TOKEN, CSRF, Browser, EnqueueSpy
 from workers import stages
 

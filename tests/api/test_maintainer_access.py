@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from shared.policy_store import PolicyStore
+from shared.policy.store import PolicyStore
 from shared.secrets import MASK
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 from tests.api.conftest import Browser, EnqueueSpy, task_body
 from tests.api.test_revisions_api import finish, resolve
 

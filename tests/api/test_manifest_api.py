@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 from flask.testing import FlaskClient
 
-from shared import envlist, states
-from shared.policy import Policy, Protected, platform_env, resolve
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.env import envlist
+from shared.policy.model import Policy, Protected, platform_env, resolve
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import task_body
 
 SECRET = "hf_manifest-secret-0b7d"

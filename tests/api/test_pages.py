@@ -11,12 +11,12 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import states
-from shared.envlist import Limits
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
-from shared.tokens import digest
+from shared.access.tokens import digest
+from shared.env.envlist import Limits
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import ADMIN_TOKEN, FORM_ID, Browser, EnqueueSpy, build_app
 from workers import stages
 

@@ -7,10 +7,10 @@ import re
 
 from flask import Flask
 
-from shared import states
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import Browser
 from tests.api.test_pages import SECRET, TASK_FORM, resolve
 

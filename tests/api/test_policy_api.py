@@ -7,7 +7,7 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from shared.policy_store import PolicyStore
+from shared.policy.store import PolicyStore
 from shared.secrets import MASK
 
 POLICY = "/api/v1/policy"

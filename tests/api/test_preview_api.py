@@ -9,9 +9,9 @@ import fakeredis
 import pytest
 from flask.testing import FlaskClient
 
-from shared.envlist import EnvVar
-from shared.policy import Policy, Protected
-from shared.policy_store import PolicyStore
+from shared.env.envlist import EnvVar
+from shared.policy.model import Policy, Protected
+from shared.policy.store import PolicyStore
 from shared.secrets import MASK
 
 PREVIEW = "/api/v1/env/preview"

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from shared import states
-from shared.envlist import Limits
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.env.envlist import Limits
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import Browser, task_body
 from workers import stages
 

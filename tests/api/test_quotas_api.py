@@ -16,10 +16,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import states
 from shared.config import Settings
-from shared.envlist import MAX_PROBLEMS
-from shared.store import TaskStore
+from shared.env.envlist import MAX_PROBLEMS
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import EnqueueSpy, build_app, client_with
 
 TASKS = "/api/v1/tasks"

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from shared import states
-from shared.envlist import EnvVar
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.env.envlist import EnvVar
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.api.conftest import ADMIN_TOKEN, FORM_ID, Browser
 from tests.api.test_pages import resolve
 

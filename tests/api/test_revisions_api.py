@@ -9,12 +9,13 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from shared import envfile, states
-from shared.envlist import EnvVar, Limits
-from shared.policy import Policy, Protected
-from shared.policy_store import PolicyStore
+from shared.env import envfile
+from shared.env.envlist import EnvVar, Limits
+from shared.policy.model import Policy, Protected
+from shared.policy.store import PolicyStore
 from shared.secrets import MASK
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
 from workers import stages
 

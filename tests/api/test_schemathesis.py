@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from api import create_app
-from shared.envlist import Limits
-from shared.policy_store import PolicyStore
+from shared.env.envlist import Limits
+from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 from workers import stages
 
 ADMIN = "tke_schemathesis-admin-0123456789abcdef"

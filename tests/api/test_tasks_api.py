@@ -10,11 +10,11 @@ import fakeredis
 import pytest
 from flask.testing import FlaskClient
 
-from shared import states
-from shared.envlist import EnvVar, Limits
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.store import TaskStore
+from shared.env.envlist import EnvVar, Limits
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from workers import stages
 
 TASKS = "/api/v1/tasks"

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from shared import states
 from shared.secrets import new_key
+from shared.task import states
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1800)]
 

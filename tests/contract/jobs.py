@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import copy
 
-from shared import records, states
-from shared.manifest import (
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.manifest import (
     ManifestSettings,
     build,
     job_name,
@@ -18,8 +19,7 @@ from shared.manifest import (
     task_labels,
     to_dict,
 )
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.task.workload import Workload
 from tests.contract.k8s_api import FakeKubeApi
 
 

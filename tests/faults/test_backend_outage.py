@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.manifest import ANNOTATION_TASK_ID
+from shared.task.manifest import ANNOTATION_TASK_ID
 from tests.contract.k8s_api import FakeKubeApi, terminated
 from tests.faults.conftest import FaultStack
 

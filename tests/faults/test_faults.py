@@ -69,8 +69,8 @@ def test_a_message_lost_before_enqueue_is_recovered_by_the_reconciler(fault_stac
     # restarts between the two): only the reconciler can move the task on.
     import redis as redis_lib
 
-    from shared import records
-    from shared.store import TaskStore
+    from shared.store.tasks import TaskStore
+    from shared.task import records
 
     client = redis_lib.Redis.from_url(fault_stack.redis.url, decode_responses=True)
     store = TaskStore(client)

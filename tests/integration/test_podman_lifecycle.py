@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared import manifest
+from shared.task import manifest
 from tests.integration.test_podman_pipeline import (
     DUMP,
     PodmanStack,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shared import manifest
+from shared.task import manifest
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
 from tests.podman_helpers import env_dumps, podman
@@ -46,7 +46,7 @@ SECRET = "hf_podman-secret-7c1e04d2b9"
 
 def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
     """What podman, the image and the step shell add (see tests/workers/test_podman_launcher)."""
-    run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.workload.Workload.run_name
+    run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.task.workload.Workload.run_name
     return {"HOSTNAME": run_name, "HOME": "/root", "PATH": IMAGE_PATH, "PWD": "/work",
             "SHLVL": "1"}
 

@@ -9,11 +9,11 @@ import pytest
 import redis
 
 from api import actions
-from shared import states
+from shared.access.quotas import QuotaCounter, Quotas
 from shared.config import Settings
 from shared.errors import QuotaExceeded, TooManyRequests
-from shared.quotas import QuotaCounter, Quotas
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import states
 from workers.localstack import RedisServer
 from workers.services import build_services
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from shared.access.tokens import PREFIX
 from shared.redis_conn import connect, warn_if_evicting
-from shared.tokens import PREFIX
 from tests.integration.conftest import Stack
 from workers.celery_app import QUEUES
 from workers.localstack import (

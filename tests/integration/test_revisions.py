@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import envfile
+from shared.env import envfile
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

@@ -10,10 +10,10 @@ import sys
 import pytest
 import redis
 
-from shared.policy_store import PolicyStore
+from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

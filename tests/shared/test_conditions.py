@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.conditions import GpuCondition, TaskFacts, When, check_when, may_overlap
+from shared.policy.conditions import GpuCondition, TaskFacts, When, check_when, may_overlap
 
 GPU_TASK = TaskFacts(gpus=2, image="nvcr.io/pytorch:24.01", project="vision")
 CPU_TASK = TaskFacts(gpus=0, image="localhost/taskenv-runtime:latest", project="nlp")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared import envfile
+from shared.env import envfile
 
 HOSTILE = {
     "QUOTES": "it's \"quoted\" \\'",

@@ -1,10 +1,10 @@
-"""Every rule of shared.envlist.validate, and that all problems come back at once."""
+"""Every rule of shared.env.envlist.validate, and that all problems come back at once."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.envlist import (
+from shared.env.envlist import (
     MAX_PROBLEMS,
     EnvVar,
     Limits,
@@ -321,7 +321,7 @@ def test_eight_characters_make_a_secret_and_a_short_plain_value_is_fine() -> Non
 
 
 def test_a_policy_secret_default_or_protected_value_must_be_eight_characters_too() -> None:
-    from shared.policy import check_policy
+    from shared.policy.model import check_policy
 
     problems = check_policy({
         "defaults": [var("DB_PASSWORD", "pw", secret=True)],

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.conditions import TaskFacts
-from shared.envlist import EnvVar
-from shared.impact import TaskSnapshot, impact, value_changes
-from shared.policy import Policy, Resolution, Resolved, platform_env, resolve_layers
+from shared.env.envlist import EnvVar
+from shared.policy.conditions import TaskFacts
+from shared.policy.impact import TaskSnapshot, impact, value_changes
+from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_layers
 
 CURRENT = Policy.from_dict({"version": 1, "defaults": [
     {"name": "NCCL_DEBUG", "value": "WARN"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fakeredis
 
-from shared.insights import DAY, KEEP_SECONDS, Insights
+from shared.store.insights import DAY, KEEP_SECONDS, Insights
 
 NOW = 1_700_000_000.0
 

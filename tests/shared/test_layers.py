@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.envlist import Limits
-from shared.layers import ProjectConflict, check_layer, project_conflicts
-from shared.policy import Policy
+from shared.env.envlist import Limits
+from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
+from shared.policy.model import Policy
 from shared.secrets import MIN_SECRET_LENGTH
 
 LIMITS = Limits()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import fakeredis
 
 from shared.keys import Keys
-from shared.logtail import Chunk, LogTail, whole_characters
-from shared.store import TaskStore
+from shared.store.logtail import Chunk, LogTail, whole_characters
+from shared.store.tasks import TaskStore
 
 TASK = "a" * 32
 

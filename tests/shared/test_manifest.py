@@ -16,7 +16,8 @@ import kubernetes_validate
 import pytest
 
 from shared.config import Settings
-from shared.manifest import (
+from shared.policy.model import Resolved
+from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     GPU_RESOURCE,
     LABEL_POLICY_VERSION,
@@ -32,8 +33,7 @@ from shared.manifest import (
     secret_name,
     to_dict,
 )
-from shared.policy import Resolved
-from shared.workload import Resources, Workload
+from shared.task.workload import Resources, Workload
 
 # The oldest Kubernetes minor we support and the newest the validator ships.
 KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")

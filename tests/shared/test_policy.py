@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.conditions import TaskFacts, applies
-from shared.envlist import EnvVar, Limits
+from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
-from shared.layers import check_layer
-from shared.policy import (
+from shared.policy.conditions import TaskFacts, applies
+from shared.policy.layers import check_layer
+from shared.policy.model import (
     ON_CONFLICT,
     PLATFORM_NAMES,
     Policy,
@@ -27,7 +27,7 @@ from shared.policy import (
     resolve_layers,
 )
 from shared.secrets import MASK, MIN_SECRET_LENGTH
-from shared.workload import Workload
+from shared.task.workload import Workload
 
 LIMITS = Limits()
 

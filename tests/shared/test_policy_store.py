@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import fakeredis
 
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.projects import project_scope
+from shared.access.projects import project_scope
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
 
 
 def test_the_current_policies_of_many_scopes_are_read_in_one_round_trip() -> None:

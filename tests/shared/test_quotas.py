@@ -5,9 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from shared import states
-from shared.errors import QuotaExceeded, TooManyRequests
-from shared.quotas import (
+from shared.access.quotas import (
     QuotaCounter,
     Quotas,
     over_rate,
@@ -16,7 +14,9 @@ from shared.quotas import (
     seconds_left,
     user,
 )
-from shared.store import TaskStore
+from shared.errors import QuotaExceeded, TooManyRequests
+from shared.store.tasks import TaskStore
+from shared.task import states
 
 SMALL = Quotas(creates_per_minute=3, unfinished_tasks=2, revisions_per_task=4)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared import records, states
-from shared.records import new_revision, new_task, patch_env, public_view
 from shared.secrets import MASK
+from shared.task import records, states
+from shared.task.records import new_revision, new_task, patch_env, public_view
 
 KEY = b"fingerprint-key-for-tests"
 
@@ -144,7 +144,7 @@ def finished(doc: dict[str, Any]) -> dict[str, Any]:
 def test_new_revision_says_who_made_it_and_how() -> None:
     doc = new_revision(finished(task([var("A", "1")])), [var("A", "2")], "bob", "patch")
     assert (doc["made_by"], doc["how"]) == ("bob", "patch")
-    assert "history" not in doc  # past revisions live in their own keys (shared.store)
+    assert "history" not in doc  # past revisions live in their own keys (shared.store.tasks)
 
 
 def test_new_revision_starts_pending_with_the_new_env_and_no_results() -> None:

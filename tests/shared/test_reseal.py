@@ -5,14 +5,14 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from shared import records
+from shared.access.projects import project_scope
 from shared.errors import SecretsUnavailable
 from shared.keys import Keys
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.projects import project_scope
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import records
 
 SECRET = "rotate-me-4f1c9a"
 POLICY = {"defaults": [{"name": "WANDB_API_KEY", "value": SECRET, "secret": True}],

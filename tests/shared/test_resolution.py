@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared import states
-from shared.envlist import EnvVar, Limits
-from shared.policy import Policy, Protected
-from shared.resolution import PLACEHOLDER_ID, decide_policy, decide_validation, preview
+from shared.env.envlist import EnvVar, Limits
+from shared.policy.model import Policy, Protected
+from shared.task import states
+from shared.task.resolution import PLACEHOLDER_ID, decide_policy, decide_validation, preview
 
 LIMITS = Limits()
 POLICY = Policy(version=3, defaults=(EnvVar("DATA_DIR", "/data"),),

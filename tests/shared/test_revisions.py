@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared import revisions
 from shared.secrets import MASK
+from shared.task import revisions
 
 
 def var(name: str, value: str, source: str = "user", secret: bool = False) -> dict:

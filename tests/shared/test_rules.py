@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from shared.conditions import TaskFacts, When
-from shared.envlist import EnvVar
+from shared.env.envlist import EnvVar
 from shared.errors import Problem
-from shared.rules import Rule, check_rule_entries, check_rules, pattern_error, valid_rules
+from shared.policy.conditions import TaskFacts, When
+from shared.policy.rules import Rule, check_rule_entries, check_rules, pattern_error, valid_rules
 
 CPU = TaskFacts(gpus=0)
 GPU = TaskFacts(gpus=1)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.envlist import EnvVar
-from shared.policy import Policy, Protected
+from shared.env.envlist import EnvVar
+from shared.policy.model import Policy, Protected
 from shared.secrets import MASK, blanked, masked, masked_policy
 
 

@@ -9,13 +9,13 @@ from typing import Any
 import fakeredis
 import pytest
 
-from shared import records, states
-from shared.envlist import EnvVar
+from shared.env.envlist import EnvVar
 from shared.errors import NotFound, SecretsUnavailable
-from shared.policy import Policy, Protected
-from shared.policy_store import PolicyStore
+from shared.policy.model import Policy, Protected
+from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import records, states
 
 
 @pytest.fixture

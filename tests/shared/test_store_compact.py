@@ -8,9 +8,9 @@ from typing import Any
 import fakeredis
 import pytest
 
-from shared import records, states
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
+from shared.task import records, states
 
 SECRET = "hunter2-very-secret"
 

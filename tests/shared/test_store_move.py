@@ -8,11 +8,11 @@ import time
 import fakeredis
 import pytest
 
-from shared import records, states
 from shared.errors import NotFound
-from shared.insights import KEEP_SECONDS, Insights
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
+from shared.store.insights import KEEP_SECONDS, Insights
+from shared.store.tasks import TaskStore
+from shared.task import records, states
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
+from shared.access.tokens import AuthFailures, SessionStore, TokenStore, digest
 from shared.keys import Keys
-from shared.tokens import AuthFailures, SessionStore, TokenStore, digest
 
 
 @pytest.fixture

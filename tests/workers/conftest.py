@@ -9,11 +9,11 @@ from typing import Any
 import fakeredis
 import pytest
 
-from shared.policy import Resolved
-from shared.policy_store import PolicyStore
+from shared.policy.model import Resolved
+from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task.workload import Workload
 from workers.launchers.base import Hooks
 
 

@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 import redis
 
-from shared.store import TaskStore
+from shared.store.tasks import TaskStore
 from workers import heartbeat
 from workers.heartbeat import TICK, Pulse, keep_alive
 

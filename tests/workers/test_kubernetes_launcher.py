@@ -20,9 +20,9 @@ from kubernetes.config import ConfigException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
-from shared.manifest import job_name, secret_name
-from shared.policy import Resolved
-from shared.workload import Resources, Workload
+from shared.policy.model import Resolved
+from shared.task.manifest import job_name, secret_name
+from shared.task.workload import Resources, Workload
 from tests.contract.k8s_api import (
     FakeKubeApi,
     condition,

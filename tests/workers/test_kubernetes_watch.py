@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from kubernetes.client import Configuration
 
-from shared import states
 from shared.config import Settings
-from shared.manifest import (
+from shared.store.tasks import TaskStore
+from shared.task import states
+from shared.task.manifest import (
     job_name,
 )
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.task.workload import Workload
 from tests.contract.jobs import running_jobs
 from tests.contract.k8s_api import FakeKubeApi, condition, terminated, waiting
 from workers.launchers.kube_watch import JOB_DELETED

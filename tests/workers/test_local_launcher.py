@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 import redis
 
-from shared import records, states
 from shared.config import Settings
-from shared.envlist import Limits
+from shared.env.envlist import Limits
 from shared.errors import LaunchFailed
-from shared.policy import Resolved
-from shared.policy_store import PolicyStore
+from shared.policy.model import Resolved
+from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
 from shared.secrets import REDACTED, Cipher, new_key
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.workload import Workload
 from workers import stages
 from workers.launchers import local
 from workers.launchers.base import Hooks, Outcome

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared import manifest
 from shared.config import Settings
+from shared.task import manifest
 from tests.workers.conftest import build_workload
 from workers.launchers.base import Change, Outcome
 from workers.launchers.podman import POD_REMOVED, PodmanLauncher

@@ -6,12 +6,12 @@ import threading
 
 import pytest
 
-from shared import records, states
 from shared.errors import TransientError
-from shared.policy import Resolved
+from shared.policy.model import Resolved
 from shared.secrets import REDACTED
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.reconcile import reconcile_once
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from shared import records, states
-from shared.envlist import EnvVar, Limits
+from shared.env.envlist import EnvVar, Limits
 from shared.errors import LaunchFailed, TransientError
-from shared.policy import Policy, Protected
-from shared.policy_store import PolicyStore
+from shared.policy.model import Policy, Protected
+from shared.policy.store import PolicyStore
 from shared.secrets import REDACTED
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.workload import Workload
 from workers import stages
 from workers.launchers.base import Hooks, Outcome
 

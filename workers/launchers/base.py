@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.workload import Workload
+from shared.task.workload import Workload
 
 
 @dataclass(frozen=True)

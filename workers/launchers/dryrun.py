@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.workload import Workload
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 
 

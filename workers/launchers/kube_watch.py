@@ -32,7 +32,7 @@ import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
 from shared.errors import TransientError
-from shared.manifest import ANNOTATION_TASK_ID, CONTAINER_NAME, LABEL_REVISION, LABEL_TASK_ID
+from shared.task.manifest import ANNOTATION_TASK_ID, CONTAINER_NAME, LABEL_REVISION, LABEL_TASK_ID
 from workers.launchers.base import Change, Outcome
 
 log = logging.getLogger(__name__)

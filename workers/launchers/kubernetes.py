@@ -51,7 +51,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
-from shared.manifest import (
+from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
     ManifestSettings,
@@ -59,7 +59,7 @@ from shared.manifest import (
     job_name,
     secret_name,
 )
-from shared.workload import Workload
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.kube_watch import (
     GONE,

@@ -30,7 +30,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
-from shared.workload import Workload
+from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 

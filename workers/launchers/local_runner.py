@@ -28,8 +28,8 @@ from shared import logs
 from shared.config import Settings
 from shared.redis_conn import connect
 from shared.secrets import Cipher, StreamRedactor
-from shared.store import TaskStore
-from shared.workload import Workload
+from shared.store.tasks import TaskStore
+from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.local import write_outcome_file

@@ -1,6 +1,6 @@
 """Run a workload as a pod under podman, from the same Pod spec Kubernetes gets.
 
-``launch`` renders a Pod manifest (``shared.manifest.pod_spec``: one container
+``launch`` renders a Pod manifest (``shared.task.manifest.pod_spec``: one container
 running the steps in order) and hands it to ``podman kube play --start``; it
 returns ``running`` at once.  The reconciler learns how containers ended from
 ``changes``: one ``podman ps --all`` of the containers that carry taskenv's label
@@ -53,10 +53,10 @@ from typing import Any
 
 import yaml
 
-from shared import manifest
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
-from shared.workload import DEFAULT_IMAGE, Workload
+from shared.task import manifest
+from shared.task.workload import DEFAULT_IMAGE, Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.kube_watch import SELECTOR
 

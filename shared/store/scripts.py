@@ -1,4 +1,4 @@
-"""The Lua scripts behind :class:`shared.store.TaskStore`, each one atomic in Redis.
+"""The Lua scripts behind :class:`shared.store.tasks.TaskStore`, each one atomic in Redis.
 
 They are kept apart from the store's Python so each reads on its own; the store
 registers them once per client.
@@ -10,7 +10,7 @@ registers them once per client.
 # A state change writes only the fields it changes, so its cost never depends on how
 # many revisions a task has had or how big their env was.
 
-# Counts a revision entering a state in the day's insights (shared.insights): the
+# Counts a revision entering a state in the day's insights (shared.store.insights): the
 # count is part of the write it follows, so it costs no round trip of its own.  A day's
 # counter is given its expiry when the count begins (the first entry of a state that day).
 COUNT_ENTRY = """
@@ -33,7 +33,7 @@ end
 #       creations counter's TTL, unfinished tasks allowed, m audit pairs, n task
 #       field/value pairs, revision pairs
 # Returns {0, id} for a key used before (nothing counted), {-1, created, unfinished} when
-# a quota refuses (nothing stored; shared.quotas words the refusal), {1, id} once stored.
+# a quota refuses (nothing stored; shared.access.quotas words the refusal), {1, id} once stored.
 CREATE = COUNT_ENTRY + """
 if KEYS[3] ~= '' then
   local existing = redis.call('GET', KEYS[3])

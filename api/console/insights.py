@@ -2,7 +2,7 @@
 
 Tasks by state over the last day and the last week, and the rules and protected
 variables that rejected the most tasks, by name (never a value), from the per-day
-counters of :mod:`shared.insights`: the page reads at most fourteen small hashes
+counters of :mod:`shared.store.insights`: the page reads at most fourteen small hashes
 whatever the number of tasks.  Admins see every task, or one project's with
 ``?project=``; a maintainer sees the projects they maintain.
 """
@@ -14,10 +14,10 @@ from typing import Any
 from flask import g, request
 
 from api import auth, svc
-from api.pages import bp, page
-from shared import states
+from api.console.pages import bp, page
 from shared.errors import Forbidden
-from shared.insights import Insights
+from shared.store.insights import Insights
+from shared.task import states
 
 WINDOWS = (("today", 1), ("last 7 days", 7))
 

@@ -25,10 +25,11 @@ from api.schemas import (
     TaskPage,
     TaskQuery,
 )
-from shared import envfile, manifest, records
+from shared.env import envfile
 from shared.errors import BadRequest, NotFound, StateConflict
 from shared.secrets import masked
-from shared.workload import Workload
+from shared.task import manifest, records
+from shared.task.workload import Workload
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
                 description="Training tasks and their env.")

@@ -22,7 +22,7 @@ from marshmallow import fields, validate
 from werkzeug.datastructures import MultiDict
 
 from api.schemas import EnvPatch, TaskCreate
-from shared.policy import Policy
+from shared.policy.model import Policy
 from shared.secrets import blanked
 
 Row = dict[str, Any]
@@ -188,7 +188,7 @@ def _changed(old: Row, row: Row) -> bool:
 
 def read_policy(form: MultiDict[str, str],
                 current: Policy) -> tuple[Row | None, Errors, Row]:
-    """The policy form as data for ``shared.policy.check_policy``, then ``PolicyIn``.
+    """The policy form as data for ``shared.policy.model.check_policy``, then ``PolicyIn``.
 
     A secret row left empty keeps the current policy's value of that name; a protected
     row without a value only reserves the name.

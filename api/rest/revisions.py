@@ -9,11 +9,11 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api import svc
+from api.rest.tasks import readable
 from api.schemas import DiffOut, DiffQuery, RevisionList, RevisionOut
-from api.tasks import readable
-from shared import revisions
 from shared.errors import NotFound, StateConflict
 from shared.secrets import masked
+from shared.task import revisions
 
 blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revisions",
                 description="Every revision of a task's env: as set, as resolved, its outcome.")

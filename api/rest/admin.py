@@ -12,7 +12,7 @@ from marshmallow import fields, validate
 from api import svc
 from api.auth import actor
 from api.schemas import Strict
-from shared.tokens import ROLES
+from shared.access.tokens import ROLES
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1",
                 description="Tokens and the audit log (admins only).")

@@ -2,12 +2,12 @@
 and admins edit the policy.
 
 Pages authenticate by a session, made by pasting an API token once.  The cookie
-holds only a random id; the session lives in Redis (:mod:`api.sessions`) and keeps
+holds only a random id; the session lives in Redis (:mod:`api.console.sessions`) and keeps
 the token's SHA-256 digest and the identity's id, and every request looks the
 identity up again, so logging out or revoking the token ends the session.
 Every POST carries a per-session CSRF token.  Task actions go through
 :mod:`api.actions`, the same code path as the JSON API; forms are read by
-:mod:`api.page_forms`.  Pages show tasks only through ``records.public_view``,
+:mod:`api.console.forms`.  Pages show tasks only through ``records.public_view``,
 so a secret value never reaches a template.
 """
 
@@ -37,13 +37,14 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from api import actions, auth, cursors, sessions, svc
-from api import page_forms as forms
+from api import actions, auth, cursors, svc
+from api.console import forms, sessions
+from api.console.sessions import RedisSessions
 from api.errors import status_for
-from api.revisions import env_diff
+from api.rest.revisions import env_diff
 from api.schemas import TaskQuery
-from api.sessions import RedisSessions
-from shared import records, states
+from shared.access.projects import CHANGE
+from shared.access.tokens import Identity, SessionStore, digest
 from shared.errors import (
     EnvInvalid,
     Problem,
@@ -52,11 +53,10 @@ from shared.errors import (
     TaskenvError,
     TooManyRequests,
 )
-from shared.logtail import LogTail
-from shared.projects import CHANGE
 from shared.secrets import MASK, blanked, masked
-from shared.store import Page, TaskStore
-from shared.tokens import Identity, SessionStore, digest
+from shared.store.logtail import LogTail
+from shared.store.tasks import Page, TaskStore
+from shared.task import records, states
 
 bp = Blueprint("pages", __name__)
 
@@ -77,7 +77,7 @@ def init_app(app: Flask) -> None:
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
                       SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
     app.session_interface = RedisSessions(SessionStore(services.redis, settings.key_prefix))
-    from api import insight_pages, live_pages  # noqa: F401  (their routes join bp)
+    from api.console import insights, live  # noqa: F401  (their routes join bp)
 
     app.register_blueprint(bp)
 
@@ -408,7 +408,7 @@ def task_diff(task_id: str) -> Any:
 
 @bp.route("/ui/policy", methods=["GET", "POST"])
 def policy() -> Any:
-    """The platform policy's editor; projects' policies share it (api.policy_pages)."""
-    from api.policy_pages import editor  # it adds its routes to this blueprint
+    """The platform policy's editor; projects' policies share it (api.console.policy)."""
+    from api.console.policy import editor  # it adds its routes to this blueprint
 
     return editor(None)

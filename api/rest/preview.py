@@ -1,7 +1,7 @@
 """Preview: what a task with this env would get, without creating anything.
 
 It calls the same pure functions as the validation and policy workers
-(``shared.resolution.preview``).
+(``shared.task.resolution.preview``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from kubernetes.client import (
     V1SecretKeySelector,
 )
 
-from shared.workload import Workload
+from shared.task.workload import Workload
 
 CONTAINER_NAME = "task"
 SHELL = ("/bin/sh", "-c")

@@ -25,9 +25,9 @@ from api.schemas import (
     ProjectPatch,
     ProjectPolicyOut,
 )
+from shared.access.projects import project_scope
 from shared.errors import Forbidden
-from shared.policy_store import PolicyStore
-from shared.projects import project_scope
+from shared.policy.store import PolicyStore
 from shared.secrets import masked_policy
 
 blp = Blueprint("projects", __name__, url_prefix="/api/v1/projects",

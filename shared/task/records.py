@@ -1,6 +1,6 @@
 """Task records as plain dicts: how one is made, revised and shown.
 
-A record is stored as JSON in Redis (see ``shared.store``).  These functions
+A record is stored as JSON in Redis (see ``shared.store.tasks``).  These functions
 are pure so the API, the workers and the tests share one definition.
 """
 
@@ -13,9 +13,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from shared import states
 from shared.errors import Problem
 from shared.secrets import masked
+from shared.task import states
 
 NOTE = ("A running container's env cannot change: a change to the env makes a new "
         "revision, which is validated, resolved and launched in a new container.")

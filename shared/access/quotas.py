@@ -37,9 +37,9 @@ from typing import Any
 
 import redis
 
-from shared import states
 from shared.errors import Problem, QuotaExceeded, TooManyRequests
 from shared.keys import Keys
+from shared.task import states
 
 WINDOW = 60  # seconds: creations are counted per clock minute
 UNFINISHED = tuple(s for s in states.ALL if s not in states.FINAL)

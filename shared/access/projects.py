@@ -3,7 +3,7 @@
 A member creates tasks in the project; a maintainer edits the project's policy and may
 read (not change) its tasks.  Maintainers are members too.  A project's record is a
 small hash; an owner -> projects set answers "which projects is this owner in" in one
-read.  The project's policy versions live in a :class:`shared.policy_store.PolicyStore` of
+read.  The project's policy versions live in a :class:`shared.policy.store.PolicyStore` of
 scope ``project:<name>``.
 """
 

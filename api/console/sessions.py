@@ -1,7 +1,7 @@
 """Server-side sessions for the web console, as a Flask session interface.
 
 The cookie holds only a random id; the session's data lives in Redis
-(:class:`shared.tokens.SessionStore`), so logging out, going idle or revoking the
+(:class:`shared.access.tokens.SessionStore`), so logging out, going idle or revoking the
 token the session was opened with ends it for good: a saved copy of the cookie
 names nothing.  The data is serialised as Flask serialises its own cookie sessions.
 """
@@ -16,7 +16,7 @@ from flask.json.tag import TaggedJSONSerializer
 from flask.sessions import SessionInterface, SessionMixin
 from werkzeug.datastructures import CallbackDict
 
-from shared.tokens import SessionStore
+from shared.access.tokens import SessionStore
 
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{43}")  # what SessionStore.new_id makes
 

@@ -6,7 +6,7 @@ maintainers and admins).  Rows carry an optional ``when`` (JSON, e.g.
 console keeps every part of a policy.  "Preview impact" shows what saving the draft
 would do to existing tasks, with a button to confirm the save.  Admins manage
 projects and their members on ``/ui/projects``.  The routes join the console's
-blueprint (``api.pages.bp``) and its session and CSRF checks.
+blueprint (``api.console.pages.bp``) and its session and CSRF checks.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from flask import flash, g, redirect, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from api import actions, auth, project_actions, svc
-from api import page_forms as forms
+from api.console import forms
+from api.console.pages import BLANK_ROWS, bp, page
 from api.errors import status_for
-from api.pages import BLANK_ROWS, bp, page
 from api.schemas import PolicyIn
+from shared.access.projects import project_scope
 from shared.errors import Forbidden, PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
-from shared.layers import ProjectConflict
-from shared.policy import Policy
-from shared.policy_store import PolicyStore
-from shared.projects import project_scope
+from shared.policy.layers import ProjectConflict
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
 
 Row = dict[str, Any]
 OWNER_SPLIT = re.compile(r"[\s,]+")
@@ -129,7 +129,7 @@ def _rows_of(policy: Policy) -> Row:
 
 
 def read_policy(form: MultiDict[str, str], current: Policy) -> tuple[Row | None, Row, Row]:
-    """The form as policy data: the rows (``api.page_forms``), each row's ``when`` and
+    """The form as policy data: the rows (``api.console.forms``), each row's ``when`` and
     the rules, read as JSON; the form as typed comes back to be shown again."""
     data, errors, typed = forms.read_policy(form, current)
     shown = {**typed, "defaults": forms.shown(typed["defaults"]),

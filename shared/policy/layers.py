@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.conditions import may_overlap
-from shared.envlist import EnvVar, Limits
+from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
-from shared.policy import Default, Policy, Protected, check_policy, values_against_rules
-from shared.rules import Rule, valid_rules, value_problems
+from shared.policy.conditions import may_overlap
+from shared.policy.model import Default, Policy, Protected, check_policy, values_against_rules
+from shared.policy.rules import Rule, valid_rules, value_problems
 from shared.secrets import MASK
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.policy import Resolved
+from shared.policy.model import Resolved
 
 DEFAULT_IMAGE = "localhost/taskenv-runtime:latest"
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import re2
 
-from shared.conditions import TaskFacts, When, applies, check_when, may_overlap
 from shared.errors import Problem
+from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap
 
 RULE_KEYS = ("name", "required", "allowed", "pattern", "min", "max", "max_length",
              "description", "when")

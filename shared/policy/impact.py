@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.conditions import TaskFacts
-from shared.envlist import EnvVar
-from shared.policy import Resolution, Resolved
+from shared.env.envlist import EnvVar
+from shared.policy.conditions import TaskFacts
+from shared.policy.model import Resolution, Resolved
 
 EXAMPLES = 10  # task ids listed per group; the counts cover every task
 

@@ -29,14 +29,14 @@ import marshmallow as ma
 from flask import Response, abort, jsonify, request
 
 from api import actions, auth, svc
-from api import page_forms as forms
-from api.pages import bp, env_file_sent, listed_tasks
+from api.console import forms
+from api.console.pages import bp, env_file_sent, listed_tasks
 from api.schemas import PreviewIn, PreviewOut
-from shared import records, states
 from shared.errors import Problem, TaskenvError
-from shared.logtail import LogTail
-from shared.policy import Policy
-from shared.rules import Rule
+from shared.policy.model import Policy
+from shared.policy.rules import Rule
+from shared.store.logtail import LogTail
+from shared.task import records, states
 
 Row = dict[str, Any]
 

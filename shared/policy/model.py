@@ -13,11 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import envlist
-from shared.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
-from shared.envlist import EnvVar, Limits
+from shared.env import envlist
+from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
-from shared.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
+from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
+from shared.policy.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
 from shared.secrets import MASK
 
 PLATFORM_NAMES = ("TASK_ID", "TASK_NAME", "TASK_ENV_REVISION", "TASK_POLICY_VERSION")
@@ -347,7 +347,7 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
         result.variables.append(Resolved(var.name, var.value, "user", _sources(shadowed),
                                          var.secret, shadowed=tuple(shadowed)))
     # Platform variables go first, where a reader looks for the task's identity.  The order
-    # carries no meaning for values: references are never expanded (see shared.manifest).
+    # carries no meaning for values: references are never expanded (see shared.task.manifest).
     result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
     for layer in layers:
         result.errors += check_rules(result.variables, layer.rules, task, _scope_name(layer))

@@ -24,17 +24,18 @@ from typing import Any
 
 import redis
 
-from shared import metrics, records, states
-from shared import store_scripts as scripts
+from shared import metrics
+from shared.access.quotas import WINDOW as QUOTA_WINDOW
+from shared.access.quotas import CreateBudget, Quotas
 from shared.errors import NotFound
-from shared.insights import KEEP_SECONDS, day_of
 from shared.keys import REVISION_SUFFIX, Keys
-from shared.legacy import legacy_env_lists, legacy_split
-from shared.logtail import LogTail
-from shared.quotas import WINDOW as QUOTA_WINDOW
-from shared.quotas import CreateBudget, Quotas
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
+from shared.store import scripts
+from shared.store.insights import KEEP_SECONDS, day_of
+from shared.store.legacy import legacy_env_lists, legacy_split
+from shared.store.logtail import LogTail
+from shared.task import records, states
 
 Doc = dict[str, Any]
 # An audit entry written with a task's creation: stream key, fields, stream length.

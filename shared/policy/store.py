@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import redis
 
+from shared.access.projects import project_scope
 from shared.errors import NotFound
 from shared.keys import Keys
-from shared.policy import PLATFORM_SCOPE, Policy
-from shared.projects import project_scope
+from shared.policy.model import PLATFORM_SCOPE, Policy
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 

@@ -1,0 +1,1 @@
+"""The web console: one blueprint, its forms, sessions, templates and static files."""

@@ -1,0 +1,1 @@
+"""The JSON API under /api/v1: one module per resource."""

@@ -1,0 +1,1 @@
+"""Who may do what, and how much: tokens, projects, quotas, audit."""

@@ -1,0 +1,1 @@
+"""Env lists and .env files: what a user submits, read as data."""

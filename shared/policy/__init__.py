@@ -1,0 +1,1 @@
+"""The admins' policies: model and merge, rules, conditions, layers, impact, their store."""

@@ -1,0 +1,1 @@
+"""One task: its states, record, resolution, revisions, workload and manifest (pure)."""
