@@ -8,20 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis
-from flask import Flask, current_app
+from flask import Flask
 
+from api import auth, errors, health, metrics
+from api.console import app as console
+from api.rest import admin, policy, preview, projects, revisions, tasks
 from shared.config import Settings
-from workers.services import Enqueue, Services, build_services
-
-
-def svc() -> Services:
-    """The services of the app handling the current request."""
-    return services_of(current_app)
-
-
-def services_of(app: Flask) -> Services:
-    services: Services = app.extensions["taskenv"]
-    return services
+from workers.services import Enqueue, build_services
 
 
 def create_app(test_config: Mapping[str, Any] | None = None,
@@ -49,14 +42,9 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     if settings.admin_token:
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services
-    from api import auth, errors, health, metrics
-    from api.console import pages
-    from api.console import policy as policy_pages  # noqa: F401  (its routes join the console blueprint)
-    from api.rest import admin, policy, preview, projects, revisions, tasks
-
     metrics.init_app(app)  # first: a request refused by auth still has an id and is counted
     auth.init_app(app)
-    pages.init_app(app)  # the web console: its session key (SECRET_KEY) and blueprint
+    console.init_app(app)  # the web console: its sessions and its blueprint
     api = errors.TaskenvApi(app)
     for module in (tasks, revisions, policy, projects, preview, admin):
         api.register_blueprint(module.blp)

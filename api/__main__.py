@@ -22,7 +22,8 @@ from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer, create_server
 from waitress.wasyncore import close_all, dispatcher, loop
 
-from api import create_app, services_of
+from api import create_app
+from api.context import services_of
 from shared import logs
 
 log = logging.getLogger("taskenv.api")

@@ -362,3 +362,30 @@ def save_policy(svc: Services, data: Doc, actor: str,
                      project_conflicts=[{"project": c.project, "variables": c.variables()}
                                         for c in conflicts])
     return policy, conflicts
+
+
+# --- revisions ---------------------------------------------------------------------------
+
+def revision_of(services: Services, doc: Doc, number: int) -> Doc:
+    """Revision ``number`` of the task ``doc``, a task the caller may read."""
+    if not 1 <= number <= doc["revision"]:
+        raise NotFound(f"task {doc['id']} has no revision {number}")
+    return services.tasks.revision(doc["id"], number)
+
+
+def compared(rev: Doc, of: str) -> list[Doc]:
+    """The variables a diff compares: the resolved env, or the env as the user set it."""
+    if of == "env":
+        return [{**e, "source": "user"} for e in rev.get("env") or []]
+    if rev.get("resolved") is None:
+        raise StateConflict(f"revision {rev['revision']} has no resolved env "
+                            f"({rev.get('state')}): compare the envs as set with ?of=env")
+    return list(rev["resolved"])
+
+
+def env_diff(services: Services, doc: Doc, old: int, new: int, of: str) -> Doc:
+    """What changed from revision ``old`` to ``new`` of ``doc``, a task the caller may read."""
+    a, b = revision_of(services, doc, old), revision_of(services, doc, new)
+    found = revisions.diff(compared(a, of), compared(b, of))
+    found["changed"] = [{**c, "source": c["new_source"]} for c in found["changed"]]
+    return {"from": old, "to": new, "of": of, **found}

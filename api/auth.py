@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Flask, g, request
 
-from api import svc
+from api.context import svc
 from shared.access.tokens import Identity
 from shared.errors import Forbidden, NotFound, TooManyRequests, Unauthorized
 

@@ -14,7 +14,7 @@ import secrets
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from api import svc
+from api.context import svc
 from shared.config import Settings
 from shared.derived_keys import derived_keys
 from shared.errors import BadRequest

@@ -16,10 +16,10 @@ from typing import Any
 
 from flask import Blueprint
 
-from api import svc
+from api.context import svc
 from api.errors import body
 from shared.errors import Problem
-from workers.celery_app import QUEUES
+from workers.queues import QUEUES
 from workers.services import Services
 
 bp = Blueprint("health", __name__)

@@ -19,10 +19,9 @@ import uuid
 
 from flask import Blueprint, Flask, Response, g, request
 
-from api import svc
+from api.context import svc
 from shared import logs, metrics
-from workers import observe  # noqa: F401 - stamps the messages the API sends with their time
-from workers.celery_app import QUEUES
+from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.api.access")
 bp = Blueprint("metrics", __name__)

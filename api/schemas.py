@@ -13,7 +13,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from shared.task import states
-from workers.launchers.sandbox import workdir_problem
+from shared.task.paths import workdir_problem
 
 
 class Strict(ma.Schema):

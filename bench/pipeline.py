@@ -30,8 +30,8 @@ from shared.access.tokens import PREFIX as TOKEN_PREFIX
 from shared.keys import Keys
 from shared.store.tasks import TaskStore
 from shared.task import states
-from workers.celery_app import QUEUES
 from workers.localstack import free_port, start_api, start_worker, wait_http
+from workers.queues import QUEUES
 
 PREFIX = "taskenv"
 FINAL_STATES = (states.SUCCEEDED, states.FAILED, states.REJECTED)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.report import say
-from workers.celery_app import QUEUES
+from workers.queues import QUEUES
 
 if TYPE_CHECKING:
     from bench.pipeline import Taskenv

@@ -6,6 +6,7 @@ value set for one is seen by the other.  Tests pass overrides as a dict.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -95,3 +96,9 @@ def _typed(kind: object, raw: str) -> Any:
     if kind == "float":
         return float(raw)
     return raw
+
+
+@functools.cache
+def process_settings() -> Settings:
+    """This process's settings, read from the environment once."""
+    return Settings.from_env()

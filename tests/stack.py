@@ -23,7 +23,6 @@ import requests
 from shared.access.tokens import PREFIX
 from shared.secrets import new_key
 from shared.task import states
-from workers.celery_app import QUEUES
 from workers.localstack import (
     RedisServer,
     free_port,
@@ -33,6 +32,7 @@ from workers.localstack import (
     stop_all,
     wait_http,
 )
+from workers.queues import QUEUES
 
 FINAL = set(states.FINAL)
 # Values a shell would act on; taskenv must deliver them exactly as typed.

@@ -9,16 +9,14 @@ delivery is a no-op.
 from __future__ import annotations
 
 import functools
+import time
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
-from shared.config import Settings
+from shared.config import Settings, process_settings
 from shared.keys import Keys
-from workers.services import process_settings
-
-QUEUES = ("validate", "policy", "launch")
-# Stopping a workload talks to the backend, as launching does: the launch workers do it.
-QUEUE_OF = {"cancel": "launch"}
+from workers.queues import QUEUE_OF, QUEUES, SENT_AT, queue_of, task_name
 
 
 def launch_time_limit(settings: Settings) -> int:
@@ -46,7 +44,7 @@ def make_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_default_queue="validate",
-        task_routes={f"taskenv.{q}": {"queue": QUEUE_OF.get(q, q)} for q in (*QUEUES, *QUEUE_OF)},
+        task_routes={task_name(q): {"queue": queue_of(q)} for q in (*QUEUES, *QUEUE_OF)},
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_seconds,
@@ -72,8 +70,15 @@ def celery_for(settings: Settings) -> Celery:
 
 def send_to_stage(settings: Settings, stage: str, task_id: str, revision: int) -> None:
     """One message, carrying ids only, to a stage's queue."""
-    celery_for(settings).send_task(f"taskenv.{stage}", args=[task_id, revision],
-                                   queue=QUEUE_OF.get(stage, stage))
+    celery_for(settings).send_task(task_name(stage), args=[task_id, revision],
+                                   queue=queue_of(stage))
+
+
+@signals.before_task_publish.connect
+def _stamp_sent_time(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Every message this process sends (first sends, retries, re-enqueues) gets its time."""
+    if headers is not None:
+        headers.setdefault(SENT_AT, time.time())
 
 
 # The worker's command line (``celery -A workers.celery_app worker``) and the task

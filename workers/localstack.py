@@ -29,11 +29,10 @@ from pathlib import Path
 import redis
 
 from shared import logs
-from shared.config import Settings
+from shared.config import Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
-from workers.celery_app import QUEUES
 from workers.launchers.local import SandboxUnavailable, sandbox_binary
-from workers.services import process_settings
+from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.localstack")
 

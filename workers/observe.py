@@ -2,9 +2,6 @@
 
 Celery's signals carry it, so the stage bodies in ``workers.tasks`` stay thin:
 
-* ``before_task_publish`` stamps each message with the time it was sent (a
-  ``sent_at`` header; Celery's own headers have no such time), in every process
-  that sends (the API, the stages, the reconciler);
 * ``task_prerun`` binds the task id and revision to the worker's log lines and
   observes how long the message waited (from ``sent_at``, or its ``eta`` when a
   retry was delayed); ``task_postrun`` observes the stage's processing time;
@@ -26,31 +23,18 @@ import redis
 from celery import signals
 
 from shared import logs, metrics
+from shared.config import process_settings
 from shared.errors import TaskenvError
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Launcher, Outcome
-from workers.services import process_settings
+from workers.queues import SENT_AT, stage_of
 
-SENT_AT = "sent_at"
 _running: dict[str, tuple[float, Token[dict[str, Any]]]] = {}  # celery task id -> start, log
 
 
 @signals.setup_logging.connect
 def _setup_logging(**_: Any) -> None:
     logs.configure(process_settings().log_format)
-
-
-@signals.before_task_publish.connect
-def _stamp_sent_time(headers: dict[str, Any] | None = None, **_: Any) -> None:
-    if headers is not None:
-        headers.setdefault(SENT_AT, time.time())
-
-
-def stage_of(task_name: str | None) -> str | None:
-    """``taskenv.policy`` -> ``policy``; another app's task is none of ours."""
-    if not task_name or not task_name.startswith("taskenv."):
-        return None
-    return task_name.removeprefix("taskenv.")
 
 
 def waited(sent_at: Any, eta: Any, now: float) -> float | None:

@@ -45,8 +45,8 @@ from shared.store.tasks import TaskStore
 from shared.task import states
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Launcher, Outcome
+from workers.outcomes import fail
 from workers.services import Services, current
-from workers.stages import fail
 from workers.sync import record_observed
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from shared.access.audit import AuditLog
 from shared.access.projects import ProjectStore
 from shared.access.quotas import QuotaCounter, Quotas
 from shared.access.tokens import AuthFailures, TokenStore
-from shared.config import Settings
+from shared.config import Settings, process_settings
 from shared.env.envlist import Limits
 from shared.keys import Keys
 from shared.policy.store import PolicyStore
@@ -100,12 +100,6 @@ def stage_sender(settings: Settings) -> SendToStage:
         send_to_stage(settings, stage, task_id, revision)
 
     return send
-
-
-@functools.cache
-def process_settings() -> Settings:
-    """This process's settings, read from the environment once."""
-    return Settings.from_env()
 
 
 @functools.cache

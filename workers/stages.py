@@ -10,23 +10,20 @@ and does nothing, so no revision is processed twice.  The Celery tasks in
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
-
-import redis
 
 from shared.env.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
 from shared.policy.store import PolicyStore
 from shared.secrets import StreamRedactor
-from shared.store.insights import Insights
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher
+from workers.outcomes import fail, insist, move, record_outcome, started
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +37,7 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> b
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected: %d validation problems", task_id, revision,
                  len(doc["errors"]))
-        Insights(tasks.r, tasks.keys.prefix).rejected(doc["errors"], doc.get("project"))
+        tasks.insights.rejected(doc["errors"], doc.get("project"))
         return False
     return True
 
@@ -58,7 +55,7 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected by policies %s", task_id, revision,
                  doc.get("policy_versions"))
-        Insights(tasks.r, tasks.keys.prefix).rejected(doc["errors"], doc.get("project"))
+        tasks.insights.rejected(doc["errors"], doc.get("project"))
         return False
     return True
 
@@ -88,14 +85,14 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         # Once the workload may be running, no write may fail the launch: each waits out
         # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
-            started=lambda: _insist(lambda: moved.append(_started(tasks, task_id, revision))),
+            started=lambda: insist(lambda: moved.append(started(tasks, task_id, revision))),
             log=lambda text: _append_log(tasks, task_id, revision, redactor.feed(text)),
         )
         try:
             outcome = launcher.launch(workload, hooks)
         except TransientError:
             # Retried by the Celery task: give the revision back so the retry may claim it.
-            _move(tasks, task_id, revision, states.LAUNCHING, states.RESOLVED)
+            move(tasks, task_id, revision, states.LAUNCHING, states.RESOLVED)
             raise
         except PermanentError as exc:
             fail(tasks, task_id, revision, f"launcher {launcher.name}: {exc.message}")
@@ -104,7 +101,7 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             _append_log(tasks, task_id, revision, redactor.flush())
         if outcome.state != states.RUNNING:
             # The outcome cannot be had again (the local steps ran once): hold on to it.
-            _insist(lambda: moved.append(record_outcome(
+            insist(lambda: moved.append(record_outcome(
                 tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)))
         if not (moved and all(moved)):  # a move refused (or none made): cancelled?
             _cancelled_meanwhile(tasks, launcher, workload)
@@ -121,7 +118,7 @@ def _claim(tasks: TaskStore, task_id: str, revision: int) -> Doc | None:
 def _append_log(tasks: TaskStore, task_id: str, revision: int, clean: str) -> None:
     """Store already redacted output, waiting out a Redis restart."""
     if clean:
-        _insist(lambda: tasks.append_log(task_id, revision, clean))
+        insist(lambda: tasks.append_log(task_id, revision, clean))
 
 
 def _cancelled_meanwhile(tasks: TaskStore, launcher: Launcher, workload: Workload) -> bool:
@@ -163,65 +160,6 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             and doc.get("apply") == "restart"):
         log.info("task %s r%s stopped: starting r%s", task_id, revision, doc["revision"])
         enqueue(task_id, doc["revision"])
-
-
-def patiently(write: Callable[[], object], give_up_after: float = 300.0,
-              wanted: Callable[[], bool] = lambda: True) -> bool:
-    """Retry a Redis write until it lands; False if Redis stayed away ``give_up_after`` s,
-    or once the write is no longer ``wanted`` (say, the task's run directory is gone)."""
-    deadline = time.monotonic() + give_up_after
-    delay = 0.2
-    while True:
-        try:
-            write()
-            return True
-        except (redis.ConnectionError, redis.TimeoutError):
-            if time.monotonic() > deadline or not wanted():
-                return False
-            log.warning("Redis unavailable; retrying in %.1fs", delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-
-def _insist(write: Callable[[], object]) -> None:
-    """:func:`patiently`, then one last try whose error is the caller's (Celery retries)."""
-    if not patiently(write):
-        write()
-
-
-def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
-    """End a revision as failed from wherever it is, unless it has already ended."""
-    in_progress = set(states.ALL) - states.FINAL
-    if _move(tasks, task_id, revision, in_progress, states.FAILED, reason=reason):
-        log.warning("task %s r%s failed: %s", task_id, revision, reason)
-
-
-def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
-                   exit_code: int | None, reason: str | None) -> bool:
-    """What a launcher or the backend reported: a final state ends the revision; ``running``
-    moves it on from ``launching`` (a start the launch worker did not live to record).
-    False if the revision was elsewhere (cancelled, say) or the task gone."""
-    if state == states.RUNNING:
-        return _started(tasks, task_id, revision)
-    moved = _move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
-                  exit_code=exit_code, reason=reason)
-    if moved:
-        log.info("task %s r%s %s (exit code %s)", task_id, revision, state, exit_code)
-    return moved
-
-
-def _started(tasks: TaskStore, task_id: str, revision: int) -> bool:
-    return _move(tasks, task_id, revision, states.LAUNCHING, states.RUNNING)
-
-
-def _move(tasks: TaskStore, task_id: str, revision: int, expected: str | set[str],
-          new_state: str, **changes: Any) -> bool:
-    """A change decided by the state alone, in one round trip; False when the revision is
-    elsewhere or the task gone (deleted, expired)."""
-    try:
-        return tasks.move(task_id, revision, expected, new_state, **changes)
-    except NotFound:
-        return False
 
 
 def _advance(tasks: TaskStore, task_id: str, revision: int, expected: str,

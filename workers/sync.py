@@ -8,7 +8,7 @@ launcher last saw of each ``launching`` or ``running`` task that no live launch
 worker holds from its ``seen()``, and hands each answer to
 :func:`record_observed`: once the workload has finished, its output is stored
 (once per revision, with secret values redacted) and the outcome recorded through
-:func:`workers.stages.record_outcome`.
+:func:`workers.outcomes.record_outcome`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.workload import Workload
 from workers.launchers.base import Launcher, Outcome
-from workers.stages import record_outcome
+from workers.outcomes import record_outcome
 
 WATCHED = (states.RUNNING, states.LAUNCHING)
 LOGS_CLAIM = "logs_synced_revision"  # the revision whose backend logs were copied

@@ -18,7 +18,7 @@ import redis
 from celery import Task
 
 from shared.errors import TransientError
-from workers import stages
+from workers import outcomes, stages
 from workers.celery_app import app
 from workers.observe import CountingLauncher  # also connects the stages' log and timing signals
 from workers.services import current
@@ -41,7 +41,7 @@ class StageTask(Task):
         reason = (f"{self.name} gave up after {self.max_retries} retries: {exc}"
                   if isinstance(exc, TRANSIENT) else f"{self.name} failed: {type(exc).__name__}")
         try:
-            stages.fail(current().tasks, target, revision, reason)
+            outcomes.fail(current().tasks, target, revision, reason)
         except Exception:  # Redis itself is away: the reconciler will find the task later
             log.exception("could not mark task %s r%s failed", target, revision)
 

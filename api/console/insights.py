@@ -13,10 +13,11 @@ from typing import Any
 
 from flask import g, request
 
-from api import auth, svc
-from api.console.pages import bp, page
+from api import auth
+from api.console.blueprint import bp
+from api.console.pages import page
+from api.context import svc
 from shared.errors import Forbidden
-from shared.store.insights import Insights
 from shared.task import states
 
 WINDOWS = (("today", 1), ("last 7 days", 7))
@@ -39,7 +40,7 @@ def _projects_shown() -> tuple[list[str], str | None]:
 @bp.get("/ui/insights")
 def insights() -> Any:
     choices, project = _projects_shown()
-    counters = Insights(svc().redis, svc().keys.prefix)
+    counters = svc().tasks.insights
     by_state = {label: counters.states(days, project) for label, days in WINDOWS}
     rejections = {label: counters.rejections(days, project) for label, days in WINDOWS}
     return page("insights.html", project=project, choices=choices, windows=WINDOWS,

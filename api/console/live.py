@@ -28,14 +28,15 @@ from typing import Any
 import marshmallow as ma
 from flask import Response, abort, jsonify, request
 
-from api import actions, auth, svc
+from api import actions, auth
 from api.console import forms
-from api.console.pages import bp, env_file_sent, listed_tasks
+from api.console.blueprint import bp
+from api.console.pages import env_file_sent, listed_tasks
+from api.context import svc
 from api.schemas import PreviewIn, PreviewOut
 from shared.errors import Problem, TaskenvError
 from shared.policy.model import Policy
 from shared.policy.rules import Rule
-from shared.store.logtail import LogTail
 from shared.task import records, states
 
 Row = dict[str, Any]
@@ -74,7 +75,7 @@ def task_live(task_id: str) -> Response:
     if not 1 <= revision <= doc["revision"]:
         abort(400, f"log_revision is between 1 and {doc['revision']}")
     offset = max(0, request.args.get("offset", 0, type=int))
-    tail = LogTail(svc().redis, svc().keys.prefix)
+    tail = svc().tasks.logs
     state = {"status": doc["state"], "revision": doc["revision"],
              "exit_code": doc.get("exit_code"), "final": doc["state"] in states.FINAL}
     size = tail.size(task_id, revision)

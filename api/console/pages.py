@@ -22,8 +22,6 @@ from typing import Any
 import marshmallow as ma
 import redis
 from flask import (
-    Blueprint,
-    Flask,
     abort,
     flash,
     g,
@@ -37,14 +35,14 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.http import HTTP_STATUS_CODES
 
-from api import actions, auth, cursors, svc
+from api import actions, auth, cursors
 from api.console import forms, sessions
-from api.console.sessions import RedisSessions
+from api.console.blueprint import bp
+from api.context import svc
 from api.errors import status_for
-from api.rest.revisions import env_diff
 from api.schemas import TaskQuery
 from shared.access.projects import CHANGE
-from shared.access.tokens import Identity, SessionStore, digest
+from shared.access.tokens import Identity, digest
 from shared.errors import (
     EnvInvalid,
     Problem,
@@ -54,11 +52,8 @@ from shared.errors import (
     TooManyRequests,
 )
 from shared.secrets import MASK, blanked, masked
-from shared.store.logtail import LogTail
 from shared.store.tasks import Page, TaskStore
 from shared.task import records, states
-
-bp = Blueprint("pages", __name__)
 
 # No inline script or style anywhere: only our own static files may run or style the page.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -67,19 +62,6 @@ NEW_FORM_ROWS = 4
 BLANK_ROWS = 3
 SAFE_NEXT = re.compile(r"/ui/[A-Za-z0-9_/-]*")  # login sends back to our own pages only
 FORM_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
-
-
-def init_app(app: Flask) -> None:
-    """Server-side sessions in Redis (the cookie holds an id only) and the blueprint."""
-    services = app.extensions["taskenv"]
-    settings = services.settings
-    app.config.update(SESSION_COOKIE_NAME="taskenv_session",
-                      SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Lax",
-                      SESSION_COOKIE_SECURE=bool(settings.session_cookie_secure))
-    app.session_interface = RedisSessions(SessionStore(services.redis, settings.key_prefix))
-    from api.console import insights, live  # noqa: F401  (their routes join bp)
-
-    app.register_blueprint(bp)
 
 
 def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
@@ -310,7 +292,7 @@ def task_page(doc: dict[str, Any], status: int = 200,
         env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
     revision = request.args.get("revision", type=int) or view["revision"]
     revision = revision if 1 <= revision <= view["revision"] else view["revision"]
-    log = LogTail(svc().redis, svc().keys.prefix).since(doc["id"], revision, 0,
+    log = svc().tasks.logs.since(doc["id"], revision, 0,
                                                          most=TaskStore.LOG_LIMIT)
     return page("task.html", status, task=view,
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
@@ -397,18 +379,8 @@ def task_diff(task_id: str) -> Any:
         abort(400, f"Choose two revisions between 1 and {last}, and resolved or env.")
     view = records.public_view(doc, url_for(".task", task_id=task_id))
     try:
-        diff, error = env_diff(doc, old, new, of), None
+        diff, error = actions.env_diff(svc(), doc, old, new, of), None
     except StateConflict as conflict:
         diff, error = None, conflict
     return page("task_diff.html", 409 if error else 200, task=view, diff=diff, error=error,
                 old=old, new=new, of=of)
-
-
-# --- policy ------------------------------------------------------------------------------
-
-@bp.route("/ui/policy", methods=["GET", "POST"])
-def policy() -> Any:
-    """The platform policy's editor; projects' policies share it (api.console.policy)."""
-    from api.console.policy import editor  # it adds its routes to this blueprint
-
-    return editor(None)

@@ -6,7 +6,7 @@ maintainers and admins).  Rows carry an optional ``when`` (JSON, e.g.
 console keeps every part of a policy.  "Preview impact" shows what saving the draft
 would do to existing tasks, with a button to confirm the save.  Admins manage
 projects and their members on ``/ui/projects``.  The routes join the console's
-blueprint (``api.console.pages.bp``) and its session and CSRF checks.
+blueprint (``api.console.blueprint.bp``) and its session and CSRF checks.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import marshmallow as ma
 from flask import flash, g, redirect, request, url_for
 from werkzeug.datastructures import MultiDict
 
-from api import actions, auth, project_actions, svc
+from api import actions, auth, project_actions
 from api.console import forms
-from api.console.pages import BLANK_ROWS, bp, page
+from api.console.blueprint import bp
+from api.console.pages import BLANK_ROWS, page
+from api.context import svc
 from api.errors import status_for
 from api.schemas import PolicyIn
 from shared.access.projects import project_scope
@@ -172,6 +174,12 @@ def policy_page(project: str | None, current: Policy, form: Row, status: int = 2
                 errors=errors or {}, problems=problems or [], impact=impact,
                 conflicts=conflicts or [],
                 bad={p.variable for p in problems or [] if p.variable})
+
+
+@bp.route("/ui/policy", methods=["GET", "POST"])
+def policy() -> Any:
+    """The platform policy's editor; projects' policies share it."""
+    return editor(None)
 
 
 @bp.route("/ui/projects/<name>/policy", methods=["GET", "POST"])

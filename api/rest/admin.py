@@ -9,8 +9,8 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
-from api import svc
 from api.auth import actor
+from api.context import svc
 from api.schemas import Strict
 from shared.access.tokens import ROLES
 

@@ -11,8 +11,9 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions, project_actions, svc
+from api import actions, project_actions
 from api.auth import actor
+from api.context import svc
 from api.schemas import ImpactOut, PolicyIn, PolicyOut, PolicySaved, PolicyVersions
 from shared.secrets import masked_policy
 

@@ -11,8 +11,9 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions, svc
+from api import actions
 from api.auth import actor, identity
+from api.context import svc
 from api.schemas import PreviewIn, PreviewOut
 
 blp = Blueprint("preview", __name__, url_prefix="/api/v1/env",

@@ -12,8 +12,9 @@ from typing import Any
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import project_actions, svc
+from api import project_actions
 from api.auth import actor, identity
+from api.context import svc
 from api.schemas import (
     ImpactOut,
     PolicyIn,

@@ -8,24 +8,16 @@ import marshmallow as ma
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import svc
+from api import actions
+from api.context import svc
 from api.rest.tasks import readable
 from api.schemas import DiffOut, DiffQuery, RevisionList, RevisionOut
-from shared.errors import NotFound, StateConflict
 from shared.secrets import masked
-from shared.task import revisions
 
 blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revisions",
                 description="Every revision of a task's env: as set, as resolved, its outcome.")
 
 Doc = dict[str, Any]
-
-
-def revision_of(doc: Doc, number: int) -> Doc:
-    """Revision ``number`` of the task ``doc``, a task the caller may read."""
-    if not 1 <= number <= doc["revision"]:
-        raise NotFound(f"task {doc['id']} has no revision {number}")
-    return svc().tasks.revision(doc["id"], number)
 
 
 def revision_view(rev: Doc) -> Doc:
@@ -34,24 +26,6 @@ def revision_view(rev: Doc) -> Doc:
     return {**{name: rev.get(name) for name in RevisionOut().fields if name in rev},
             "revision": rev["revision"], "env": [masked(e) for e in rev.get("env") or []],
             "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
-
-
-def compared(rev: Doc, of: str) -> list[Doc]:
-    """The variables a diff compares: the resolved env, or the env as the user set it."""
-    if of == "env":
-        return [{**e, "source": "user"} for e in rev.get("env") or []]
-    if rev.get("resolved") is None:
-        raise StateConflict(f"revision {rev['revision']} has no resolved env "
-                            f"({rev.get('state')}): compare the envs as set with ?of=env")
-    return list(rev["resolved"])
-
-
-def env_diff(doc: Doc, old: int, new: int, of: str) -> Doc:
-    """What changed from revision ``old`` to ``new`` of ``doc``, a task the caller may read."""
-    a, b = revision_of(doc, old), revision_of(doc, new)
-    found = revisions.diff(compared(a, of), compared(b, of))
-    found["changed"] = [{**c, "source": c["new_source"]} for c in found["changed"]]
-    return {"from": old, "to": new, "of": of, **found}
 
 
 @blp.route("")
@@ -70,7 +44,7 @@ class Revision(MethodView):
     def get(self, task_id: str, number: int) -> Doc:
         """One revision: env as set, resolved env with each variable's source (secrets
         masked), errors, warnings, outcome and, for a rerun, its drift report."""
-        return revision_view(revision_of(readable(task_id), number))
+        return revision_view(actions.revision_of(svc(), readable(task_id), number))
 
 
 @blp.route("/<int:old>/diff/<int:new>")
@@ -80,4 +54,4 @@ class RevisionDiff(MethodView):
     def get(self, query: Doc, task_id: str, old: int, new: int) -> Doc:
         """Variables added, removed and changed from revision ``old`` to ``new``, each with
         its values and source; a secret shows only as changed or unchanged."""
-        return env_diff(readable(task_id), old, new, query["of"])
+        return actions.env_diff(svc(), readable(task_id), old, new, query["of"])

@@ -10,8 +10,9 @@ from flask import Response, request, url_for
 from flask.views import MethodView
 from flask_smorest import Blueprint
 
-from api import actions, cursors, svc
+from api import actions, cursors
 from api.auth import actor, scope
+from api.context import svc
 from api.schemas import (
     EnvPatch,
     EnvQuery,

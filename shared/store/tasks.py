@@ -32,7 +32,7 @@ from shared.keys import REVISION_SUFFIX, Keys
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 from shared.store import scripts
-from shared.store.insights import KEEP_SECONDS, day_of
+from shared.store.insights import KEEP_SECONDS, Insights, day_of
 from shared.store.legacy import legacy_env_lists, legacy_split
 from shared.store.logtail import LogTail
 from shared.task import records, states
@@ -134,6 +134,7 @@ class TaskStore:
         self._delete = client.register_script(scripts.DELETE)
         self._move = client.register_script(scripts.MOVE)
         self.logs = LogTail(client, prefix)
+        self.insights = Insights(client, prefix)
 
     # --- writing -------------------------------------------------------------------------
 

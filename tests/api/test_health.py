@@ -9,8 +9,8 @@ import fakeredis
 from flask import Flask
 
 from tests.api.conftest import EnqueueSpy, build_app
-from workers.celery_app import QUEUES
 from workers.liveness import publish_alive, withdraw
+from workers.queues import QUEUES
 from workers.reconcile import _passed
 
 

@@ -23,7 +23,7 @@ from shared.policy.store import PolicyStore
 from shared.store.tasks import TaskStore
 from shared.task import states
 from tests.api.conftest import ADMIN_TOKEN, CSRF, Browser, EnqueueSpy
-from workers import stages
+from workers import outcomes, stages
 
 TASKS = "/api/v1/tasks"
 SECRET = "s3cr3t-value-never-shown"
@@ -75,8 +75,8 @@ def resolve(tasks: TaskStore, policies: PolicyStore, task_id: str) -> dict[str, 
 def finish(tasks: TaskStore, task_id: str) -> None:
     revision = tasks.get(task_id)["revision"]
     assert tasks.transition(task_id, revision, states.RESOLVED, states.LAUNCHING)
-    stages.record_outcome(tasks, task_id, revision, states.RUNNING, None, None)
-    stages.record_outcome(tasks, task_id, revision, states.SUCCEEDED, 0, None)
+    outcomes.record_outcome(tasks, task_id, revision, states.RUNNING, None, None)
+    outcomes.record_outcome(tasks, task_id, revision, states.SUCCEEDED, 0, None)
 
 
 def snapshot(redis_client: fakeredis.FakeRedis) -> dict[str, Any]:

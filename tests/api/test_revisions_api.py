@@ -17,7 +17,7 @@ from shared.secrets import MASK
 from shared.store.tasks import TaskStore
 from shared.task import states
 from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
-from workers import stages
+from workers import outcomes, stages
 
 TASKS = "/api/v1/tasks"
 SECRET = "hunter2-very-secret"
@@ -33,8 +33,8 @@ def resolve(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int
 def finish(tasks: TaskStore, task_id: str, revision: int) -> None:
     """Launched, running, then succeeded: what a launcher would report."""
     assert tasks.transition(task_id, revision, states.RESOLVED, states.LAUNCHING)
-    stages.record_outcome(tasks, task_id, revision, states.RUNNING, None, None)
-    stages.record_outcome(tasks, task_id, revision, states.SUCCEEDED, 0, None)
+    outcomes.record_outcome(tasks, task_id, revision, states.RUNNING, None, None)
+    outcomes.record_outcome(tasks, task_id, revision, states.SUCCEEDED, 0, None)
 
 
 def create(client: FlaskClient, **body: Any) -> str:

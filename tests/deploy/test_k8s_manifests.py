@@ -25,8 +25,9 @@ import yaml
 
 from shared.config import PREFIX, Settings
 from shared.secrets import Cipher
-from workers.celery_app import QUEUES, make_celery
+from workers.celery_app import make_celery
 from workers.localstack import worker_argv
+from workers.queues import QUEUES
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 OVERLAYS = {"hpa": K8S, "keda": K8S / "keda"}

@@ -19,8 +19,8 @@ import requests
 
 from shared.keys import Keys
 from tests.stack import FINAL, Stack, api_url, stack_env, start_front, wait_until_serving
-from workers.celery_app import QUEUES
 from workers.localstack import RedisServer, start_worker, stop_all
+from workers.queues import QUEUES
 
 LAUNCHED = "launched"  # the counting task's marker, once per launch
 

@@ -27,8 +27,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.stack import Stack, api_url, stack_env, start_front, wait_until_serving
-from workers.celery_app import QUEUES
 from workers.localstack import RedisServer, start_worker, stop_all
+from workers.queues import QUEUES
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,6 @@ import redis
 from shared.access.tokens import PREFIX
 from shared.redis_conn import connect, warn_if_evicting
 from tests.integration.conftest import Stack
-from workers.celery_app import QUEUES
 from workers.localstack import (
     RedisServer,
     free_port,
@@ -26,6 +25,7 @@ from workers.localstack import (
     stop_all,
     wait_http,
 )
+from workers.queues import QUEUES
 
 pytestmark = pytest.mark.integration
 

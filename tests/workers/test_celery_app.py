@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shared.config import Settings
-from workers.celery_app import QUEUES, launch_time_limit, make_celery
+from workers.celery_app import launch_time_limit, make_celery
+from workers.queues import QUEUES
 
 
 def test_every_stage_acknowledges_late_and_requeues_when_its_worker_dies():

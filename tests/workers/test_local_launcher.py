@@ -30,7 +30,7 @@ from shared.secrets import REDACTED, Cipher, new_key
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
-from workers import stages
+from workers import outcomes, stages
 from workers.launchers import local
 from workers.launchers.base import Hooks, Outcome
 from workers.launchers.local import (
@@ -447,5 +447,5 @@ def test_a_runner_stops_waiting_for_redis_once_its_run_directory_is_gone(
 
     run_dir = tmp_path / "r1"
     started = time.monotonic()
-    assert not stages.patiently(redis_away, 3600.0, wanted=run_dir.exists)
+    assert not outcomes.patiently(redis_away, 3600.0, wanted=run_dir.exists)
     assert time.monotonic() - started < 5  # not an hour: nobody will read it any more

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from shared.task.paths import MAX_WORKDIR_CHARS, workdir_problem
 from workers.launchers.sandbox import (
     DROP_PWD,
-    MAX_WORKDIR_CHARS,
     TASK_HOME,
     BadWorkdir,
     bwrap_argv,
     workdir_inside,
-    workdir_problem,
 )
 
 HOME = Path("/srv/taskenv/tasks/t1/r1/home")

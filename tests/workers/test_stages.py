@@ -14,7 +14,7 @@ from shared.secrets import REDACTED
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
-from workers import stages
+from workers import outcomes, stages
 from workers.launchers.base import Hooks, Outcome
 
 LIMITS = Limits()
@@ -293,7 +293,7 @@ def test_unexpected_launcher_error_propagates_and_fail_ends_the_revision(
     resolve_only(tasks, policies, task_id)
     with pytest.raises(RuntimeError, match="boom"):
         stages.launch(tasks, FakeLauncher(error=RuntimeError("boom")), task_id, 1)
-    stages.fail(tasks, task_id, 1, "taskenv.launch failed: RuntimeError")  # Celery's on_failure
+    outcomes.fail(tasks, task_id, 1, "taskenv.launch failed: RuntimeError")  # Celery's on_failure
     doc = tasks.get(task_id)
     assert (doc["state"], doc["reason"]) == (states.FAILED, "taskenv.launch failed: RuntimeError")
 
@@ -301,7 +301,7 @@ def test_unexpected_launcher_error_propagates_and_fail_ends_the_revision(
 def test_fail_leaves_a_finished_revision_alone(tasks: TaskStore, policies: PolicyStore) -> None:
     task_id = submit(tasks)
     run_all(tasks, policies, FakeLauncher(), task_id)
-    stages.fail(tasks, task_id, 1, "late failure")
+    outcomes.fail(tasks, task_id, 1, "late failure")
     assert tasks.get(task_id)["state"] == states.SUCCEEDED
 
 

@@ -34,7 +34,7 @@ from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.local import write_outcome_file
 from workers.launchers.sandbox import bwrap_argv
-from workers.stages import patiently, record_outcome
+from workers.outcomes import patiently, record_outcome
 
 log = logging.getLogger("taskenv.local_runner")
 

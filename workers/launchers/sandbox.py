@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
+from shared.task.paths import workdir_problem
+
 TASK_HOME = "/home/task"
 NOBODY = 65534
-MAX_WORKDIR_CHARS = 1024
 # Read-only system directories; on merged-/usr systems the others are links into /usr.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # The few files of /etc a program needs to load libraries and check certificates.
@@ -36,19 +37,6 @@ DROP_PWD = ("/bin/sh", "-c", 'unset PWD; exec "$@"', "sh")
 
 class BadWorkdir(ValueError):
     """A workdir that is not a relative path inside the task's home."""
-
-
-def workdir_problem(workdir: str) -> str | None:
-    """Why ``workdir`` cannot be a directory inside the task's home; None if it can."""
-    if len(workdir) > MAX_WORKDIR_CHARS:
-        return f"must be at most {MAX_WORKDIR_CHARS} characters"
-    if "\0" in workdir:
-        return "must not contain a NUL character"
-    if workdir.startswith("/"):
-        return "must be a relative path inside the task's home, not an absolute path"
-    if ".." in PurePosixPath(workdir).parts:
-        return "must not contain a '..' component"
-    return None
 
 
 def workdir_inside(workdir: str | None) -> str:
