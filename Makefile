@@ -30,9 +30,10 @@ check: install ## Run the unit and API tests only, in under a minute
 		-m "not integration and not podman and not browser and not compose and not slow" \
 		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose
 
-lint: install ## ruff and mypy
+lint: install ## ruff, mypy and the import contracts (layers, forbidden imports, independence)
 	$(PY) -m ruff check .
 	$(PY) -m mypy api workers shared
+	$(VENV)/bin/lint-imports
 
 example: install ## Run the multi-script example against a running stack
 	$(PY) examples/run_example.py

@@ -14,12 +14,12 @@ from typing import Any
 
 import marshmallow as ma
 
-from shared.access.projects import Project, project_scope
+from shared.access.projects import Project
 from shared.env import envlist
 from shared.errors import PolicyInvalid, Problem
 from shared.policy.impact import TaskSnapshot, impact
 from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
-from shared.policy.model import Policy, Resolution, Resolved, check_policy
+from shared.policy.model import Policy, Resolution, Resolved, check_policy, project_scope
 from shared.store.tasks import Doc
 from shared.task.resolution import draft_resolution, facts_of
 from workers.services import Services

@@ -26,10 +26,9 @@ from api.console.pages import BLANK_ROWS, page
 from api.context import svc
 from api.errors import status_for
 from api.schemas import PolicyIn
-from shared.access.projects import project_scope
 from shared.errors import Forbidden, PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
 from shared.policy.layers import ProjectConflict
-from shared.policy.model import Policy
+from shared.policy.model import Policy, project_scope
 from shared.policy.store import PolicyStore
 
 Row = dict[str, Any]

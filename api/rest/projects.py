@@ -26,8 +26,8 @@ from api.schemas import (
     ProjectPatch,
     ProjectPolicyOut,
 )
-from shared.access.projects import project_scope
 from shared.errors import Forbidden
+from shared.policy.model import project_scope
 from shared.policy.store import PolicyStore
 from shared.secrets import masked_policy
 

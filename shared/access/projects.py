@@ -23,13 +23,7 @@ from shared.keys import Keys
 from shared.redis_conn import as_text
 
 NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
-SCOPE_PREFIX = "project:"
 CHANGE, READ = "change", "read"  # what a caller may do with a task (see task_access)
-
-
-def project_scope(name: str) -> str:
-    """How a policy layer and a provenance entry name the project: ``project:<name>``."""
-    return f"{SCOPE_PREFIX}{name}"
 
 
 def check_name(name: str) -> None:

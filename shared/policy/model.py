@@ -25,6 +25,12 @@ ON_CONFLICT = ("reject", "drop")
 # Layers from lowest to highest precedence; a resolved variable names one of them.
 LAYERS = ("default", "user", "protected", "platform")
 PLATFORM_SCOPE = "platform"
+SCOPE_PREFIX = "project:"
+
+
+def project_scope(name: str) -> str:
+    """How a policy layer and a provenance entry name the project: ``project:<name>``."""
+    return f"{SCOPE_PREFIX}{name}"
 
 
 @dataclass(frozen=True)

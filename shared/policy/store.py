@@ -12,10 +12,9 @@ from dataclasses import replace
 
 import redis
 
-from shared.access.projects import project_scope
 from shared.errors import NotFound
 from shared.keys import Keys
-from shared.policy.model import PLATFORM_SCOPE, Policy
+from shared.policy.model import PLATFORM_SCOPE, Policy, project_scope
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 

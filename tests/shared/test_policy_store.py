@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import fakeredis
 
-from shared.access.projects import project_scope
-from shared.policy.model import Policy
+from shared.policy.model import Policy, project_scope
 from shared.policy.store import PolicyStore
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from shared.access.projects import project_scope
 from shared.errors import SecretsUnavailable
 from shared.keys import Keys
-from shared.policy.model import Policy
+from shared.policy.model import Policy, project_scope
 from shared.policy.store import PolicyStore
 from shared.secrets import Cipher, new_key
 from shared.store.tasks import TaskStore
