@@ -85,6 +85,8 @@ class CountingLauncher:
     def __init__(self, inner: Launcher) -> None:
         self.inner = inner
         self.name = inner.name
+        self.sweep_every_pass = inner.sweep_every_pass
+        self.never_starts = inner.never_starts
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         try:

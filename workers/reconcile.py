@@ -52,14 +52,7 @@ from workers.sync import record_observed
 log = logging.getLogger(__name__)
 
 Enqueue = Callable[[str, str, int], None]  # stage, task id, revision
-# Why a container is still waiting, when waiting longer will not help: Kubernetes keeps
-# such a pod pending forever, so past ``stuck_after`` the task ends ``failed``.
-NEVER_STARTS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-                          "CreateContainerConfigError", "CreateContainerError"})
 FULL_SWEEP_SECONDS = 60  # how often run_forever looks at every running task
-# Launchers whose changes() report nothing (the local runner records its own end): their
-# running tasks are looked at every pass, as their seen() is a cheap local look.
-SWEPT_EVERY_PASS = frozenset({"local", "dryrun"})
 STAGE_FOR = {states.PENDING: "validate", states.VALIDATED: "policy", states.RESOLVED: "launch"}
 
 
@@ -68,7 +61,7 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                    heartbeat_ttl: float = 15.0, sweep_running: bool = True,
                    waiting: set[str] | None = None) -> Counter[str]:
     """One pass.  ``waiting``: the tasks whose container the backend said can never start
-    (``NEVER_STARTS``), kept between passes by the caller: they are looked at every pass,
+    (``launcher.never_starts``), kept between passes by the caller: they are looked at every pass,
     so each fails once ``stuck_after`` has passed, not at the next full sweep."""
     now = time.time() if now is None else now
     waiting = set() if waiting is None else waiting
@@ -115,7 +108,7 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
         log.exception("reconcile: the %s backend could not be read", launcher.name)
         return False
     for change in changes:
-        if change.outcome is not None and change.outcome.reason in NEVER_STARTS:
+        if change.outcome is not None and change.outcome.reason in launcher.never_starts:
             waiting.add(change.task_id)
         try:
             counts[_apply(tasks, launcher, change)] += 1
@@ -150,7 +143,7 @@ def _check_waiting(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, waiti
         doc = tasks.find(task_id)
         seen = launcher.seen(Workload.from_doc(doc)) if doc is not None and doc["state"] in (
             states.LAUNCHING, states.RUNNING) else None
-        if seen is None or seen.reason not in NEVER_STARTS:
+        if seen is None or seen.reason not in launcher.never_starts:
             waiting.discard(task_id)
             continue
         acted = _check_launched(tasks, launcher, enqueue, task_id, stuck_after, now,
@@ -178,7 +171,7 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
         return "finished"
     if now - doc["updated_at"] <= stuck_after:
         return ""
-    if observed is not None and observed.reason in NEVER_STARTS:
+    if observed is not None and observed.reason in launcher.never_starts:
         fail(tasks, task_id, revision, f"the container never started: {observed.reason}")
         return "never_started"
     if observed is not None:
@@ -204,7 +197,7 @@ def run_forever(svc: Services) -> None:
     settings = svc.settings
     lock = svc.keys.reconciler_lock()
     interval = settings.reconcile_interval_seconds
-    sweep_every = 1 if svc.settings.launcher in SWEPT_EVERY_PASS else max(
+    sweep_every = 1 if svc.launcher.sweep_every_pass else max(
         1, round(FULL_SWEEP_SECONDS / max(1, interval)))
     passes = 0
     waiting: set[str] = set()

@@ -12,7 +12,7 @@ from shared.secrets import REDACTED
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
-from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.reconcile import reconcile_once
 
 STUCK = 10.0
@@ -27,6 +27,8 @@ class Backend:
     """
 
     name = "backend"
+    sweep_every_pass = False
+    never_starts = CONTAINER_NEVER_STARTS
 
     def __init__(self) -> None:
         self.view: dict[str, Outcome] = {}

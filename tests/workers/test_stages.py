@@ -24,6 +24,8 @@ class FakeLauncher:
     """Records every launch; reports start, one log line and a chosen outcome."""
 
     name = "fake"
+    sweep_every_pass = True
+    never_starts: frozenset[str] = frozenset()
 
     def __init__(self, outcome: Outcome | None = None, error: Exception | None = None,
                  start: bool = True, output: str | None = None) -> None:

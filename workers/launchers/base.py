@@ -36,8 +36,20 @@ class Hooks:
     log: Callable[[str], None]
 
 
+# Why a container is still waiting, when waiting longer will not help: Kubernetes keeps
+# such a pod pending forever, so past ``stuck_after`` the reconciler fails the task.
+CONTAINER_NEVER_STARTS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                                    "CreateContainerConfigError", "CreateContainerError"})
+
+
 class Launcher(Protocol):
     name: str
+    # True when changes() reports nothing (a local runner records its own end): the
+    # reconciler then looks at every running task each pass, as seen() is a cheap local look.
+    sweep_every_pass: bool
+    # Reasons in an Outcome that mean the workload can never start (an image no one can
+    # pull): the reconciler looks at such tasks every pass and fails them once stuck.
+    never_starts: frozenset[str]
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         """Start the workload (or adopt it if it already exists); may run it to the end."""

@@ -8,6 +8,8 @@ from workers.launchers.base import Change, Hooks, Outcome
 
 class DryRunLauncher:
     name = "dryrun"
+    sweep_every_pass = True
+    never_starts: frozenset[str] = frozenset()
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         env = workload.env_dict()  # the same work a real launcher does before it submits

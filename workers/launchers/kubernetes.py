@@ -60,7 +60,7 @@ from shared.task.manifest import (
     secret_name,
 )
 from shared.task.workload import Workload
-from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.kube_watch import (
     GONE,
     SELECTOR,
@@ -97,6 +97,8 @@ def load_api_client() -> ApiClient:
 
 class KubernetesLauncher:
     name = "kubernetes"
+    sweep_every_pass = False
+    never_starts: frozenset[str] = CONTAINER_NEVER_STARTS
 
     def __init__(self, settings: Settings, api_client: ApiClient | None = None, *,
                  rate: float = 20, burst: int = 30, max_retries: int = 5,

@@ -62,6 +62,8 @@ _RUNNERS: list[subprocess.Popen[bytes]] = []
 
 class LocalLauncher:
     name = "local"
+    sweep_every_pass = True
+    never_starts: frozenset[str] = frozenset()
 
     def __init__(self, settings: Settings) -> None:
         self.root = Path(settings.work_dir).resolve()

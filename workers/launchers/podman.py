@@ -57,7 +57,7 @@ from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.task import manifest
 from shared.task.workload import DEFAULT_IMAGE, Workload
-from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.kube_watch import SELECTOR
 
 # podman's messages for trouble that a later attempt can get past.
@@ -76,6 +76,8 @@ log = logging.getLogger(__name__)
 
 class PodmanLauncher:
     name = "podman"
+    sweep_every_pass = False
+    never_starts: frozenset[str] = CONTAINER_NEVER_STARTS
 
     def __init__(self, settings: Settings, binary: str = "podman",
                  timeout: float = 120.0) -> None:
