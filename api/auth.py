@@ -80,6 +80,12 @@ def actor() -> str:
     return identity().owner
 
 
+def require_admin(doing: str) -> None:
+    """403 unless the caller is an admin: ``doing`` says what only an admin may do."""
+    if not identity().is_admin:
+        raise Forbidden(f"Only an admin may {doing}.")
+
+
 def scope() -> str | None:
     """The owner whose tasks this caller may see: everyone's for admins."""
     return None if identity().is_admin else identity().owner

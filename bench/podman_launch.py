@@ -36,9 +36,9 @@ from bench.measure import best, in_ms, submit, summarize, wait_until
 from bench.pipeline import Taskenv, first_seen
 from bench.processes import Processes
 from bench.report import say
-from shared.config import Settings
+from shared.config import DEFAULT_IMAGE, Settings
 from shared.task import states
-from shared.task.workload import DEFAULT_IMAGE, Workload
+from shared.task.workload import Workload
 from workers.launchers.podman import PodmanLauncher
 
 PREFIX = "podbench"

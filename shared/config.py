@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from shared.task.workload import DEFAULT_IMAGE
-
 PREFIX = "TASKENV_"
+# The image a task that names none runs in: the local runtime image deploy/image builds.
+DEFAULT_IMAGE = "localhost/taskenv-runtime:latest"
 
 
 @dataclass(frozen=True, repr=False)
@@ -102,3 +102,8 @@ def _typed(kind: object, raw: str) -> Any:
 def process_settings() -> Settings:
     """This process's settings, read from the environment once."""
     return Settings.from_env()
+
+
+# Every setting's default, in one place: the domain's own settings objects (``Limits``,
+# ``Quotas``, ``ManifestSettings``) take their defaults from here rather than repeat them.
+DEFAULTS = Settings()

@@ -26,7 +26,7 @@ WINDOWS = (("today", 1), ("last 7 days", 7))
 def _projects_shown() -> tuple[list[str], str | None]:
     """The projects this reader may choose from, and the one asked for (None: all tasks)."""
     who = auth.identity()
-    choices = svc().projects.names() if who.is_admin else svc().projects.maintained_by(who.owner)
+    choices = svc().projects.overseen_by(who.owner, who.is_admin)
     asked = request.args.get("project") or None
     if asked is None and not who.is_admin:
         if not choices:

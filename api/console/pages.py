@@ -207,9 +207,7 @@ def listed_tasks() -> tuple[dict[str, Any], Page]:
 
 def listable_projects() -> list[str]:
     """The projects whose tasks the list page offers: those maintained; for admins, all."""
-    if auth.identity().is_admin:
-        return svc().projects.names()
-    return svc().projects.maintained_by(auth.actor())
+    return svc().projects.overseen_by(auth.actor(), auth.identity().is_admin)
 
 
 @bp.get("/ui/tasks")

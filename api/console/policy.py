@@ -26,7 +26,7 @@ from api.console.pages import BLANK_ROWS, page
 from api.context import svc
 from api.errors import status_for
 from api.schemas import PolicyIn
-from shared.errors import Forbidden, PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
+from shared.errors import PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
 from shared.policy.layers import ProjectConflict
 from shared.policy.model import Policy, project_scope
 from shared.policy.store import PolicyStore
@@ -88,8 +88,7 @@ def _conflicts_note(conflicts: list[ProjectConflict], shown: int = 10) -> str:
 
 def _store(project: str | None) -> PolicyStore:
     if project is None:
-        if not auth.identity().is_admin:
-            raise Forbidden("Only an admin may see and edit the platform policy.")
+        auth.require_admin("see and edit the platform policy")
         return svc().policies
     who = auth.identity()
     svc().projects.maintainable(project, who.owner, who.is_admin)
@@ -189,8 +188,7 @@ def project_policy(name: str) -> Any:
 # --- projects ---------------------------------------------------------------------------
 
 def _admin() -> None:
-    if not auth.identity().is_admin:
-        raise Forbidden("Only an admin may manage projects.")
+    auth.require_admin("manage projects")
 
 
 def _owners(text: str) -> list[str]:
@@ -201,7 +199,7 @@ def _owners(text: str) -> list[str]:
 def projects() -> Any:
     """Admins: every project, a form to make one; maintainers: links to their policies."""
     who = auth.identity()
-    names = svc().projects.names() if who.is_admin else svc().projects.of(who.owner)
+    names = svc().projects.visible_to(who.owner, who.is_admin)
     found = [project_actions.project_view(svc(), p) for p in svc().projects.many(names)]
     return page("projects.html", projects=found, is_admin=who.is_admin, owner=who.owner)
 

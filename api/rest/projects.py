@@ -13,7 +13,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 
 from api import project_actions
-from api.auth import actor, identity
+from api.auth import actor, identity, require_admin
 from api.context import svc
 from api.schemas import (
     ImpactOut,
@@ -26,7 +26,6 @@ from api.schemas import (
     ProjectPatch,
     ProjectPolicyOut,
 )
-from shared.errors import Forbidden
 from shared.policy.model import project_scope
 from shared.policy.store import PolicyStore
 from shared.secrets import masked_policy
@@ -36,8 +35,7 @@ blp = Blueprint("projects", __name__, url_prefix="/api/v1/projects",
 
 
 def admin_only() -> None:
-    if not identity().is_admin:
-        raise Forbidden("only an admin may manage projects")
+    require_admin("manage projects")
 
 
 def maintained(name: str) -> PolicyStore:
@@ -51,7 +49,7 @@ class Projects(MethodView):
     @blp.response(200, ProjectList)
     def get(self) -> dict[str, Any]:
         """Every project for an admin; the caller's own projects for anyone else."""
-        names = svc().projects.names() if identity().is_admin else svc().projects.of(actor())
+        names = svc().projects.visible_to(actor(), identity().is_admin)
         return {"items": [project_actions.project_view(svc(), p)
                           for p in svc().projects.many(names)]}
 

@@ -131,6 +131,15 @@ class ProjectStore:
 
     # --- who may do what -------------------------------------------------------------------
 
+    def visible_to(self, owner: str, is_admin: bool) -> list[str]:
+        """The projects ``owner`` may see: every one for an admin, else those it is in."""
+        return self.names() if is_admin else self.of(owner)
+
+    def overseen_by(self, owner: str, is_admin: bool) -> list[str]:
+        """The projects whose tasks ``owner`` may read: every one for an admin, else those
+        it maintains."""
+        return self.names() if is_admin else self.maintained_by(owner)
+
     def for_task(self, owner: str, asked: str | None, is_admin: bool = False) -> str | None:
         """The project a new task of ``owner`` goes in: the one asked for, if ``owner`` may
         use it; else the owner's only project; None for an owner in no project."""

@@ -37,6 +37,7 @@ from typing import Any
 
 import redis
 
+from shared.config import DEFAULTS
 from shared.errors import Problem, QuotaExceeded, TooManyRequests
 from shared.keys import Keys
 from shared.task import states
@@ -47,9 +48,9 @@ UNFINISHED = tuple(s for s in states.ALL if s not in states.FINAL)
 
 @dataclass(frozen=True)
 class Quotas:
-    creates_per_minute: int = 300
-    unfinished_tasks: int = 500
-    revisions_per_task: int = 500
+    creates_per_minute: int = DEFAULTS.quota_creates_per_minute
+    unfinished_tasks: int = DEFAULTS.quota_unfinished_tasks
+    revisions_per_task: int = DEFAULTS.quota_revisions_per_task
 
     @classmethod
     def from_settings(cls, settings: Any) -> Quotas:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shared.config import DEFAULTS
 from shared.errors import Problem
 from shared.secrets import MIN_SECRET_LENGTH
 
@@ -39,10 +40,10 @@ class EnvVar:
 
 @dataclass(frozen=True)
 class Limits:
-    name_rule: str = "shell"
-    max_vars: int = 1000
-    max_value_bytes: int = 128 * 1024
-    max_env_bytes: int = 1024 * 1024
+    name_rule: str = DEFAULTS.name_rule
+    max_vars: int = DEFAULTS.max_vars
+    max_value_bytes: int = DEFAULTS.max_value_bytes
+    max_env_bytes: int = DEFAULTS.max_env_bytes
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:

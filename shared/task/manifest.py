@@ -30,6 +30,7 @@ import functools
 import hashlib
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,7 @@ from kubernetes.client import (
     V1SecretKeySelector,
 )
 
+from shared.config import DEFAULTS
 from shared.task.workload import Workload
 
 CONTAINER_NAME = "task"
@@ -68,8 +70,8 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 @dataclass(frozen=True)
 class ManifestSettings:
-    namespace: str = "default"
-    backoff_limit: int = 0
+    namespace: str = DEFAULTS.kube_namespace
+    backoff_limit: int = DEFAULTS.kube_backoff_limit
 
     @classmethod
     def from_settings(cls, settings: Any) -> ManifestSettings:
@@ -86,6 +88,35 @@ class Manifests:
 def escape(value: str) -> str:
     """``value`` written so that Kubernetes' ``$(VAR)`` expansion gives it back unchanged."""
     return value.replace("$", "$$")
+
+
+def kube_expand(text: str, mapping: Callable[[str], str | None]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion (third_party/forked/golang/expansion): ``$$`` is one
+    ``$``; ``$(NAME)`` is NAME's value if ``mapping`` knows it, else left as is; an unclosed
+    ``$(`` and any other ``$x`` are copied.  The inverse of :func:`escape`, used where a
+    backend (podman) must do what the kubelet does."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if char != "$" or i + 1 == len(text):
+            out.append(char)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        close = text.find(")", i + 2) if nxt == "(" else -1
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif close != -1:
+            name = text[i + 2:close]
+            value = mapping(name)
+            out.append(value if value is not None else f"$({name})")
+            i = close + 1
+        else:
+            out.append("$" + nxt)
+            i += 2
+    return "".join(out)
 
 
 def job_name(workload: Workload) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shared.config import DEFAULT_IMAGE
 from shared.env import envlist
 from shared.env.envlist import Limits
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts
 from shared.policy.model import Policy, Resolution, platform_env, resolve_layers
 from shared.task import revisions, states
-from shared.task.workload import DEFAULT_IMAGE
 
 Decision = tuple[str, dict[str, Any]]
 # A preview resolves a task that does not exist yet: TASK_ID shows this instead.

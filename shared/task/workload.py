@@ -9,9 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.config import DEFAULT_IMAGE
 from shared.policy.model import Resolved
-
-DEFAULT_IMAGE = "localhost/taskenv-runtime:latest"
 
 
 @dataclass(frozen=True)

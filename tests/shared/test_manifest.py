@@ -17,6 +17,7 @@ import pytest
 
 from shared.config import Settings
 from shared.policy.model import Resolved
+from shared.task import manifest
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     GPU_RESOURCE,
@@ -53,30 +54,18 @@ def assert_valid(obj: Any) -> dict[str, Any]:
 
 
 def kube_expand(value: str, defined: Mapping[str, str]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion (third_party/forked/golang/expansion), in Python.
+    return manifest.kube_expand(value, defined.get)
 
-    ``$$`` → ``$``; ``$(NAME)`` → NAME's value if defined, else left as is; an
-    unclosed ``$(`` and any other ``$x`` are copied.
-    """
-    out, i = [], 0
-    while i < len(value):
-        if value[i] != "$" or i + 1 == len(value):
-            out.append(value[i])
-            i += 1
-            continue
-        nxt = value[i + 1]
-        close = value.find(")", i + 2) if nxt == "(" else -1
-        if nxt == "$":
-            out.append("$")
-        elif close != -1:
-            name = value[i + 2:close]
-            out.append(defined.get(name, f"$({name})"))
-            i = close + 1
-            continue
-        else:
-            out.append("$" + nxt)
-        i += 2
-    return "".join(out)
+
+# Cases from Kubernetes' third_party/forked/golang/expansion tests.
+@pytest.mark.parametrize(("text", "expected"), [
+    ("$(VAR_A)", "A"), ("___$(VAR_B)___", "___B___"), ("$(VAR_A)-$(VAR_A)", "A-A"),
+    ("$$(VAR_A)", "$(VAR_A)"), ("$$$$(VAR_A)", "$$(VAR_A)"), ("$$$(VAR_A)", "$A"),
+    ("$(UNKNOWN)", "$(UNKNOWN)"), ("$(VAR_A", "$(VAR_A"), ("foo$", "foo$"), ("$x", "$x"),
+    ("$()", "$()"),
+])
+def test_kube_expand_does_what_the_kubelet_does(text: str, expected: str) -> None:
+    assert kube_expand(text, {"VAR_A": "A", "VAR_B": "B"}) == expected
 
 
 def container_env(manifests: Manifests) -> dict[str, str]:

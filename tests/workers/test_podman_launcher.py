@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from shared.config import Settings
+from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.task import manifest
-from shared.task.workload import DEFAULT_IMAGE, Resources, Workload
+from shared.task.workload import Resources, Workload
 from tests.podman_helpers import env_dumps, podman
 from tests.workers.conftest import RecordingHooks, build_workload
 from workers.launchers import make_launcher

@@ -46,17 +46,17 @@ import re
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from shared.config import Settings
+from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.task import manifest
-from shared.task.workload import DEFAULT_IMAGE, Workload
+from shared.task.workload import Workload
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.kube_watch import SELECTOR
 
@@ -324,44 +324,18 @@ def _task_key(container: dict[str, Any]) -> tuple[str, int] | None:
     return str(task_id), int(str(revision))
 
 
-def expand(text: str, mapping: Callable[[str], str | None]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion: ``$$`` is one ``$``; unknown references stay."""
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char != "$" or i + 1 == len(text):
-            out.append(char)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        close = text.find(")", i + 2) if nxt == "(" else -1
-        if nxt == "$":
-            out.append("$")
-            i += 2
-        elif close != -1:
-            name = text[i + 2:close]
-            value = mapping(name)
-            out.append(value if value is not None else f"$({name})")
-            i = close + 1
-        else:
-            out.append("$" + nxt)
-            i += 2
-    return "".join(out)
-
-
 def expand_container(container: dict[str, Any]) -> None:
     """Expand env values, command and args in place, in the order Kubernetes does."""
     known: dict[str, str] = {}
     for var in container.get("env") or []:
         if "value" in var:
-            var["value"] = expand(var["value"] or "", known.get)
+            var["value"] = manifest.kube_expand(var["value"] or "", known.get)
             known[var["name"]] = var["value"]
         # a valueFrom variable is not expanded, and left out of ``known`` on purpose:
         # a reference to a secret must not copy its value into the manifest
     for key in ("command", "args"):
         if container.get(key):
-            container[key] = [expand(part, known.get) for part in container[key]]
+            container[key] = [manifest.kube_expand(part, known.get) for part in container[key]]
 
 
 @contextmanager
