@@ -26,8 +26,8 @@ test: install ## Run the test suite (unit, API and integration with real Redis a
 # The inner loop: no real processes, containers or browser; fewer generated examples,
 # spread over the machine's cores.
 check: install ## Run the unit and API tests only, in under a minute
-	$(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check -n auto \
-		-m "not integration and not podman and not browser and not compose and not slow" \
+	TASKENV_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check -n auto \
+		-m "not integration and not podman and not browser and not compose and not sandbox and not slow" \
 		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose
 
 lint: install ## ruff, mypy and the import contracts (layers, forbidden imports, independence)

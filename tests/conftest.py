@@ -2,8 +2,42 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
 from hypothesis import settings
 
 # `make check` runs fewer generated examples, so the inner loop stays under a minute;
 # `make test` keeps Hypothesis's default and each test's own count.
 settings.register_profile("check", max_examples=10)
+
+
+# `make check` promises to start no real process (servers, sandboxes, containers,
+# browsers): with TASKENV_CHECK=1 a test that tries fails and names the program, so a
+# missing marker shows at once instead of slowing the inner loop.
+HEAVY = frozenset({"redis-server", "bwrap", "podman", "podman-compose", "chromium", "celery",
+                   "sbatch", "srun", "slurmctld", "slurmd", "munged", "kubectl"})
+
+
+@pytest.fixture(autouse=True)
+def _no_real_processes_in_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.environ.get("TASKENV_CHECK") != "1":
+        return
+    real_init = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[Any], args: Any, *rest: Any, **kw: Any) -> None:
+        argv = [args] if isinstance(args, str | bytes) else list(args)
+        program = os.path.basename(str(argv[0])) if argv else ""
+        started = [os.path.basename(str(a)) for a in argv[:4]]
+        env_path = (kw.get("env") or os.environ).get("PATH")
+        found = shutil.which(str(argv[0]), path=env_path) if argv else None
+        system = found is not None and found.startswith(("/usr/", "/bin/", "/sbin/"))
+        if (program in HEAVY and system) or (program.startswith("python") and "celery" in started):
+            raise RuntimeError(f"make check starts no {program}: mark this test "
+                               "(integration, podman, browser, compose, slurm or slow)")
+        real_init(self, args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)

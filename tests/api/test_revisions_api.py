@@ -16,7 +16,7 @@ from shared.policy.store import PolicyStore
 from shared.secrets import MASK
 from shared.store.tasks import TaskStore
 from shared.task import states
-from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
+from tests.support.dotenv_values import HOSTILE_VALUES as HOSTILE
 from workers import outcomes, stages
 
 TASKS = "/api/v1/tasks"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cli import envfile
 from cli.errors import UsageProblem
-from tests.dotenv_values import HOSTILE_VALUES as HOSTILE
+from tests.support.dotenv_values import HOSTILE_VALUES as HOSTILE
 
 
 def as_variables(values: dict[str, str]) -> list[dict[str, object]]:

@@ -364,6 +364,7 @@ def test_no_container_has_a_secret_on_its_command_line_or_the_redis_server_in_it
     assert not redis_server.get("env") and not redis_server.get("envFrom")
 
 
+@pytest.mark.integration
 def test_the_redis_config_starts_a_real_redis_that_wants_the_password(objects, tmp_path):
     """The ConfigMap's file and the Secret's line, as mounted, read by redis-server itself."""
     config, include, auth = redis_config(objects)

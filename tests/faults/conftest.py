@@ -18,7 +18,7 @@ import redis
 import requests
 
 from shared.keys import Keys
-from tests.stack import FINAL, Stack, api_url, stack_env, start_front, wait_until_serving
+from tests.support.stack import FINAL, Stack, api_url, stack_env, start_front, wait_until_serving
 from workers.localstack import RedisServer, start_worker, stop_all
 from workers.queues import QUEUES
 

@@ -2,7 +2,7 @@
 
 Nothing is faked here: messages cross Redis between separate worker processes,
 exactly as in ``make run``, whose process-starting functions these fixtures use.
-The stack itself lives in tests/stack.py, shared with the fault tests; its names
+The stack itself lives in tests/support/stack.py, shared with the fault tests; its names
 are importable from here too.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.stack import FINAL, HOSTILE, Stack, redis_server, running_stack
+from tests.support.stack import FINAL, HOSTILE, Stack, redis_server, running_stack
 from workers.localstack import RedisServer
 
 __all__ = ["FINAL", "HOSTILE", "Stack", "redis_server", "running_stack", "stack"]

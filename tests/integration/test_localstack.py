@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.stack import Stack
+from tests.support.stack import Stack
 from workers.localstack import free_port, wait_http
 
 pytestmark = pytest.mark.integration

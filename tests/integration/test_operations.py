@@ -3,7 +3,7 @@ queue depth and readiness following a stopped stage, JSON log lines found by tas
 with ``jq``, no secret in any log, and a SIGTERMed worker that loses nothing and runs
 nothing twice.
 
-The stack is built here, with the functions tests/stack.py and ``make run`` use, so
+The stack is built here, with the functions tests/support/stack.py and ``make run`` use, so
 that one stage's worker can be stopped and started again; its processes share one
 ``PROMETHEUS_MULTIPROC_DIR``, as under ``make run``, so the API's ``/metrics`` shows
 them all.
@@ -26,7 +26,7 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.stack import Stack, api_url, stack_env, start_front, wait_until_serving
+from tests.support.stack import Stack, api_url, stack_env, start_front, wait_until_serving
 from workers.localstack import RedisServer, start_worker, stop_all
 from workers.queues import QUEUES
 

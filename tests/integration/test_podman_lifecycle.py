@@ -17,7 +17,7 @@ from tests.integration.test_podman_pipeline import (
     podman_stack,
     runtime_added,
 )
-from tests.podman_helpers import env_dumps, podman
+from tests.support.podman import env_dumps, podman
 
 pytestmark = [pytest.mark.integration, pytest.mark.podman]
 __all__ = ["podman_stack"]  # the module's stack fixture, shared

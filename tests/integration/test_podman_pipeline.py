@@ -19,7 +19,7 @@ import pytest
 from shared.task import manifest
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
-from tests.podman_helpers import env_dumps, podman
+from tests.support.podman import env_dumps, podman
 from workers.localstack import (
     RedisServer,
 )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fakeredis
 import pytest
 
 from shared.errors import SecretsUnavailable
@@ -19,11 +18,6 @@ POLICY = {"defaults": [{"name": "WANDB_API_KEY", "value": SECRET, "secret": True
                          "reason": "shared cache"}]}
 
 
-@pytest.fixture
-def client() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(decode_responses=True)
-
-
 def task_with_two_revisions(tasks: TaskStore) -> str:
     env = [{"name": "HF_TOKEN", "value": SECRET, "secret": True}]
     doc, _ = tasks.create(records.new_task({"name": "t", "steps": [["true"]], "env": env},
@@ -33,33 +27,33 @@ def task_with_two_revisions(tasks: TaskStore) -> str:
     return str(doc["id"])
 
 
-def test_every_revision_reads_with_the_new_key_alone(client) -> None:
+def test_every_revision_reads_with_the_new_key_alone(redis_client) -> None:
     old, new = new_key(), new_key()
-    task_id = task_with_two_revisions(TaskStore(client, cipher=Cipher([old])))
+    task_id = task_with_two_revisions(TaskStore(redis_client, cipher=Cipher([old])))
 
-    assert TaskStore(client, cipher=Cipher([new, old])).reseal(task_id) == 2
+    assert TaskStore(redis_client, cipher=Cipher([new, old])).reseal(task_id) == 2
 
-    after = TaskStore(client, cipher=Cipher([new]))
+    after = TaskStore(redis_client, cipher=Cipher([new]))
     for n in (1, 2):
         assert after.revision(task_id, n)["env"][0]["value"] == SECRET
     assert after.revision(task_id, 1)["resolved"][0]["value"] == SECRET
     with pytest.raises(SecretsUnavailable):  # the old key alone no longer opens them
-        TaskStore(client, cipher=Cipher([old])).revision(task_id, 1)
+        TaskStore(redis_client, cipher=Cipher([old])).revision(task_id, 1)
 
 
-def test_every_policy_version_of_every_scope_reads_with_the_new_key_alone(client) -> None:
+def test_every_policy_version_of_every_scope_reads_with_the_new_key_alone(redis_client) -> None:
     old, new = new_key(), new_key()
-    before = PolicyStore(client, cipher=Cipher([old]))
+    before = PolicyStore(redis_client, cipher=Cipher([old]))
     before.put(Policy.from_dict(POLICY))
     before.put(Policy.from_dict(POLICY))
-    client.sadd(Keys().projects(), "vision")
+    redis_client.sadd(Keys().projects(), "vision")
     before.scoped(project_scope("vision")).put(Policy.from_dict(POLICY))
 
-    rotating = PolicyStore(client, cipher=Cipher([new, old]))
+    rotating = PolicyStore(redis_client, cipher=Cipher([new, old]))
     rotating.get(1)  # cached before rotation: the cache must not outlive it
     assert rotating.reseal_all() == 3
 
-    after = PolicyStore(client, cipher=Cipher([new]))
+    after = PolicyStore(redis_client, cipher=Cipher([new]))
     for policy in (after.get(1), after.get(2), after.project("vision")):
         assert policy is not None
         assert policy.defaults[0].value == SECRET

@@ -67,6 +67,8 @@ TRICKY_VALUES = {
 }
 KEY = new_key()
 
+pytestmark = pytest.mark.sandbox  # real bwrap sandboxes and runner processes
+
 
 def workload(steps: Sequence[Sequence[str]], env: dict[str, str] | None = None,
              revision: int = 1, workdir: str | None = None,

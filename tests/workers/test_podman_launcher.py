@@ -23,11 +23,11 @@ from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.task import manifest
 from shared.task.workload import Resources, Workload
-from tests.podman_helpers import env_dumps, podman
+from tests.support.podman import env_dumps, podman
 from tests.workers.conftest import RecordingHooks, build_workload
 from workers.launchers import make_launcher
 from workers.launchers.base import Outcome
-from workers.launchers.podman import PodmanLauncher, expand
+from workers.launchers.podman import PodmanLauncher
 
 pytestmark = [pytest.mark.integration, pytest.mark.podman]
 
@@ -394,12 +394,12 @@ def test_settings_pick_the_podman_launcher_and_its_image(make_workload):
 @pytest.mark.parametrize("value", ["$(A)", "$$(A)", "a$$b", "$", "x$", "$(", "$(A", "$x",
                                    "$$$(A)", "", "no dollars"])
 def test_expand_inverts_the_manifest_escape(value: str):
-    assert expand(manifest.escape(value), {"A": "expanded"}.get) == value
+    assert manifest.kube_expand(manifest.escape(value), {"A": "expanded"}.get) == value
 
 
 def test_expand_follows_kubernetes():
     known = {"A": "1"}.get
-    assert expand("$(A)-$(B)-$$(A)-$$-$x-$", known) == "1-$(B)-$(A)-$-$x-$"
+    assert manifest.kube_expand("$(A)-$(B)-$$(A)-$$-$x-$", known) == "1-$(B)-$(A)-$-$x-$"
 
 
 # --- cancel ------------------------------------------------------------------------------

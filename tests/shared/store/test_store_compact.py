@@ -6,18 +6,12 @@ import json
 from typing import Any
 
 import fakeredis
-import pytest
 
 from shared.secrets import Cipher, new_key
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 
 SECRET = "hunter2-very-secret"
-
-
-@pytest.fixture
-def r() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(decode_responses=True)
 
 
 def resolved_task(n: int) -> dict[str, Any]:
@@ -37,31 +31,31 @@ def resolved_task(n: int) -> dict[str, Any]:
     return doc
 
 
-def test_the_resolved_env_reads_back_exactly_and_smaller(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r, cipher=Cipher([new_key()]))
+def test_the_resolved_env_reads_back_exactly_and_smaller(redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client, cipher=Cipher([new_key()]))
     doc = resolved_task(40)
     expected = json.loads(json.dumps(doc["resolved"]))
     task_id = tasks.create(doc)[0]["id"]
     assert tasks.get(task_id)["resolved"] == expected
     assert tasks.revision(task_id, 1)["resolved"] == expected
-    raw = r.hget(tasks.keys.revision(task_id, 1), "resolved")
+    raw = redis_client.hget(tasks.keys.revision(task_id, 1), "resolved")
     assert len(raw) < len(json.dumps(expected)) / 3
-    assert SECRET not in json.dumps(r.hgetall(tasks.keys.revision(task_id, 1)))
+    assert SECRET not in json.dumps(redis_client.hgetall(tasks.keys.revision(task_id, 1)))
 
 
-def test_a_record_stored_whole_still_loads(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+def test_a_record_stored_whole_still_loads(redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     doc = resolved_task(3)
     doc["env"], doc["resolved"] = doc["env"][:-1], doc["resolved"][:3]
     task_id = tasks.create(doc)[0]["id"]
-    r.hset(tasks.keys.revision(task_id, 1), "resolved", json.dumps(doc["resolved"]))
+    redis_client.hset(tasks.keys.revision(task_id, 1), "resolved", json.dumps(doc["resolved"]))
     assert tasks.get(task_id)["resolved"] == doc["resolved"]
 
 
-def test_a_reseal_keeps_the_resolved_env_whole(r: fakeredis.FakeRedis) -> None:
+def test_a_reseal_keeps_the_resolved_env_whole(redis_client: fakeredis.FakeRedis) -> None:
     old, new = new_key(), new_key()
     doc = resolved_task(40)
     expected = json.loads(json.dumps(doc["resolved"]))
-    task_id = TaskStore(r, cipher=Cipher([old])).create(doc)[0]["id"]
-    TaskStore(r, cipher=Cipher([new, old])).reseal(task_id)
-    assert TaskStore(r, cipher=Cipher([new])).get(task_id)["resolved"] == expected
+    task_id = TaskStore(redis_client, cipher=Cipher([old])).create(doc)[0]["id"]
+    TaskStore(redis_client, cipher=Cipher([new, old])).reseal(task_id)
+    assert TaskStore(redis_client, cipher=Cipher([new])).get(task_id)["resolved"] == expected

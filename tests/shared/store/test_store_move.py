@@ -15,11 +15,6 @@ from shared.store.tasks import TaskStore
 from shared.task import records, states
 
 
-@pytest.fixture
-def r() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(decode_responses=True)
-
-
 def launched(tasks: TaskStore, owner: str = "alice", project: str | None = None) -> str:
     doc = records.new_task({"name": "train", "steps": [["true"]], "env": []}, owner)
     if project:
@@ -28,8 +23,9 @@ def launched(tasks: TaskStore, owner: str = "alice", project: str | None = None)
     return tasks.create(doc)[0]["id"]
 
 
-def test_move_writes_the_state_its_timestamps_and_an_event(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+def test_move_writes_the_state_its_timestamps_and_an_event(
+        redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks)
     assert tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
     assert tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
@@ -41,8 +37,8 @@ def test_move_writes_the_state_its_timestamps_and_an_event(r: fakeredis.FakeRedi
     assert tasks.revision(task_id, 1)["state"] == states.SUCCEEDED
 
 
-def test_move_keeps_every_index_in_step(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+def test_move_keeps_every_index_in_step(redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks, owner="bob")
     tasks.move(task_id, 1, states.LAUNCHING, states.FAILED, reason="gone")
     assert tasks.ids_in_state(states.FAILED) == [task_id]
@@ -51,8 +47,8 @@ def test_move_keeps_every_index_in_step(r: fakeredis.FakeRedis) -> None:
     assert tasks.list(owner="bob", state=states.LAUNCHING).items == []
 
 
-def test_move_is_a_compare_and_set_on_state_and_revision(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+def test_move_is_a_compare_and_set_on_state_and_revision(redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks)
     assert not tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED)
     assert not tasks.move(task_id, 2, states.LAUNCHING, states.RUNNING)
@@ -62,39 +58,40 @@ def test_move_is_a_compare_and_set_on_state_and_revision(r: fakeredis.FakeRedis)
 
 
 def test_a_finished_task_enters_the_expiry_index_only_with_retention(
-        r: fakeredis.FakeRedis) -> None:
-    kept, expiring = TaskStore(r, "kept"), TaskStore(r, "expiring", retention_seconds=60)
+        redis_client: fakeredis.FakeRedis) -> None:
+    kept = TaskStore(redis_client, "kept")
+    expiring = TaskStore(redis_client, "expiring", retention_seconds=60)
     for tasks in (kept, expiring):
         tasks.move(launched(tasks), 1, states.LAUNCHING, states.CANCELLED)
-    assert r.zcard(kept.keys.expiry()) == 0
-    assert r.zcard(expiring.keys.expiry()) == 1
+    assert redis_client.zcard(kept.keys.expiry()) == 0
+    assert redis_client.zcard(expiring.keys.expiry()) == 1
     assert expiring.expire_finished(time.time() + 61) == 1
 
 
-def test_move_counts_the_state_entered_for_insights(r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+def test_move_counts_the_state_entered_for_insights(redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks, project="vision")
     tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
-    counters = Insights(r)
+    counters = Insights(redis_client)
     assert counters.states(1)[states.RUNNING] == 1
     assert counters.states(1, "vision") == {states.LAUNCHING: 1, states.RUNNING: 1}
 
 
 def test_the_day_counters_the_scripts_write_expire_after_a_week_and_a_day(
-        r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+        redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks, project="vision")
     tasks.move(task_id, 1, states.LAUNCHING, states.RUNNING)
     tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
-    keys = r.keys(f"{tasks.keys.prefix}:insights:*")
+    keys = redis_client.keys(f"{tasks.keys.prefix}:insights:*")
     assert len(keys) == 2  # every task's and the project's
-    assert all(0 < r.ttl(k) <= KEEP_SECONDS for k in keys)
+    assert all(0 < redis_client.ttl(k) <= KEEP_SECONDS for k in keys)
 
 
 def test_claim_moves_and_answers_with_the_whole_record_in_one_round_trip(
-        r: fakeredis.FakeRedis) -> None:
+        redis_client: fakeredis.FakeRedis) -> None:
     cipher = Cipher([new_key()])
-    tasks = TaskStore(r, cipher=cipher)
+    tasks = TaskStore(redis_client, cipher=cipher)
     doc = records.new_task({"name": "train", "steps": [["true"]],
                             "env": [{"name": "TOKEN", "value": "s3cr3t-value", "secret": True}]},
                            "alice")
@@ -108,11 +105,11 @@ def test_claim_moves_and_answers_with_the_whole_record_in_one_round_trip(
 
 
 def test_a_move_converts_a_record_stored_before_revisions_had_their_own_keys(
-        r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+        redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     old = {**records.new_task({"name": "old", "steps": [["true"]], "env": []}, "alice"),
            "id": "legacy1", "state": states.RESOLVED, "history": []}
-    r.hset(tasks.keys.task("legacy1"), mapping={"doc": json.dumps(old),
+    redis_client.hset(tasks.keys.task("legacy1"), mapping={"doc": json.dumps(old),
                                                 "state": states.RESOLVED, "v": 4, "seq": 1})
     claimed = tasks.claim("legacy1", 1, states.RESOLVED, states.LAUNCHING)
     assert claimed is not None and claimed["name"] == "old"

@@ -19,18 +19,13 @@ from shared.task import records, states
 
 
 @pytest.fixture
-def r() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(decode_responses=True)
+def tasks(redis_client: fakeredis.FakeRedis) -> TaskStore:
+    return TaskStore(redis_client)
 
 
 @pytest.fixture
-def tasks(r: fakeredis.FakeRedis) -> TaskStore:
-    return TaskStore(r)
-
-
-@pytest.fixture
-def policies(r: fakeredis.FakeRedis) -> PolicyStore:
-    return PolicyStore(r)
+def policies(redis_client: fakeredis.FakeRedis) -> PolicyStore:
+    return PolicyStore(redis_client)
 
 
 def new_doc(name: str = "train", owner: str = "alice",
@@ -48,9 +43,9 @@ def ids(page_items: list[dict[str, Any]]) -> list[str]:
     return [d["id"] for d in page_items]
 
 
-def task_keys(r: fakeredis.FakeRedis) -> list[str]:
+def task_keys(redis_client: fakeredis.FakeRedis) -> list[str]:
     """Task records (one hash per task), not their revisions or logs."""
-    return [k for k in r.keys("taskenv:task:*") if k.count(":") == 2]
+    return [k for k in redis_client.keys("taskenv:task:*") if k.count(":") == 2]
 
 
 # --- create / get ------------------------------------------------------------------------
@@ -69,12 +64,12 @@ def test_create_stores_the_record_as_given(tasks: TaskStore) -> None:
 
 
 def test_same_idempotency_key_returns_the_same_task(tasks: TaskStore,
-                                                    r: fakeredis.FakeRedis) -> None:
+                                                    redis_client: fakeredis.FakeRedis) -> None:
     first, created_first = tasks.create(new_doc(), "key-1")
     again, created_again = tasks.create(new_doc(), "key-1")
     assert created_first and not created_again
     assert again["id"] == first["id"]
-    assert len(task_keys(r)) == 1
+    assert len(task_keys(redis_client)) == 1
     assert ids(tasks.list().items) == [first["id"]]
 
 
@@ -90,9 +85,9 @@ def test_idempotency_keys_are_per_owner(tasks: TaskStore) -> None:
     assert created and a["id"] != b["id"]
 
 
-def test_idempotency_key_expires(tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
+def test_idempotency_key_expires(tasks: TaskStore, redis_client: fakeredis.FakeRedis) -> None:
     tasks.create(new_doc(), "key")
-    ttl = r.ttl(tasks.keys.idempotency("alice", "key"))
+    ttl = redis_client.ttl(tasks.keys.idempotency("alice", "key"))
     assert 0 < ttl <= TaskStore.IDEMPOTENCY_TTL
 
 
@@ -152,11 +147,12 @@ def test_transition_of_an_unknown_task_raises_not_found(tasks: TaskStore) -> Non
         tasks.transition("nope", 1, states.PENDING, states.VALIDATED)
 
 
-def test_update_returning_none_writes_nothing(tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
+def test_update_returning_none_writes_nothing(
+        tasks: TaskStore, redis_client: fakeredis.FakeRedis) -> None:
     task_id = create(tasks)
-    v = r.hget(tasks.keys.task(task_id), "v")
+    v = redis_client.hget(tasks.keys.task(task_id), "v")
     assert tasks.update(task_id, lambda doc: None) is None
-    assert r.hget(tasks.keys.task(task_id), "v") == v
+    assert redis_client.hget(tasks.keys.task(task_id), "v") == v
 
 
 def test_update_makes_a_new_revision(tasks: TaskStore) -> None:
@@ -250,7 +246,7 @@ def in_project(tasks: TaskStore, project: str, owner: str) -> str:
 
 
 def test_list_of_a_project_pages_its_tasks_of_every_owner_and_state(
-        tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
+        tasks: TaskStore, redis_client: fakeredis.FakeRedis) -> None:
     vision = [in_project(tasks, "vision", owner) for owner in ("alice", "erin", "alice")]
     in_project(tasks, "speech", "bob")
     create(tasks, owner="alice")  # in no project
@@ -259,7 +255,7 @@ def test_list_of_a_project_pages_its_tasks_of_every_owner_and_state(
     first = tasks.list(project="vision", limit=1).items[0]
     assert set(first) == {"id", "name", "owner", "project", "state", "revision",
                           "created_at", "updated_at"}  # a summary: no env
-    r.delete(tasks.keys.task(vision[1]))  # expired since the index was read
+    redis_client.delete(tasks.keys.task(vision[1]))  # expired since the index was read
     assert ids(tasks.list(project="vision").items) == [vision[2], vision[0]]
     assert tasks.list(project="nowhere").items == []
 
@@ -279,8 +275,9 @@ def test_list_pages_within_an_owner(tasks: TaskStore) -> None:
     assert flat == list(reversed(alice))
 
 
-def test_load_many_leaves_what_creating_one_by_one_leaves(r: fakeredis.FakeRedis) -> None:
-    by_one, loaded = TaskStore(r, prefix="one"), TaskStore(r, prefix="many")
+def test_load_many_leaves_what_creating_one_by_one_leaves(
+        redis_client: fakeredis.FakeRedis) -> None:
+    by_one, loaded = TaskStore(redis_client, prefix="one"), TaskStore(redis_client, prefix="many")
     docs = [new_doc(owner="alice" if n % 2 else "bob") for n in range(5)]
     for n, doc in enumerate(docs):
         by_one.create(dict(doc, id=f"t{n}"))
@@ -316,18 +313,18 @@ def test_logs_stop_growing_past_the_limit(tasks: TaskStore) -> None:
 SECRET = "s3cr3t-value-at-rest"
 
 
-def everything_in_redis(r: fakeredis.FakeRedis) -> str:
+def everything_in_redis(redis_client: fakeredis.FakeRedis) -> str:
     """Every key and every string, hash and sorted-set member, as one text."""
     parts = []
-    for key in r.keys("*"):
+    for key in redis_client.keys("*"):
         parts.append(key)
-        kind = r.type(key)
+        kind = redis_client.type(key)
         if kind == "string":
-            parts.append(r.get(key))
+            parts.append(redis_client.get(key))
         elif kind == "hash":
-            parts += [f"{k}={v}" for k, v in r.hgetall(key).items()]
+            parts += [f"{k}={v}" for k, v in redis_client.hgetall(key).items()]
         elif kind == "zset":
-            parts += r.zrange(key, 0, -1)
+            parts += redis_client.zrange(key, 0, -1)
     return "\n".join(parts)
 
 
@@ -338,60 +335,63 @@ def secret_task(store: TaskStore) -> str:
     return doc["id"]
 
 
-def test_every_key_is_namespaced_and_no_key_holds_a_secret(r: fakeredis.FakeRedis) -> None:
+def test_every_key_is_namespaced_and_no_key_holds_a_secret(
+        redis_client: fakeredis.FakeRedis) -> None:
     cipher = Cipher([new_key()])
-    store = TaskStore(r, prefix="tenant-a", cipher=cipher)
+    store = TaskStore(redis_client, prefix="tenant-a", cipher=cipher)
     task_id = secret_task(store)
     store.transition(task_id, 1, states.PENDING, states.VALIDATED)
     store.append_log(task_id, 1, "x")
-    PolicyStore(r, prefix="tenant-a", cipher=cipher).put(
+    PolicyStore(redis_client, prefix="tenant-a", cipher=cipher).put(
         Policy(defaults=(EnvVar("D", SECRET, True),)))
-    keys = r.keys("*")
+    keys = redis_client.keys("*")
     assert keys and all(k.startswith("tenant-a:") for k in keys), keys
     assert not any(SECRET in k for k in keys)
 
 
-def test_secret_values_are_sealed_at_rest_and_opened_on_read(r: fakeredis.FakeRedis) -> None:
-    store = TaskStore(r, cipher=Cipher([new_key()]))
+def test_secret_values_are_sealed_at_rest_and_opened_on_read(
+        redis_client: fakeredis.FakeRedis) -> None:
+    store = TaskStore(redis_client, cipher=Cipher([new_key()]))
     task_id = secret_task(store)
     store.transition(task_id, 1, states.PENDING, states.VALIDATED,
                      resolved=[{"name": "TOKEN", "value": SECRET, "source": "user",
                                 "overrode": [], "secret": True}])
     store.update(task_id, lambda d: records.new_revision(d, d["env"], "alice", "rerun"))
-    assert SECRET not in everything_in_redis(r)
+    assert SECRET not in everything_in_redis(redis_client)
     doc = store.get(task_id)
     assert {e["name"]: e["value"] for e in doc["env"]} == {"PLAIN": "visible", "TOKEN": SECRET}
     assert store.revision(task_id, 1)["resolved"][0]["value"] == SECRET
     assert ids(store.list().items) == [task_id]
-    assert "visible" in everything_in_redis(r)  # only secrets are sealed
+    assert "visible" in everything_in_redis(redis_client)  # only secrets are sealed
 
 
-def test_policy_secrets_are_sealed_at_rest(r: fakeredis.FakeRedis) -> None:
-    policies = PolicyStore(r, cipher=Cipher([new_key()]))
+def test_policy_secrets_are_sealed_at_rest(redis_client: fakeredis.FakeRedis) -> None:
+    policies = PolicyStore(redis_client, cipher=Cipher([new_key()]))
     policy = Policy(defaults=(EnvVar("D", SECRET, True),),
                     protected=(Protected("P", "reason", SECRET + "-p", True),))
     stored = policies.put(policy)
-    assert SECRET not in everything_in_redis(r)
+    assert SECRET not in everything_in_redis(redis_client)
     assert stored.defaults[0].value == SECRET
     assert stored.protected[0].value == SECRET + "-p"
 
 
-def test_a_secret_without_a_key_is_refused(tasks: TaskStore, r: fakeredis.FakeRedis) -> None:
+def test_a_secret_without_a_key_is_refused(
+        tasks: TaskStore, redis_client: fakeredis.FakeRedis) -> None:
     with pytest.raises(SecretsUnavailable):
         secret_task(tasks)
-    assert SECRET not in everything_in_redis(r)
+    assert SECRET not in everything_in_redis(redis_client)
 
 
-def test_a_secret_sealed_with_another_key_cannot_be_read(r: fakeredis.FakeRedis) -> None:
-    task_id = secret_task(TaskStore(r, cipher=Cipher([new_key()])))
+def test_a_secret_sealed_with_another_key_cannot_be_read(redis_client: fakeredis.FakeRedis) -> None:
+    task_id = secret_task(TaskStore(redis_client, cipher=Cipher([new_key()])))
     with pytest.raises(SecretsUnavailable):
-        TaskStore(r, cipher=Cipher([new_key()])).get(task_id)
+        TaskStore(redis_client, cipher=Cipher([new_key()])).get(task_id)
 
 
-def test_an_old_key_still_opens_after_rotation(r: fakeredis.FakeRedis) -> None:
+def test_an_old_key_still_opens_after_rotation(redis_client: fakeredis.FakeRedis) -> None:
     old, new = new_key(), new_key()
-    task_id = secret_task(TaskStore(r, cipher=Cipher([old])))
-    rotated = TaskStore(r, cipher=Cipher([new, old]))
+    task_id = secret_task(TaskStore(redis_client, cipher=Cipher([old])))
+    rotated = TaskStore(redis_client, cipher=Cipher([new, old]))
     assert rotated.get(task_id)["env"][1]["value"] == SECRET
 
 
@@ -448,38 +448,38 @@ def test_missing_version_raises_not_found(policies: PolicyStore, version: int) -
 
 # --- revisions in their own keys, migration, retention -----------------------------------
 
-def written_bytes(r: fakeredis.FakeRedis, action: Any) -> int:
+def written_bytes(redis_client: fakeredis.FakeRedis, action: Any) -> int:
     """Bytes of every command ``action`` sends to Redis (what a write costs)."""
     sent: list[int] = []
-    real = r.execute_command
+    real = redis_client.execute_command
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         sent.append(sum(len(str(a)) for a in args))
         return real(*args, **kwargs)
 
-    r.execute_command = counting  # type: ignore[method-assign]
+    redis_client.execute_command = counting  # type: ignore[method-assign]
     try:
         action()
     finally:
-        r.execute_command = real  # type: ignore[method-assign]
+        redis_client.execute_command = real  # type: ignore[method-assign]
     return sum(sent)
 
 
-def test_a_state_change_costs_the_same_after_many_big_revisions(tasks: TaskStore,
-                                                                r: fakeredis.FakeRedis) -> None:
+def test_a_state_change_costs_the_same_after_many_big_revisions(
+        tasks: TaskStore, redis_client: fakeredis.FakeRedis) -> None:
     big = [{"name": f"VAR_{i}", "value": "x" * 200} for i in range(100)]
     young, _ = tasks.create(new_doc())
     old, _ = tasks.create(new_doc())
     for _ in range(30):
         tasks.update(old["id"], lambda d: records.new_revision(d, big, "alice", "patch"))
     revision = tasks.get(old["id"])["revision"]
-    young_cost = written_bytes(r, lambda: tasks.transition(
+    young_cost = written_bytes(redis_client, lambda: tasks.transition(
         young["id"], 1, states.PENDING, states.VALIDATED))
-    old_cost = written_bytes(r, lambda: tasks.transition(
+    old_cost = written_bytes(redis_client, lambda: tasks.transition(
         old["id"], revision, states.PENDING, states.VALIDATED))
     # The old task's current env is 20 KB: a transition must not carry it, nor history.
     assert old_cost < young_cost * 1.5, (young_cost, old_cost)
-    assert len(r.hget(tasks.keys.task(old["id"]), "revision")) < 10
+    assert len(redis_client.hget(tasks.keys.task(old["id"]), "revision")) < 10
 
 
 def test_each_revision_keeps_its_env_and_outcome(tasks: TaskStore) -> None:
@@ -498,29 +498,31 @@ def test_each_revision_keeps_its_env_and_outcome(tasks: TaskStore) -> None:
     assert summary[1]["made_by"] == "bob"
 
 
-def test_a_record_from_before_revision_keys_is_read_and_converted(r: fakeredis.FakeRedis) -> None:
+def test_a_record_from_before_revision_keys_is_read_and_converted(
+        redis_client: fakeredis.FakeRedis) -> None:
     cipher = Cipher([new_key()])
-    store = TaskStore(r, cipher=cipher)
+    store = TaskStore(redis_client, cipher=cipher)
     sealed = [{"name": "TOKEN", "sealed": cipher.seal(SECRET), "secret": True}]
     legacy = {**records.new_task({"name": "old", "steps": [["true"]], "env": []}, "alice"),
               "id": "legacy1", "revision": 2, "state": states.SUCCEEDED, "env": sealed,
               "history": [{"revision": 1, "state": states.FAILED, "env": sealed,
                            "errors": [], "warnings": [], "resolved": None,
                            "policy_version": 3, "exit_code": 1, "reason": "boom"}]}
-    r.hset(store.keys.task("legacy1"), mapping={"doc": json.dumps(legacy),
+    redis_client.hset(store.keys.task("legacy1"), mapping={"doc": json.dumps(legacy),
                                                 "state": states.SUCCEEDED, "v": 4, "seq": 1})
-    r.zadd(store.keys.index(), {"legacy1": 1})
+    redis_client.zadd(store.keys.index(), {"legacy1": 1})
     doc = store.get("legacy1")
     assert doc["revision"] == 2 and doc["state"] == states.SUCCEEDED
     assert doc["env"][0]["value"] == SECRET
     assert store.revision("legacy1", 1)["reason"] == "boom"
-    assert r.hget(store.keys.task("legacy1"), "doc") is None  # converted once
-    assert SECRET not in everything_in_redis(r)
+    assert redis_client.hget(store.keys.task("legacy1"), "doc") is None  # converted once
+    assert SECRET not in everything_in_redis(redis_client)
     assert [t["name"] for t in store.list().items] == ["old"]
 
 
-def test_finished_tasks_expire_whole_and_leave_no_index_entry(r: fakeredis.FakeRedis) -> None:
-    store = TaskStore(r, retention_seconds=60)
+def test_finished_tasks_expire_whole_and_leave_no_index_entry(
+        redis_client: fakeredis.FakeRedis) -> None:
+    store = TaskStore(redis_client, retention_seconds=60)
     done, _ = store.create(new_doc())
     busy, _ = store.create(new_doc())
     store.transition(done["id"], 1, states.PENDING, states.REJECTED, errors=[])
@@ -529,14 +531,15 @@ def test_finished_tasks_expire_whole_and_leave_no_index_entry(r: fakeredis.FakeR
     assert store.expire_finished(now) == 0  # not yet due
     assert store.expire_finished(now + 61) == 1
     assert store.find(done["id"]) is None
-    assert [k for k in r.keys("*") if done["id"] in k] == []
+    assert [k for k in redis_client.keys("*") if done["id"] in k] == []
     assert ids(store.list().items) == [busy["id"]]
     assert ids(store.list(state=states.REJECTED).items) == []
     assert store.find(busy["id"]) is not None
 
 
-def test_a_rerun_takes_a_finished_task_off_the_expiry_schedule(r: fakeredis.FakeRedis) -> None:
-    store = TaskStore(r, retention_seconds=60)
+def test_a_rerun_takes_a_finished_task_off_the_expiry_schedule(
+        redis_client: fakeredis.FakeRedis) -> None:
+    store = TaskStore(redis_client, retention_seconds=60)
     doc, _ = store.create(new_doc())
     store.transition(doc["id"], 1, states.PENDING, states.REJECTED, errors=[])
     store.update(doc["id"], lambda d: records.new_revision(d, [], "alice", "rerun"))

@@ -55,11 +55,6 @@ def test_retry_after_is_what_is_left_of_the_minute() -> None:
     assert seconds_left(150.5) == 30
 
 
-@pytest.fixture
-def client() -> fakeredis.FakeRedis:
-    return fakeredis.FakeRedis(decode_responses=True)
-
-
 def task(owner: str, state: str = states.PENDING) -> dict[str, object]:
     return {"name": "t", "owner": owner, "state": state, "revision": 1, "steps": [["true"]],
             "env": [], "created_at": 0.0, "updated_at": 0.0}
@@ -72,33 +67,33 @@ def create(counter: QuotaCounter, owner: str) -> bool:
 
 
 def test_creations_past_the_rate_in_one_minute_are_told_when_to_retry(
-        client: fakeredis.FakeRedis) -> None:
-    counter = QuotaCounter(client, quotas=Quotas(3, 0, 0), clock=Clock(600.0 + 45))
+        redis_client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(redis_client, quotas=Quotas(3, 0, 0), clock=Clock(600.0 + 45))
     for _ in range(3):
         assert create(counter, "ann")
     with pytest.raises(TooManyRequests) as refused:
         create(counter, "ann")
     assert refused.value.retry_after == 15
     assert [p.rule for p in refused.value.problems] == ["quota.creates_per_minute"]
-    assert len(TaskStore(client).all_ids()) == 3  # the refused one stored nothing
+    assert len(TaskStore(redis_client).all_ids()) == 3  # the refused one stored nothing
     assert create(counter, "bob")  # another user's budget is their own
 
 
-def test_the_next_minute_starts_a_new_count(client: fakeredis.FakeRedis) -> None:
+def test_the_next_minute_starts_a_new_count(redis_client: fakeredis.FakeRedis) -> None:
     clock = Clock(600.0)
-    counter = QuotaCounter(client, quotas=Quotas(1, 0, 0), clock=clock)
+    counter = QuotaCounter(redis_client, quotas=Quotas(1, 0, 0), clock=clock)
     create(counter, "ann")
     clock.now = 660.0
     create(counter, "ann")
-    assert 0 < client.ttl(counter.keys.quota_creates(user("ann"), 11)) <= 120
+    assert 0 < redis_client.ttl(counter.keys.quota_creates(user("ann"), 11)) <= 120
 
 
 def test_unfinished_tasks_are_counted_per_owner_from_the_state_indexes(
-        client: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(client)
+        redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     tasks.load_many([task("ann"), task("ann", states.RUNNING), task("ann", states.SUCCEEDED),
                      task("ann", states.REJECTED), task("bob")])
-    counter = QuotaCounter(client, quotas=Quotas(0, 2, 0))
+    counter = QuotaCounter(redis_client, quotas=Quotas(0, 2, 0))
     assert counter.unfinished("ann") == 2
     with pytest.raises(QuotaExceeded) as refused:
         create(counter, "ann")
@@ -109,16 +104,16 @@ def test_unfinished_tasks_are_counted_per_owner_from_the_state_indexes(
 
 @pytest.mark.parametrize("limit", [1, 2, 5])
 def test_the_script_refuses_exactly_where_the_pure_rules_do(
-        client: fakeredis.FakeRedis, limit: int) -> None:
-    rate, unfinished = QuotaCounter(client, "r", Quotas(limit, 0, 0)), \
-        QuotaCounter(client, "u", Quotas(0, limit, 0))
+        redis_client: fakeredis.FakeRedis, limit: int) -> None:
+    rate, unfinished = QuotaCounter(redis_client, "r", Quotas(limit, 0, 0)),\
+        QuotaCounter(redis_client, "u", Quotas(0, limit, 0))
     for counter, rule in ((rate, over_rate), (unfinished, over_unfinished)):
         stored = 0
         for attempt in range(1, limit + 3):
             count = attempt if counter is rate else stored
             refused = rule(counter.quotas, user("ann"), count) is not None
             try:
-                TaskStore(client, counter.keys.prefix).create(
+                TaskStore(redis_client, counter.keys.prefix).create(
                     task("ann"), budget=counter.budget("ann"))
                 stored += 1
                 assert not refused, (rule.__name__, attempt)
@@ -127,17 +122,17 @@ def test_the_script_refuses_exactly_where_the_pure_rules_do(
         assert stored == limit
 
 
-def test_a_replayed_creation_is_not_counted_again(client: fakeredis.FakeRedis) -> None:
-    counter = QuotaCounter(client, quotas=Quotas(1, 0, 0), clock=Clock(600.0))
-    tasks = TaskStore(client)
+def test_a_replayed_creation_is_not_counted_again(redis_client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(redis_client, quotas=Quotas(1, 0, 0), clock=Clock(600.0))
+    tasks = TaskStore(redis_client)
     first, _ = tasks.create(task("ann"), "key-1", budget=counter.budget("ann"))
     again, created = tasks.create(task("ann"), "key-1", budget=counter.budget("ann"))
     assert (again["id"], created) == (first["id"], False)
-    assert client.get(counter.keys.quota_creates(user("ann"), 10)) == "1"
+    assert redis_client.get(counter.keys.quota_creates(user("ann"), 10)) == "1"
 
 
-def test_a_new_revision_past_the_limit_is_refused(client: fakeredis.FakeRedis) -> None:
-    counter = QuotaCounter(client, quotas=Quotas(0, 0, 4))
+def test_a_new_revision_past_the_limit_is_refused(redis_client: fakeredis.FakeRedis) -> None:
+    counter = QuotaCounter(redis_client, quotas=Quotas(0, 0, 4))
     counter.check_revision({**task("ann"), "id": "t1", "revision": 3})
     with pytest.raises(QuotaExceeded) as refused:
         counter.check_revision({**task("ann"), "id": "t1", "revision": 4})
@@ -145,9 +140,9 @@ def test_a_new_revision_past_the_limit_is_refused(client: fakeredis.FakeRedis) -
 
 
 def test_reopening_a_finished_task_counts_against_the_unfinished_quota(
-        client: fakeredis.FakeRedis) -> None:
-    TaskStore(client).load_many([task("ann")])
-    counter = QuotaCounter(client, quotas=Quotas(0, 1, 0))
+        redis_client: fakeredis.FakeRedis) -> None:
+    TaskStore(redis_client).load_many([task("ann")])
+    counter = QuotaCounter(redis_client, quotas=Quotas(0, 1, 0))
     counter.check_revision({**task("ann"), "id": "t1"})  # unfinished already: no change
     with pytest.raises(QuotaExceeded):
         counter.check_revision({**task("ann", states.SUCCEEDED), "id": "t2"})

@@ -1,0 +1,1 @@
+"""Helpers the tests share: a real stack, podman, hostile values."""
