@@ -34,6 +34,7 @@ from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
 from shared.task import records, resolution, revisions, states
 from shared.task.resolution import decide_policy, decide_validation
+from shared.types import NEXT_RUN, RESTART
 from workers.services import Services
 
 Doc = dict[str, Any]
@@ -100,7 +101,6 @@ def task_to_change(svc: Services, task_id: str, scope: str | None) -> Doc:
     return doc
 
 
-RESTART, NEXT_RUN = "restart", "next-run"  # how a change reaches a running task
 
 
 def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,

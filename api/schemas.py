@@ -14,6 +14,7 @@ from marshmallow import fields, validate
 
 from shared.task import states
 from shared.task.paths import workdir_problem
+from shared.types import APPLY_MODES, ON_CONFLICT, REJECT, RESTART
 
 
 class Strict(ma.Schema):
@@ -104,7 +105,7 @@ class EnvPatch(Strict):
                         metadata={"description": "Names of variables to delete."})
     env_file = env_file_field(shared_with="set")
     apply = fields.String(
-        load_default="restart", validate=validate.OneOf(["restart", "next-run"]),
+        load_default=RESTART, validate=validate.OneOf(APPLY_MODES),
         metadata={"description": "When the change takes effect. restart (the default): a "
                                  "launching or running task is stopped, and the new revision "
                                  "is launched once its container is gone (never two at "
@@ -301,8 +302,7 @@ class PolicyIn(Strict):
     # Both lists are required: a PUT with an empty body must not wipe the policy.
     defaults = fields.List(fields.Nested(DefaultIn), required=True)
     protected = fields.List(fields.Nested(ProtectedIn), required=True)
-    on_conflict = fields.String(load_default="reject",
-                                validate=validate.OneOf(["reject", "drop"]))
+    on_conflict = fields.String(load_default=REJECT, validate=validate.OneOf(ON_CONFLICT))
     rules = fields.List(fields.Nested(RuleIn), load_default=list)
 
 

@@ -67,7 +67,7 @@ class Pulse:
             self._held.pop(id(held), None)
         if held.beaten_at:
             try:
-                held.tasks.stop_heartbeat(held.task_id, held.revision)
+                held.tasks.liveness.stop_heartbeat(held.task_id, held.revision)
             except redis.RedisError:
                 pass  # it expires on its own
 
@@ -78,7 +78,7 @@ class Pulse:
             due = [h for h in self._held.values() if self._is_due(h, now)]
         for tasks, group in _by_store(due).items():
             try:
-                tasks.heartbeats([(h.task_id, h.revision) for h in group], self.ttl)
+                tasks.liveness.heartbeats([(h.task_id, h.revision) for h in group], self.ttl)
             except redis.RedisError as exc:
                 log.warning("heartbeat not written (%s): trying again in %.0fs", exc, TICK)
                 continue

@@ -44,6 +44,7 @@ from shared.config import Settings
 from shared.store.tasks import TaskStore
 from shared.task import states
 from shared.task.workload import Workload
+from shared.types import RESTART
 from workers.launchers.base import Change, Launcher, Outcome
 from workers.outcomes import fail
 from workers.services import Services, current
@@ -70,7 +71,8 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
         for task_id in tasks.iter_ids_in_state(state):
             doc = tasks.find(task_id)
             if (doc and doc["state"] == state and now - doc["updated_at"] > stuck_after
-                    and tasks.claim_requeue(task_id, doc["revision"], state, int(stuck_after))):
+                    and tasks.liveness.claim_requeue(task_id, doc["revision"], state,
+                                                     int(stuck_after))):
                 # Once per stuck_after: a long queue must not fill up with copies.
                 enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
@@ -94,7 +96,7 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
 def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
     """A restart's revision waits for its predecessor to stop: drive that stop again
     (it starts the new revision once the old workload is gone), never the validation."""
-    if doc["state"] == states.PENDING and doc.get("apply") == "restart":
+    if doc["state"] == states.PENDING and doc.get("apply") == RESTART:
         return "cancel", doc["id"], doc["revision"] - 1
     return stage, doc["id"], doc["revision"]
 
@@ -159,8 +161,8 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
     if doc is None or doc["state"] not in (states.LAUNCHING, states.RUNNING):
         return ""
     revision = doc["revision"]
-    if tasks.is_alive(task_id, revision):
-        tasks.seen_alive(task_id, revision)
+    if tasks.liveness.is_alive(task_id, revision):
+        tasks.liveness.seen_alive(task_id, revision)
         return ""  # a launch worker holds it
     workload = Workload.from_doc(doc)
     observed = launcher.seen(workload)  # what the last changes() told: no backend call
@@ -178,7 +180,7 @@ def _check_launched(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue, task
         return ""  # the backend runs it; a later pass records the end
     # Act only on a heartbeat missing for longer than it lives: one missed beat (Redis
     # restarting, say) must not make a live launch look dead, or it would run twice.
-    if tasks.dead_for(task_id, revision, now, int(stuck_after + 3 * heartbeat_ttl)) \
+    if tasks.liveness.dead_for(task_id, revision, now, int(stuck_after + 3 * heartbeat_ttl)) \
             <= heartbeat_ttl:
         return ""
     if doc["state"] == states.LAUNCHING:

@@ -21,6 +21,7 @@ from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
+from shared.types import RESTART
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher
 from workers.outcomes import fail, insist, move, record_outcome, started
@@ -157,7 +158,7 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         if seen is not None and seen.state == states.RUNNING:
             raise TransientError(f"task {task_id} r{revision} is still stopping")
     if (doc["revision"] == revision + 1 and doc["state"] == states.PENDING
-            and doc.get("apply") == "restart"):
+            and doc.get("apply") == RESTART):
         log.info("task %s r%s stopped: starting r%s", task_id, revision, doc["revision"])
         enqueue(task_id, doc["revision"])
 

@@ -24,6 +24,7 @@ from werkzeug.datastructures import MultiDict
 from api.schemas import EnvPatch, TaskCreate
 from shared.policy.model import Policy
 from shared.secrets import blanked
+from shared.types import ON_CONFLICT, REJECT
 
 Row = dict[str, Any]
 Errors = dict[str, Any]
@@ -125,8 +126,7 @@ class ProtectedRow(EnvRow):
 class PolicyForm(Form):
     defaults = fields.List(fields.Nested(EnvRow), load_default=list)
     protected = fields.List(fields.Nested(ProtectedRow), load_default=list)
-    on_conflict = fields.String(load_default="reject",
-                                validate=validate.OneOf(["reject", "drop"]))
+    on_conflict = fields.String(load_default=REJECT, validate=validate.OneOf(ON_CONFLICT))
 
 
 def load(schema: ma.Schema, data: Row) -> tuple[Row | None, Errors]:
@@ -194,7 +194,7 @@ def read_policy(form: MultiDict[str, str],
     row without a value only reserves the name.
     """
     typed = {"defaults": rows(form, "defaults"), "protected": rows(form, "protected"),
-             "on_conflict": form.get("on_conflict", "reject")}
+             "on_conflict": form.get("on_conflict", REJECT)}
     data, errors = load(PolicyForm(), typed)
     if data is None:
         return None, errors, typed

@@ -195,13 +195,13 @@ def listed_tasks() -> tuple[dict[str, Any], Page]:
         abort(400, f"Bad list parameters: {error.messages}")
     cursor = cursors.decode(query["cursor"])
     if project is None:
-        return {**query, "project": None}, svc().tasks.list(auth.scope(), query["status"],
+        return {**query, "project": None}, svc().tasks.page(auth.scope(), query["status"],
                                                             cursor, query["limit"])
     if query["status"] is not None:  # the project's index has no per-state split to page
         abort(400, "A project's tasks are listed in every state: filter by status among "
                    "your own tasks.")
     svc().projects.maintainable(project, auth.actor(), auth.identity().is_admin)
-    return {**query, "project": project}, svc().tasks.list(cursor=cursor, limit=query["limit"],
+    return {**query, "project": project}, svc().tasks.page(cursor=cursor, limit=query["limit"],
                                                            project=project)
 
 

@@ -67,7 +67,7 @@ class Tasks(MethodView):
     @blp.response(200, TaskPage)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
         """List your tasks, newest first; pass ``next_cursor`` back as ``cursor``."""
-        page = svc().tasks.list(scope(), query["status"], cursors.decode(query["cursor"]),
+        page = svc().tasks.page(scope(), query["status"], cursors.decode(query["cursor"]),
                                 query["limit"])
         return {"items": [records.summary_view(d, task_url(d["id"])) for d in page.items],
                 "next_cursor": cursors.encode(page.next_cursor)}

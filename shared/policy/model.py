@@ -19,9 +19,9 @@ from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
 from shared.policy.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
 from shared.secrets import MASK
+from shared.types import DROP, ON_CONFLICT, REJECT, OnConflict
 
 PLATFORM_NAMES = ("TASK_ID", "TASK_NAME", "TASK_ENV_REVISION", "TASK_POLICY_VERSION")
-ON_CONFLICT = ("reject", "drop")
 # Layers from lowest to highest precedence; a resolved variable names one of them.
 LAYERS = ("default", "user", "protected", "platform")
 PLATFORM_SCOPE = "platform"
@@ -70,7 +70,7 @@ class Policy:
     version: int = 0
     defaults: tuple[Default, ...] = ()
     protected: tuple[Protected, ...] = ()
-    on_conflict: str = "reject"
+    on_conflict: OnConflict = REJECT
     author: str | None = None
     created_at: float | None = None
     scope: str = PLATFORM_SCOPE
@@ -93,7 +93,7 @@ class Policy:
                           bool(p.get("secret", False)), When.from_dict(p.get("when")))
                 for p in data.get("protected", [])
             ),
-            on_conflict=data.get("on_conflict", "reject"),
+            on_conflict=data.get("on_conflict", REJECT),
             author=data.get("author"),
             created_at=data.get("created_at"),
             scope=data.get("scope") or PLATFORM_SCOPE,
@@ -207,7 +207,7 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                         "a policy cannot default or protect it"))
     for entry in protected:
         problems += _check_protected_entry(entry, default_names)
-    if data.get("on_conflict", "reject") not in ON_CONFLICT:
+    if data.get("on_conflict", REJECT) not in ON_CONFLICT:
         problems.append(Problem(
             rule="policy.on_conflict", field="on_conflict",
             message=f"on_conflict must be one of {', '.join(ON_CONFLICT)}"))
@@ -399,7 +399,7 @@ def _conflict(result: Resolution, var: EnvVar, holder: _Entry) -> bool:
     """Report a user variable a layer protects; True when it is dropped, not rejected.
     The layer that protects the name decides, by its own ``on_conflict``."""
     by = _scope_name(holder.layer)
-    if holder.layer.on_conflict == "drop":
+    if holder.layer.on_conflict == DROP:
         result.warnings.append(Problem(
             rule="policy.protected", variable=var.name,
             message=f"{var.name} was not set: it is protected by {by} ({holder.reason})"))

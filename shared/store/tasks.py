@@ -13,7 +13,6 @@ one call.
 from __future__ import annotations
 
 import base64
-import builtins
 import json
 import time
 import uuid
@@ -34,9 +33,13 @@ from shared.secrets import Cipher, open_entries, seal_entries
 from shared.store import scripts
 from shared.store.insights import KEEP_SECONDS, Insights, day_of
 from shared.store.legacy import legacy_env_lists, legacy_split
+from shared.store.liveness import Liveness
 from shared.store.logtail import LogTail
 from shared.task import records, states
 
+# A record as the store reads and writes it: its fields are ``shared.types.TaskRecord``'s.
+# Kept a plain dict here: the scripts' results, partial changes and older layouts pass
+# through the same functions, and a TypedDict is not a dict[str, Any] to mypy.
 Doc = dict[str, Any]
 # An audit entry written with a task's creation: stream key, fields, stream length.
 AuditEntry = tuple[str, dict[str, Any], int]
@@ -119,6 +122,28 @@ def _decoded(flat: list[Any]) -> Doc:
 
 
 class TaskStore:
+    """Task records in Redis, changed only by compare-and-set.
+
+    The verbs that change a record, and when to use which:
+
+    ==============  ==============================  ==========  =======================
+    verb            decided by                      reads       answers
+    ==============  ==============================  ==========  =======================
+    ``update``      any function of the whole       1 + CAS     the new record or None
+                    record (a new revision, rerun)              (the function declined)
+    ``advance``     the record, for one revision    1 + CAS     the record, or None if
+                    in an expected state (stages)               the revision is elsewhere
+    ``transition``  the state alone, fields given   1 + CAS     as ``advance``
+    ``move``        the state alone, in one script  0 (1 call)  True/False
+    ``claim``       as ``move``, record needed      0 (1 call)  the moved record or None
+    ==============  ==============================  ==========  =======================
+
+    ``move`` and ``claim`` never read the record into Python, so they cost the same for a
+    task's first and its 200th revision; the others read the task and its current
+    revision only (never older revisions).  Heartbeats and the reconciler's notes are in
+    :attr:`liveness`, output in :attr:`logs`, the insights counters in :attr:`insights`.
+    """
+
     IDEMPOTENCY_TTL = 24 * 3600
     LOG_LIMIT = 1024 * 1024  # bytes kept per revision; the tail is what matters
 
@@ -134,6 +159,7 @@ class TaskStore:
         self._delete = client.register_script(scripts.DELETE)
         self._move = client.register_script(scripts.MOVE)
         self.logs = LogTail(client, prefix)
+        self.liveness = Liveness(client, prefix)
         self.insights = Insights(client, prefix)
 
     # --- writing -------------------------------------------------------------------------
@@ -412,7 +438,7 @@ class TaskStore:
         self._opened(rev)
         return {**rev, "revision": revision}
 
-    def revisions(self, task_id: str, count: int) -> builtins.list[Doc]:
+    def revisions(self, task_id: str, count: int) -> list[Doc]:
         """The small fields of revisions 1..count, oldest first: one round trip."""
         pipe = self.r.pipeline(transaction=False)
         for n in range(1, count + 1):
@@ -421,7 +447,7 @@ class TaskStore:
                                                                     strict=True) if v}}
                 for n, values in enumerate(pipe.execute(), start=1)]
 
-    def list(self, owner: str | None = None, state: str | None = None,
+    def page(self, owner: str | None = None, state: str | None = None,
              cursor: int | None = None, limit: int = 50, project: str | None = None) -> Page:
         """Summaries, newest first; ``cursor`` is the position the previous page ended at.
 
@@ -499,10 +525,10 @@ class TaskStore:
         """Raise when Redis cannot be reached."""
         self.r.ping()
 
-    def all_ids(self) -> builtins.list[str]:
+    def all_ids(self) -> list[str]:
         return [as_text(t) for t in self.r.zrange(self.keys.index(), 0, -1)]
 
-    def ids_in_state(self, state: str, limit: int = 1000) -> builtins.list[str]:
+    def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
         return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
 
     def iter_ids_in_state(self, state: str, page: int = 1000) -> Iterator[str]:
@@ -518,7 +544,7 @@ class TaskStore:
             low = f"({int(batch[-1][1])}"
 
     def latest_ids(self, project: str | None = None, final_limit: int = 1000
-                   ) -> builtins.list[str]:
+                   ) -> list[str]:
         """Every task not final, then the ``final_limit`` most recent final ones: all
         tasks', or one project's.  What a draft policy's impact is measured on.
 
@@ -534,14 +560,14 @@ class TaskStore:
                  else self._recent_final_of(project, final_limit))
         return list(dict.fromkeys(active + final))  # one that ended meanwhile is in both
 
-    def _fields(self, ids: builtins.list[str], name: str) -> builtins.list[Any]:
+    def _fields(self, ids: list[str], name: str) -> list[Any]:
         pipe = self.r.pipeline(transaction=False)
         for task_id in ids:
             pipe.hget(self.keys.task(task_id), name)
         return [json.loads(v) if v is not None else None for v in pipe.execute()]
 
-    def _recent_final(self, limit: int) -> builtins.list[str]:
-        found: builtins.list[tuple[float, str]] = []
+    def _recent_final(self, limit: int) -> list[str]:
+        found: list[tuple[float, str]] = []
         for state in sorted(states.FINAL):
             pairs: Any = self.r.zrevrange(self.keys.index(state=state), 0, limit - 1,
                                           withscores=True)
@@ -549,8 +575,8 @@ class TaskStore:
         return [t for _, t in sorted(found, reverse=True)[:limit]]
 
     def _recent_final_of(self, project: str, limit: int, page: int = 500
-                         ) -> builtins.list[str]:
-        found: builtins.list[str] = []
+                         ) -> list[str]:
+        found: list[str] = []
         start = 0
         while len(found) < limit:
             ids = [as_text(t) for t in self.r.zrevrange(self.keys.project_index(project),
@@ -590,40 +616,7 @@ class TaskStore:
         return int(self._delete(keys=[k.expiry(), *indexes, k.task(task_id), *own],
                                 args=[v, task_id, len(indexes)]))
 
-    # --- launch liveness and logs --------------------------------------------------------
-
-    def heartbeat(self, task_id: str, revision: int, ttl: int) -> None:
-        """A launch is alive for ``ttl`` more seconds."""
-        self.heartbeats([(task_id, revision)], ttl)
-
-    def heartbeats(self, launches: Collection[tuple[str, int]], ttl: int) -> None:
-        """Several launches (task id, revision) are alive for ``ttl`` more seconds: one
-        round trip."""
-        pipe = self.r.pipeline(transaction=False)
-        for task_id, revision in launches:
-            pipe.set(self.keys.beat(task_id, revision), "1", ex=ttl)
-        pipe.execute()
-
-    def claim_requeue(self, task_id: str, revision: int, state: str, ttl: int) -> bool:
-        """True at most once per ``ttl`` seconds for one task revision in one state."""
-        key = self.keys.requeue_claim(task_id, revision, state)
-        return bool(self.r.set(key, "1", nx=True, ex=max(1, ttl)))
-
-    def dead_for(self, task_id: str, revision: int, now: float, forget_after: int) -> float:
-        """Seconds since a reconciler first found this revision without a heartbeat."""
-        key = self.keys.suspect(task_id, revision)
-        self.r.set(key, repr(now), nx=True, ex=max(1, forget_after))
-        first = self.r.get(key)
-        return now - float(first) if first is not None else 0.0
-
-    def seen_alive(self, task_id: str, revision: int) -> None:
-        self.r.delete(self.keys.suspect(task_id, revision))
-
-    def is_alive(self, task_id: str, revision: int) -> bool:
-        return bool(self.r.exists(self.keys.beat(task_id, revision)))
-
-    def stop_heartbeat(self, task_id: str, revision: int) -> None:
-        self.r.delete(self.keys.beat(task_id, revision))
+    # --- logs ---------------------------------------------------------------------------
 
     def append_log(self, task_id: str, revision: int, text: str) -> None:
         """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept."""

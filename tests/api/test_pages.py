@@ -200,7 +200,7 @@ def test_a_post_without_the_right_csrf_token_is_refused_and_changes_nothing(
     resp = b.post("/ui/tasks/new", data, csrf=False)
     assert resp.status_code == 400
     assert "reload the page" in resp.text
-    assert tasks.list().items == [] and enqueued.calls == []
+    assert tasks.page().items == [] and enqueued.calls == []
 
 
 def test_csrf_guards_policy_and_env_changes_too(browser, policies: PolicyStore,
@@ -241,7 +241,7 @@ def test_a_double_submitted_form_makes_one_task(browser, tasks: TaskStore) -> No
     first = b.post("/ui/tasks/new", {"form_id": form_id, **TASK_FORM})
     second = b.post("/ui/tasks/new", {"form_id": form_id, **TASK_FORM})
     assert first.location == second.location
-    assert len(tasks.list().items) == 1
+    assert len(tasks.page().items) == 1
 
 
 def test_form_mistakes_come_back_with_what_was_typed_but_not_the_secret(
@@ -256,14 +256,14 @@ def test_form_mistakes_come_back_with_what_was_typed_but_not_the_secret(
     assert "$(HOME) stays\r\nliteral — ✓ &#34;quoted&#34;" in resp.text
     assert "a value without a name" in resp.text
     assert SECRET not in resp.text and "type it again" in resp.text
-    assert tasks.list().items == []
+    assert tasks.page().items == []
 
 
 def test_more_rows_keeps_the_input_and_adds_rows(browser, tasks: TaskStore) -> None:
     resp = browser().post("/ui/tasks/new", {**TASK_FORM, "more": "1"})
     assert resp.status_code == 200
     assert 'value="LEARNING_RATE"' in resp.text and 'name="env-8-name"' in resp.text
-    assert tasks.list().items == []
+    assert tasks.page().items == []
 
 
 # --- the task page -----------------------------------------------------------------------

@@ -155,7 +155,7 @@ def test_the_new_task_preview_names_a_protected_variable_with_the_reason(
     assert by_name["DATA_DIR"]["scope"] == "platform"
     assert by_name["HF_TOKEN"]["value"] == "********"
     assert SECRET not in str(answer)
-    assert tasks.list().items == []  # nothing was created
+    assert tasks.page().items == []  # nothing was created
 
 
 def test_the_preview_needs_the_csrf_token(browser) -> None:

@@ -158,7 +158,7 @@ def test_a_pasted_env_file_naming_a_row_is_refused_and_shown_again(
     assert response.status_code == 422
     assert "LR is set both in env and in env_file" in response.text
     assert "\nLR=0.2\n</textarea>" in response.text
-    assert tasks.list().items == []
+    assert tasks.page().items == []
 
 
 def test_the_env_editor_takes_an_uploaded_env_file(admin: Browser, tasks: TaskStore,

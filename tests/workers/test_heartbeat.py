@@ -54,7 +54,7 @@ def test_a_launch_released_within_a_tick_writes_no_beat(tasks: TaskStore) -> Non
     assert pulse.beat_due(held.since + TICK / 2) == 0
     pulse.release(held)
     assert tasks.r.trips == 0  # type: ignore[attr-defined]
-    assert not tasks.is_alive("t1", 1)
+    assert not tasks.liveness.is_alive("t1", 1)
 
 
 def test_a_long_launch_beats_after_a_tick_then_every_interval_and_its_beat_goes_with_it(
@@ -62,12 +62,12 @@ def test_a_long_launch_beats_after_a_tick_then_every_interval_and_its_beat_goes_
     pulse = Pulse(interval=5)
     held = pulse.hold(tasks, "t1", 1)
     assert pulse.beat_due(held.since + TICK) == 1
-    assert tasks.is_alive("t1", 1)
+    assert tasks.liveness.is_alive("t1", 1)
     assert 0 < tasks.r.ttl(tasks.keys.beat("t1", 1)) <= 15
     assert pulse.beat_due(held.since + TICK + 4) == 0  # not due yet
     assert pulse.beat_due(held.since + TICK + 5) == 1
     pulse.release(held)
-    assert not tasks.is_alive("t1", 1)
+    assert not tasks.liveness.is_alive("t1", 1)
     assert pulse.beat_due(held.since + 60) == 0  # released: never beaten again
 
 
@@ -76,7 +76,7 @@ def test_every_due_launch_is_beaten_in_one_round_trip(tasks: TaskStore) -> None:
     held = [pulse.hold(tasks, f"t{n}", 1) for n in range(20)]
     assert pulse.beat_due(max(h.since for h in held) + TICK) == 20
     assert tasks.r.trips == 1  # type: ignore[attr-defined]
-    assert all(tasks.is_alive(f"t{n}", 1) for n in range(20))
+    assert all(tasks.liveness.is_alive(f"t{n}", 1) for n in range(20))
 
 
 def test_a_beat_that_meets_redis_away_is_written_once_it_is_back(tasks: TaskStore) -> None:
@@ -85,16 +85,16 @@ def test_a_beat_that_meets_redis_away_is_written_once_it_is_back(tasks: TaskStor
     tasks.r.away = True  # type: ignore[attr-defined]
     pulse.beat_due(held.since + TICK)  # logged, not raised: the launch goes on
     tasks.r.away = False  # type: ignore[attr-defined]
-    assert not tasks.is_alive("t1", 1)
+    assert not tasks.liveness.is_alive("t1", 1)
     pulse.beat_due(held.since + TICK + 0.1)  # still due: it was never written
-    assert tasks.is_alive("t1", 1)
+    assert tasks.liveness.is_alive("t1", 1)
 
 
 def test_keep_alive_beats_from_the_process_thread_while_held(tasks: TaskStore) -> None:
     with keep_alive(tasks, "t1", 1, interval=5):
         deadline = time.monotonic() + 5 * TICK
-        while not tasks.is_alive("t1", 1):
+        while not tasks.liveness.is_alive("t1", 1):
             assert time.monotonic() < deadline, "no beat from the heartbeat thread"
             time.sleep(0.05)
-    assert not tasks.is_alive("t1", 1)
+    assert not tasks.liveness.is_alive("t1", 1)
     assert heartbeat.pulse(5) is heartbeat.pulse(5)  # one per process and interval

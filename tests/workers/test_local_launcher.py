@@ -318,7 +318,7 @@ def test_launch_returns_while_the_task_runs_and_the_runner_records_the_end(
     assert time.monotonic() - started < 1.5
     assert tasks.get(job.task_id)["state"] == states.RUNNING
     assert launcher.observe(job) == Outcome("running")
-    wait_until(lambda: tasks.is_alive(job.task_id, 1))  # the runner beats once the stage
+    wait_until(lambda: tasks.liveness.is_alive(job.task_id, 1))  # the runner beats once the stage
     # has let go (the stage's last act is to drop its own beat: the runner's next one
     # follows within a heartbeat interval)
     doc = wait_final(tasks, job.task_id)
@@ -327,7 +327,7 @@ def test_launch_returns_while_the_task_runs_and_the_runner_records_the_end(
     assert "==> step 2/2: sh\ndone\n" in tasks.read_log(job.task_id, 1)
     wait_until(lambda: launcher.observe(job) != Outcome("running"))
     assert launcher.observe(job) == Outcome("failed", 4, "step 2 exited with 4")
-    assert not tasks.is_alive(job.task_id, 1)
+    assert not tasks.liveness.is_alive(job.task_id, 1)
 
 
 def test_secret_values_are_redacted_in_the_log_and_absent_from_the_runner_s_files(

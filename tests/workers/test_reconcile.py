@@ -112,7 +112,7 @@ def test_a_task_moving_along_is_left_alone(tasks):
 
 def test_a_launch_with_a_live_heartbeat_is_never_touched(tasks):
     task_id = task_in(tasks, states.LAUNCHING)
-    tasks.heartbeat(task_id, 1, ttl=60)
+    tasks.liveness.heartbeat(task_id, 1, ttl=60)
     queue = Queue()
 
     reconcile_once(tasks, Backend(), queue, STUCK, now=age(tasks, task_id) + 1000,
@@ -140,9 +140,9 @@ def test_a_heartbeat_seen_again_resets_the_suspicion(tasks):
     task_id = task_in(tasks, states.RUNNING)
     t0 = age(tasks, task_id) + STUCK + 1
     reconcile_once(tasks, Backend(), Queue(), STUCK, now=t0, heartbeat_ttl=TTL)
-    tasks.heartbeat(task_id, 1, ttl=60)
+    tasks.liveness.heartbeat(task_id, 1, ttl=60)
     reconcile_once(tasks, Backend(), Queue(), STUCK, now=t0 + 1, heartbeat_ttl=TTL)
-    tasks.stop_heartbeat(task_id, 1)
+    tasks.liveness.stop_heartbeat(task_id, 1)
 
     reconcile_once(tasks, Backend(), Queue(), STUCK, now=t0 + TTL + 2, heartbeat_ttl=TTL)
 

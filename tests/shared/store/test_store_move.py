@@ -43,8 +43,8 @@ def test_move_keeps_every_index_in_step(redis_client: fakeredis.FakeRedis) -> No
     tasks.move(task_id, 1, states.LAUNCHING, states.FAILED, reason="gone")
     assert tasks.ids_in_state(states.FAILED) == [task_id]
     assert tasks.ids_in_state(states.LAUNCHING) == []
-    assert [t["id"] for t in tasks.list(owner="bob", state=states.FAILED).items] == [task_id]
-    assert tasks.list(owner="bob", state=states.LAUNCHING).items == []
+    assert [t["id"] for t in tasks.page(owner="bob", state=states.FAILED).items] == [task_id]
+    assert tasks.page(owner="bob", state=states.LAUNCHING).items == []
 
 
 def test_move_is_a_compare_and_set_on_state_and_revision(redis_client: fakeredis.FakeRedis) -> None:

@@ -70,7 +70,7 @@ def test_same_idempotency_key_returns_the_same_task(tasks: TaskStore,
     assert created_first and not created_again
     assert again["id"] == first["id"]
     assert len(task_keys(redis_client)) == 1
-    assert ids(tasks.list().items) == [first["id"]]
+    assert ids(tasks.page().items) == [first["id"]]
 
 
 def test_different_idempotency_keys_make_different_tasks(tasks: TaskStore) -> None:
@@ -162,8 +162,8 @@ def test_update_makes_a_new_revision(tasks: TaskStore) -> None:
         d, [{"name": "A", "value": "2"}], "alice", "patch"))
     assert doc is not None and doc["revision"] == 2
     assert tasks.get(task_id)["state"] == states.PENDING
-    assert ids(tasks.list(state=states.PENDING).items) == [task_id]
-    assert tasks.list(state=states.REJECTED).items == []
+    assert ids(tasks.page(state=states.PENDING).items) == [task_id]
+    assert tasks.page(state=states.REJECTED).items == []
 
 
 # --- state indexes -----------------------------------------------------------------------
@@ -176,19 +176,19 @@ def test_state_indexes_follow_every_transition(tasks: TaskStore) -> None:
     task_id = create(tasks)
     for old, new in zip(WALK, WALK[1:], strict=False):
         tasks.transition(task_id, 1, old, new)
-        assert ids(tasks.list(state=new).items) == [task_id]
-        assert tasks.list(state=old).items == []
-        assert ids(tasks.list(owner="alice", state=new).items) == [task_id]
-        assert tasks.list(owner="alice", state=old).items == []
+        assert ids(tasks.page(state=new).items) == [task_id]
+        assert tasks.page(state=old).items == []
+        assert ids(tasks.page(owner="alice", state=new).items) == [task_id]
+        assert tasks.page(owner="alice", state=old).items == []
         assert tasks.ids_in_state(new) == [task_id]
-    assert ids(tasks.list().items) == [task_id]
+    assert ids(tasks.page().items) == [task_id]
 
 
 def test_state_filter_keeps_other_tasks_out(tasks: TaskStore) -> None:
     rejected, pending = create(tasks), create(tasks)
     tasks.transition(rejected, 1, states.PENDING, states.REJECTED)
-    assert ids(tasks.list(state=states.REJECTED).items) == [rejected]
-    assert ids(tasks.list(state=states.PENDING).items) == [pending]
+    assert ids(tasks.page(state=states.REJECTED).items) == [rejected]
+    assert ids(tasks.page(state=states.PENDING).items) == [pending]
 
 
 # --- listing -----------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_state_filter_keeps_other_tasks_out(tasks: TaskStore) -> None:
 def all_pages(tasks: TaskStore, limit: int, **filters: Any) -> list[list[str]]:
     pages, cursor = [], None
     while True:
-        page = tasks.list(cursor=cursor, limit=limit, **filters)
+        page = tasks.page(cursor=cursor, limit=limit, **filters)
         pages.append(ids(page.items))
         if page.next_cursor is None:
             return pages
@@ -218,7 +218,7 @@ def test_list_with_an_exact_multiple_of_the_limit_ends_cleanly(tasks: TaskStore)
 
 
 def test_list_of_nothing_is_one_empty_page(tasks: TaskStore) -> None:
-    page = tasks.list()
+    page = tasks.page()
     assert page.items == [] and page.next_cursor is None
 
 
@@ -233,10 +233,10 @@ def test_list_pages_within_a_state(tasks: TaskStore) -> None:
 def test_list_filters_by_owner(tasks: TaskStore) -> None:
     alice = [create(tasks, owner="alice") for _ in range(3)]
     bob = [create(tasks, owner="bob") for _ in range(2)]
-    assert ids(tasks.list(owner="alice").items) == list(reversed(alice))
-    assert ids(tasks.list(owner="bob").items) == list(reversed(bob))
-    assert len(tasks.list().items) == 5
-    assert tasks.list(owner="carol").items == []
+    assert ids(tasks.page(owner="alice").items) == list(reversed(alice))
+    assert ids(tasks.page(owner="bob").items) == list(reversed(bob))
+    assert len(tasks.page().items) == 5
+    assert tasks.page(owner="carol").items == []
 
 
 def in_project(tasks: TaskStore, project: str, owner: str) -> str:
@@ -252,18 +252,18 @@ def test_list_of_a_project_pages_its_tasks_of_every_owner_and_state(
     create(tasks, owner="alice")  # in no project
     tasks.transition(vision[0], 1, states.PENDING, states.REJECTED)
     assert all_pages(tasks, limit=2, project="vision") == [[vision[2], vision[1]], [vision[0]]]
-    first = tasks.list(project="vision", limit=1).items[0]
+    first = tasks.page(project="vision", limit=1).items[0]
     assert set(first) == {"id", "name", "owner", "project", "state", "revision",
                           "created_at", "updated_at"}  # a summary: no env
     redis_client.delete(tasks.keys.task(vision[1]))  # expired since the index was read
-    assert ids(tasks.list(project="vision").items) == [vision[2], vision[0]]
-    assert tasks.list(project="nowhere").items == []
+    assert ids(tasks.page(project="vision").items) == [vision[2], vision[0]]
+    assert tasks.page(project="nowhere").items == []
 
 
 def test_a_projects_index_is_not_split_by_owner_or_state(tasks: TaskStore) -> None:
     for split in ({"owner": "alice"}, {"state": states.PENDING}):
         with pytest.raises(ValueError, match="every state, of every owner"):
-            tasks.list(project="vision", **split)
+            tasks.page(project="vision", **split)
 
 
 def test_list_pages_within_an_owner(tasks: TaskStore) -> None:
@@ -283,8 +283,8 @@ def test_load_many_leaves_what_creating_one_by_one_leaves(
         by_one.create(dict(doc, id=f"t{n}"))
     loaded.load_many((dict(doc, id=f"t{n}") for n, doc in enumerate(docs)), batch=2)
     assert loaded.all_ids() == by_one.all_ids() == [f"t{n}" for n in range(5)]
-    assert ids(loaded.list(owner="bob").items) == ids(by_one.list(owner="bob").items)
-    assert ids(loaded.list(state=states.PENDING, limit=2).items) == ["t4", "t3"]
+    assert ids(loaded.page(owner="bob").items) == ids(by_one.page(owner="bob").items)
+    assert ids(loaded.page(state=states.PENDING, limit=2).items) == ["t4", "t3"]
     assert loaded.get("t3") == by_one.get("t3")
 
 
@@ -361,7 +361,7 @@ def test_secret_values_are_sealed_at_rest_and_opened_on_read(
     doc = store.get(task_id)
     assert {e["name"]: e["value"] for e in doc["env"]} == {"PLAIN": "visible", "TOKEN": SECRET}
     assert store.revision(task_id, 1)["resolved"][0]["value"] == SECRET
-    assert ids(store.list().items) == [task_id]
+    assert ids(store.page().items) == [task_id]
     assert "visible" in everything_in_redis(redis_client)  # only secrets are sealed
 
 
@@ -517,7 +517,7 @@ def test_a_record_from_before_revision_keys_is_read_and_converted(
     assert store.revision("legacy1", 1)["reason"] == "boom"
     assert redis_client.hget(store.keys.task("legacy1"), "doc") is None  # converted once
     assert SECRET not in everything_in_redis(redis_client)
-    assert [t["name"] for t in store.list().items] == ["old"]
+    assert [t["name"] for t in store.page().items] == ["old"]
 
 
 def test_finished_tasks_expire_whole_and_leave_no_index_entry(
@@ -532,8 +532,8 @@ def test_finished_tasks_expire_whole_and_leave_no_index_entry(
     assert store.expire_finished(now + 61) == 1
     assert store.find(done["id"]) is None
     assert [k for k in redis_client.keys("*") if done["id"] in k] == []
-    assert ids(store.list().items) == [busy["id"]]
-    assert ids(store.list(state=states.REJECTED).items) == []
+    assert ids(store.page().items) == [busy["id"]]
+    assert ids(store.page(state=states.REJECTED).items) == []
     assert store.find(busy["id"]) is not None
 
 
