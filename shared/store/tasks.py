@@ -240,7 +240,13 @@ class TaskStore:
             if new is None:
                 return None
             changed = {n for n, value in new.items() if before.get(n) != json.dumps(value)}
-            if self._commit(v, old_state, new, changed):
+            # A new revision (an env change, a rerun, a restart) enters pending here: it is
+            # counted like every other state entered, or the insights would see it enter
+            # validated without ever having been pending.
+            made = "revision" in changed
+            if self._commit(v, old_state, new, changed, counted=made):
+                if made:
+                    self._entered(new["state"], new.get("project"))
                 return new
 
     def transition(self, task_id: str, revision: int, expected: str | set[str],
