@@ -23,6 +23,7 @@ import marshmallow as ma
 import redis
 from flask import (
     abort,
+    current_app,
     flash,
     g,
     redirect,
@@ -32,7 +33,7 @@ from flask import (
     url_for,
 )
 from markupsafe import Markup
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.http import HTTP_STATUS_CODES
 
 from api import actions, auth, cursors
@@ -52,7 +53,7 @@ from shared.errors import (
     TooManyRequests,
 )
 from shared.secrets import MASK, blanked, masked
-from shared.store.tasks import Page, TaskStore
+from shared.store.tasks import REVISION_FIELDS, Page, TaskStore
 from shared.task import records, states
 
 # No inline script or style anywhere: only our own static files may run or style the page.
@@ -62,6 +63,7 @@ NEW_FORM_ROWS = 4
 BLANK_ROWS = 3
 SAFE_NEXT = re.compile(r"/ui/[A-Za-z0-9_/-]*")  # login sends back to our own pages only
 FORM_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
+ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
@@ -86,6 +88,9 @@ def session_identity() -> Identity | None:
 
 @bp.before_request
 def guard() -> Any:
+    if request.endpoint == "pages.not_found":  # changes nothing: no session or CSRF needed
+        g.identity = session_identity()  # the navigation, for whoever is signed in
+        return None
     if request.method not in ("GET", "HEAD"):
         sent, expected = request.form.get("csrf", ""), str(session.get("csrf", ""))
         if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
@@ -149,6 +154,37 @@ def http_error(error: HTTPException) -> Any:
 @bp.errorhandler(redis.RedisError)
 def redis_error(error: redis.RedisError) -> Any:
     return error_page(503, "The task store is unavailable; try again shortly.")
+
+
+@bp.route("/ui", methods=ANY_METHOD)
+@bp.route("/ui/", methods=ANY_METHOD)
+@bp.route("/ui/<path:unknown>", methods=ANY_METHOD)
+def not_found(unknown: str = "") -> Any:
+    """Any other ``/ui`` address is the console's too: an HTML 404 page (405 for a page
+    asked with the wrong method), signed in or not, never the API's JSON.  ``/ui`` itself
+    is the task list."""
+    if not unknown and request.method == "GET":
+        return redirect(url_for(".tasks"))
+    takes = methods_elsewhere()
+    if takes:
+        raise MethodNotAllowed(takes, f"{request.path} takes {' or '.join(takes)}, "
+                                      f"not {request.method}.")
+    abort(404, f"There is no page at {request.path}: the link may be mistyped, or the "
+               "page may have moved.")
+
+
+def methods_elsewhere() -> list[str]:
+    """The methods a real page at this path answers (the catch-all aside)."""
+    adapter = current_app.url_map.bind_to_environ(request.environ)
+    found = []
+    for method in ("GET", "POST"):
+        try:
+            rule, _ = adapter.match(method=method, return_rule=True)
+        except HTTPException:
+            continue
+        if rule.endpoint != request.endpoint:
+            found.append(method)
+    return found
 
 
 # --- login -------------------------------------------------------------------------------
@@ -284,21 +320,32 @@ def task_page(doc: dict[str, Any], status: int = 200,
               new_rows: list[dict[str, Any]] | None = None,
               errors: dict[str, Any] | None = None, error: TaskenvError | None = None,
               read_only: bool = False) -> Any:
-    view = records.public_view(doc, url_for(".task", task_id=doc["id"]))
+    """The task; with ``?revision=n``, revision n throughout (its state, outcome, problems,
+    env and log), the editor and the revisions list staying with the latest."""
+    url = url_for(".task", task_id=doc["id"])
+    view = records.public_view(doc, url)
     view["next_env"] = [masked(e) for e in doc.get("next_env") or []]
     if env_rows is None:  # a secret's field starts empty: its value is write-only
         env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
-    revision = request.args.get("revision", type=int) or view["revision"]
-    revision = revision if 1 <= revision <= view["revision"] else view["revision"]
-    log = svc().tasks.logs.since(doc["id"], revision, 0,
-                                                         most=TaskStore.LOG_LIMIT)
-    return page("task.html", status, task=view,
+    asked = request.args.get("revision", type=int) or view["revision"]
+    number = asked if 1 <= asked <= view["revision"] else view["revision"]
+    shown = view if number == view["revision"] else records.public_view(
+        revision_record(doc, number), url)
+    log = svc().tasks.logs.since(doc["id"], number, 0, most=TaskStore.LOG_LIMIT)
+    return page("task.html", status, task=view, shown=shown,
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
-                log=log.text, log_offset=log.offset, log_revision=revision,
+                log=log.text, log_offset=log.offset, log_revision=number,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
                 errors=errors or {}, error=error, read_only=read_only,
                 running=view["status"] in (states.LAUNCHING, states.RUNNING),
                 final=view["status"] in states.FINAL)
+
+
+def revision_record(doc: dict[str, Any], number: int) -> dict[str, Any]:
+    """The task as it was at revision ``number``: the task's own fields (name, steps,
+    owner) with only that revision's (state, env, resolved env, outcome, problems)."""
+    task_fields = {k: v for k, v in doc.items() if k not in REVISION_FIELDS}
+    return {**task_fields, **svc().tasks.revision(doc["id"], number)}
 
 
 @bp.post("/ui/tasks/<task_id>/env")
@@ -355,10 +402,13 @@ def task_cancel(task_id: str) -> Any:
 
 @bp.post("/ui/tasks/<task_id>/rerun")
 def task_rerun(task_id: str) -> Any:
+    """Run the latest revision again, or the earlier one the page showed (``revision``)."""
+    earlier = request.form.get("revision", type=int)
     try:
-        new = actions.rerun_task(svc(), task_id, auth.actor(), auth.scope())
-        flash(f"Revision {new['revision']} launched with the same env and the current policy.",
-              "ok")
+        new = actions.rerun_task(svc(), task_id, auth.actor(), auth.scope(), earlier)
+        flash(f"Revision {new['revision']} launched with the env of revision "
+              f"{new.get('rerun_of') or new['revision'] - 1}, resolved against the current "
+              "policy.", "ok")
     except StateConflict as error:
         flash(error.message, "error")
     return redirect(url_for(".task", task_id=task_id))

@@ -238,3 +238,24 @@ def test_insights_are_for_admins_and_maintainers_only(app: Flask, browser) -> No
     page = maintainer.get("/ui/insights")
     assert page.status_code == 200 and "project vision" in page.text
     assert maintainer.get("/ui/insights?project=other").status_code == 403
+
+
+def test_the_insights_states_add_up_when_tasks_get_new_revisions(
+        browser, tasks: TaskStore, policies: PolicyStore) -> None:
+    user = browser("alice")
+    task_id = user.create(name="t", steps="true", **{"env-0-name": "LEARNING_RATE",
+                                                     "env-0-value": "0.1"})
+    resolve(tasks, policies, task_id)
+    for revision in (2, 3):  # an env change, then a rerun: each a revision from pending
+        if revision == 2:
+            form = {"env-0-name": "LEARNING_RATE", "env-0-value": "0.5"}
+            assert user.post(f"/ui/tasks/{task_id}/env", form).status_code == 302
+        else:
+            assert user.post(f"/ui/tasks/{task_id}/rerun", {}).status_code == 302
+        resolve(tasks, policies, task_id)
+        assert tasks.get(task_id)["revision"] == revision
+
+    html = browser().get("/ui/insights").text
+    counts = dict(re.findall(r'status-(\w+)">\1</span></th>\s*<td>(\d+)</td>', html))
+    assert counts["pending"] == counts["validated"] == counts["resolved"] == "3", counts
+    assert "Every revision starts in <em>pending</em>" in html

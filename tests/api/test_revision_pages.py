@@ -178,3 +178,64 @@ def test_the_env_editor_takes_an_uploaded_env_file(admin: Browser, tasks: TaskSt
     assert doc["revision"] == 2
     assert {e["name"]: e["value"] for e in doc["env"]} == {"LR": "1", "B": "two words"}
     assert bad.status_code == 422 and "latin1.env is not UTF-8" in bad.text
+
+
+# --- one revision throughout the page ------------------------------------------------------
+
+def section(html: str, element_id: str) -> str:
+    """The text of the element with this id, tags stripped."""
+    found = re.search(rf'<(\w+)[^>]*id="{element_id}"[^>]*>(.*?)</\1>', html, re.S)
+    assert found, f"no element {element_id}"
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", found.group(2))).strip()
+
+
+def test_picking_revision_1_shows_revision_1_everywhere_on_the_page(
+        admin: Browser, tasks: TaskStore, policies: PolicyStore) -> None:
+    task_id = two_revisions(admin, tasks, policies)
+    tasks.append_log(task_id, 1, "revision one printed this\n")
+    tasks.append_log(task_id, 2, "revision two printed that\n")
+
+    latest = admin.get(f"/ui/tasks/{task_id}").text
+    first = admin.get(f"/ui/tasks/{task_id}?revision=1").text
+
+    assert section(latest, "status") == "resolved" and section(first, "status") == "succeeded"
+    assert section(latest, "revision") == "2" and section(first, "revision") == "1"
+    assert "LR 0.02 user —" in rows_of(latest, "resolved")
+    assert "LR 0.01 user —" in rows_of(first, "resolved")
+    assert "TASK_ENV_REVISION 1 platform —" in rows_of(first, "resolved")
+    assert not any(row.startswith("NEW ") for row in rows_of(first, "resolved"))
+    assert "revision one printed this" in first and "revision two printed" not in first
+    assert "Exit code" in first and section(first, "earlier-revision").startswith(
+        "You are looking at revision 1")
+    # Its env as set, read-only: the editor and its buttons change the latest revision only.
+    assert rows_of(first, "env-as-set") == ["LR 0.01", "TOKEN ********"]
+    assert f'action="/ui/tasks/{task_id}/env"' not in first
+    assert f'action="/ui/tasks/{task_id}/env"' in latest
+    assert 'aria-current="page">1</a>' in first and 'aria-current="page">2</a>' in latest
+    assert SECRET not in first and "&lt;b&gt;1&lt;/b&gt;" not in first
+
+
+def test_a_revision_out_of_range_shows_the_latest(admin: Browser, tasks: TaskStore,
+                                                  policies: PolicyStore) -> None:
+    task_id = two_revisions(admin, tasks, policies)
+    for asked in ("0", "3", "x"):
+        html = admin.get(f"/ui/tasks/{task_id}?revision={asked}").text
+        assert section(html, "revision") == "2" and 'id="earlier-revision"' not in html
+
+
+def test_an_earlier_revision_is_rerun_from_its_page_once_the_latest_has_ended(
+        admin: Browser, tasks: TaskStore, policies: PolicyStore, enqueued) -> None:
+    task_id = two_revisions(admin, tasks, policies)
+    running = admin.get(f"/ui/tasks/{task_id}?revision=1").text
+    assert f'action="/ui/tasks/{task_id}/rerun"' not in running  # revision 2 is in flight
+    finish(tasks, task_id)
+
+    first = admin.get(f"/ui/tasks/{task_id}?revision=1").text
+    assert 'name="revision" value="1"' in first and "Rerun revision 1" in first
+    response = admin.post(f"/ui/tasks/{task_id}/rerun", {"revision": "1"})
+
+    assert response.status_code == 302
+    doc = tasks.get(task_id)
+    assert (doc["revision"], doc["rerun_of"]) == (3, 1)
+    assert {e["name"]: e["value"] for e in doc["env"]}["LR"] == "0.01"
+    assert enqueued.calls[-1] == (task_id, 3)

@@ -64,6 +64,13 @@
         section.replaceWith(document.adoptNode(replacement));
       }
     });
+    // A log still empty on both sides: take the fresh page's word for why (a revision
+    // rejected, cancelled before it ran). Output is only ever appended, never replaced.
+    const log = document.getElementById("log");
+    const freshLog = fresh.getElementById("log");
+    if (log && freshLog && log.hasAttribute("data-empty") && freshLog.hasAttribute("data-empty")) {
+      log.textContent = freshLog.textContent;
+    }
     localize(document);
   }
 
