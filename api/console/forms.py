@@ -122,6 +122,12 @@ class EnvEditForm(Form):
 class ProtectedRow(EnvRow):
     reason = fields.String(load_default="")
 
+    @ma.post_load
+    def one_line_reason(self, data: Row, **_: Any) -> Row:
+        # The reason's box wraps long text; a line break typed into it is a space.
+        data["reason"] = " ".join(data["reason"].split())
+        return data
+
 
 class PolicyForm(Form):
     defaults = fields.List(fields.Nested(EnvRow), load_default=list)
@@ -193,7 +199,7 @@ def read_policy(form: MultiDict[str, str],
     A secret row left empty keeps the current policy's value of that name; a protected
     row without a value only reserves the name.
     """
-    typed = {"defaults": rows(form, "defaults"), "protected": rows(form, "protected"),
+    typed = {"defaults": kept(rows(form, "defaults")), "protected": kept(rows(form, "protected")),
              "on_conflict": form.get("on_conflict", REJECT)}
     data, errors = load(PolicyForm(), typed)
     if data is None:
@@ -211,6 +217,12 @@ def read_policy(form: MultiDict[str, str],
             row["value"] = kept_protected.get(row["name"])
         row["value"] = row["value"] or None
     return (None if errors else data), errors, typed
+
+
+def kept(typed: list[Row]) -> list[Row]:
+    """The rows not ticked for deletion: a deleted row is left out of the policy saved (and
+    of the form shown again)."""
+    return [row for row in typed if not row.get("delete")]
 
 
 def policy_rows(policy: Policy) -> tuple[list[Row], list[Row]]:

@@ -107,7 +107,7 @@ def test_every_page_but_login_redirects_to_login_without_a_session(app: Flask) -
     for rule in rules:
         path = rule.rule.replace("<task_id>", "some-id")
         for method in rule.methods - {"HEAD", "OPTIONS"}:
-            if rule.endpoint == "pages.login":
+            if rule.endpoint in ("pages.login", "pages.not_found"):  # not_found: see below
                 continue
             data = {"csrf": b.csrf()} if method == "POST" else None
             resp = b.client.open(path, method=method, data=data)
@@ -285,7 +285,7 @@ def test_the_task_page_shows_the_resolved_env_and_never_the_secret(
     assert "********" in html
     assert re.search(r'type="password" name="env-2-value" value=""', html)
     rows = {name: source for source, name in
-            re.findall(r'<tr class="source-(\w+)">\s*<td><code>(\w+)</code>', html)}
+            re.findall(r'<tr class="source-(\w+)">\s*<td><code class="name">(\w+)</code>', html)}
     assert rows["DATA_DIR"] == "default" and rows["NCCL_P2P_DISABLE"] == "protected"
     assert rows["LEARNING_RATE"] == "user" and rows["TASK_ID"] == "platform"
     assert "status-resolved" in html and "step 1 says hi" in html
@@ -435,6 +435,61 @@ def test_rerun_makes_a_new_revision(browser, tasks: TaskStore, enqueued: Enqueue
     assert tasks.get(task_id)["revision"] == 2 and enqueued.calls[-1] == (task_id, 2)
 
 
+def test_rerun_is_offered_once_the_task_has_ended_and_cancel_only_before(
+        browser, move_to) -> None:
+    b = browser("alice")
+    task_id = b.create(**TASK_FORM)
+    rerun, cancel = f"/ui/tasks/{task_id}/rerun", f"/ui/tasks/{task_id}/cancel"
+    for state in (states.PENDING, states.RUNNING):
+        move_to(task_id, state)
+        page = b.get(f"/ui/tasks/{task_id}").text
+        assert cancel in page and rerun not in page, state
+    move_to(task_id, states.SUCCEEDED)
+    page = b.get(f"/ui/tasks/{task_id}").text
+    assert rerun in page and cancel not in page
+
+
+def log_box(html: str) -> str:
+    found = re.search(r'<pre class="log" id="log"[^>]*>(.*?)</pre>', html, re.S)
+    assert found, "no log on the page"
+    return unescape(found.group(1))
+
+
+def test_a_rejected_task_says_why_nothing_ran_where_its_output_would_be(
+        browser, tasks: TaskStore, policies: PolicyStore) -> None:
+    policies.put(Policy.from_dict({"defaults": [], "protected": [
+        {"name": "LEARNING_RATE", "reason": "tuned by the platform team"}]}))
+    b = browser("alice")
+    rejected = b.create(**TASK_FORM)
+    resolve(tasks, policies, rejected)
+    waiting = b.create(**{**TASK_FORM, "env-0-name": "RATE"})
+
+    said = log_box(b.get(f"/ui/tasks/{rejected}").text)
+
+    assert said == ("Nothing ran: revision 1 was rejected before launch, for 1 problem "
+                    "(listed under Errors above):\n  LEARNING_RATE: policy.protected\n")
+    assert log_box(b.get(f"/ui/tasks/{waiting}").text) == \
+        "(no output yet: revision 1 is pending)"
+
+
+def test_unknown_console_pages_answer_an_html_404_page(app: Flask, browser) -> None:
+    signed_in, visitor = browser("alice"), Browser(app.test_client())
+    for b in (signed_in, visitor):
+        for path in ("/ui/nope", "/ui/tasks/new/extra", f"/ui/tasks/{'0' * 32}/nope",
+                     "/ui/policy/defaults"):
+            response = b.get(path)
+            assert response.status_code == 404, path
+            assert response.content_type.startswith("text/html")
+            assert f"There is no page at {path}" in response.text
+            assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+        assert b.client.post("/ui/nope", data={}).status_code == 404  # no CSRF to check
+    assert "Log out" in signed_in.get("/ui/nope").text  # the navigation, signed in
+    wrong = signed_in.get("/ui/logout")
+    assert wrong.status_code == 405 and "/ui/logout takes POST, not GET" in wrong.text
+    assert signed_in.get("/ui").location == "/ui/tasks"
+    assert signed_in.get("/api/v1/nope").content_type == "application/json"
+
+
 # --- the policy page ---------------------------------------------------------------------
 
 POLICY_FORM = {
@@ -494,9 +549,36 @@ def test_policy_problems_are_all_shown_naming_the_variable(
     assert re.search(r'<code class="var">CUDA_VISIBLE_DEVICES</code> <span class="rule">'
                      r'policy.reason_required', html)
     assert re.search(r'<code class="var">bad name</code> <span class="rule">name.shell', html)
-    assert 'value="no peer-to-peer link on these GPUs"' in html  # what was typed stays
+    assert 'aria-label="reason">\nno peer-to-peer link on these GPUs</textarea>' in html  # kept
     assert "wandb-secret-1234" not in html
     assert policies.current().version == 0
+
+
+def test_a_ticked_policy_row_is_deleted_and_a_long_reason_is_shown_whole(
+        browser, policies: PolicyStore) -> None:
+    b = browser()
+    reason = ("no peer-to-peer link on these GPUs: the interconnect of rack 7 drops P2P "
+              "transfers above 2 GiB, so the platform turns it off until the firmware update")
+    assert b.post("/ui/policy", {**POLICY_FORM, "protected-0-reason": reason}).status_code == 302
+    html = b.get("/ui/policy").text
+    assert f'aria-label="reason">\n{reason}</textarea>' in html  # a box that wraps, not a line
+    assert 'name="defaults-0-delete" aria-label="delete DATA_DIR"' in html
+
+    ticked = {**POLICY_FORM, "protected-0-reason": reason, "defaults-1-value": "",
+              "defaults-0-delete": "on", "protected-1-delete": "on"}
+    assert b.post("/ui/policy", ticked).status_code == 302
+
+    saved = policies.current().to_dict()
+    assert saved["version"] == 2
+    assert saved["defaults"] == [
+        {"name": "WANDB_API_KEY", "value": "wandb-secret-1234", "secret": True}]
+    assert saved["protected"] == [{"name": "NCCL_P2P_DISABLE", "value": "1", "reason": reason}]
+
+
+def test_a_line_break_typed_into_a_reason_is_a_space(browser, policies: PolicyStore) -> None:
+    form = {**POLICY_FORM, "protected-0-reason": "no p2p\r\n  on these GPUs "}
+    assert browser().post("/ui/policy", form).status_code == 302
+    assert policies.current().protected[0].reason == "no p2p on these GPUs"
 
 
 # --- escaping ----------------------------------------------------------------------------
