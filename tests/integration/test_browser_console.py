@@ -125,7 +125,8 @@ def test_a_page_left_open_on_a_finished_task_makes_no_request(
 # --- accessibility and small screens --------------------------------------------------------
 
 def pages_of(stack: Stack, token: str, admin: bool) -> dict[str, str]:
-    """Every kind of page, with a task in each shape (finished, rejected, two revisions)."""
+    """Every kind of page, with a task in each shape (finished, rejected, two revisions, one
+    shown at its first), and a page that does not exist."""
     ok = stack.create({"name": "axe-ok", "steps": [["sh", "-c", "echo hello"]],
                        "env": [{"name": "LEARNING_RATE", "value": "0.1"},
                                {"name": "HF_TOKEN", "value": "hf_axe-secret-1", "secret": True}]},
@@ -139,8 +140,10 @@ def pages_of(stack: Stack, token: str, admin: bool) -> dict[str, str]:
                         "env": [{"name": "NCCL_IB_DISABLE", "value": "0"}]}, token=token)
     stack.wait(bad["id"])
     found = {"tasks": "/ui/tasks", "new": "/ui/tasks/new", "task": f"/ui/tasks/{ok['id']}",
+             "task-revision-1": f"/ui/tasks/{ok['id']}?revision=1",
              "rejected": f"/ui/tasks/{bad['id']}", "diff": f"/ui/tasks/{ok['id']}/diff",
-             "projects": "/ui/projects", "missing": "/ui/tasks/" + "0" * 32}
+             "projects": "/ui/projects", "missing": "/ui/tasks/" + "0" * 32,
+             "unknown": "/ui/no/such/page"}
     if admin:
         found |= {"policy": "/ui/policy", "insights": "/ui/insights",
                   "project-policy": "/ui/projects/axe/policy"}

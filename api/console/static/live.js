@@ -75,15 +75,22 @@
   }
 
   // chunk.skipped: bytes the store trimmed before this page read them; said once, here.
+  // A log with data-empty holds a note (why nothing printed yet), not output: the note
+  // stays until output comes, and refreshSections keeps it current.
   function appendLog(log, chunk) {
-    if (chunk.reset || log.hasAttribute("data-empty")) {
+    if (chunk.reset) {
       log.textContent = "";
-      log.removeAttribute("data-empty");
+      log.setAttribute("data-empty", "");
     }
-    const lineEnded = !log.textContent || log.textContent.endsWith("\n");
+    const empty = log.hasAttribute("data-empty");
+    const lineEnded = empty || log.textContent.endsWith("\n");
     const dropped = chunk.skipped
       ? `${lineEnded ? "" : "\n"}… ${chunk.skipped} bytes of earlier output dropped\n` : "";
     if (!chunk.text && !dropped) return;
+    if (empty) {
+      log.textContent = "";
+      log.removeAttribute("data-empty");
+    }
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
     log.append(dropped + chunk.text);
     if (atBottom) log.scrollTop = log.scrollHeight;
