@@ -239,3 +239,17 @@ def test_an_earlier_revision_is_rerun_from_its_page_once_the_latest_has_ended(
     assert (doc["revision"], doc["rerun_of"]) == (3, 1)
     assert {e["name"]: e["value"] for e in doc["env"]}["LR"] == "0.01"
     assert enqueued.calls[-1] == (task_id, 3)
+
+
+def test_a_rerun_of_a_revision_the_task_never_had_or_of_someone_elses_is_refused(
+        app: Flask, admin: Browser, tasks: TaskStore, policies: PolicyStore) -> None:
+    task_id = two_revisions(admin, tasks, policies)
+    finish(tasks, task_id)
+    bob = Browser(app.test_client())
+    assert bob.login(app.extensions["taskenv"].tokens.create("bob", "user", "t")[0]).status_code \
+        == 302
+
+    assert admin.post(f"/ui/tasks/{task_id}/rerun", {"revision": "9"}).status_code == 404
+    assert bob.post(f"/ui/tasks/{task_id}/rerun", {"revision": "1"}).status_code == 404
+    assert bob.get(f"/ui/tasks/{task_id}?revision=1").status_code == 404
+    assert tasks.get(task_id)["revision"] == 2
