@@ -117,13 +117,13 @@ def test_a_move_converts_a_record_stored_before_revisions_had_their_own_keys(
 
 
 def test_a_new_revision_counts_as_entering_pending_so_the_states_add_up(
-        r: fakeredis.FakeRedis) -> None:
-    tasks = TaskStore(r)
+        redis_client: fakeredis.FakeRedis) -> None:
+    tasks = TaskStore(redis_client)
     task_id = launched(tasks, project="vision")  # created straight in launching
     tasks.move(task_id, 1, states.LAUNCHING, states.SUCCEEDED, exit_code=0)
     tasks.update(task_id, lambda doc: records.new_revision(doc, [], "alice", "rerun"))
     assert tasks.move(task_id, 2, states.PENDING, states.VALIDATED)
     tasks.update(task_id, lambda doc: {**doc, "note": "not a new revision"})
-    counted = Insights(r).states(1, "vision")
+    counted = Insights(redis_client).states(1, "vision")
     assert counted[states.PENDING] == counted[states.VALIDATED] == 1
     assert counted[states.LAUNCHING] == 1  # the note changed no state: nothing counted
