@@ -18,7 +18,6 @@ from api import project_actions
 from shared.access.projects import CHANGE
 from shared.derived_keys import derived_keys
 from shared.env import envfile, envlist
-from shared.env.envlist import Limits
 from shared.errors import (
     EnvInvalid,
     Forbidden,
@@ -44,8 +43,8 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
-    refuse_unstorable(data["env"], svc.limits)
     project = svc.projects.for_task(actor, data.get("project"))
+    refuse_unstorable(svc, in_project(dict(data), project))
     fresh = records.new_task(data, actor)
     fresh["digest"] = records.request_digest(data, digest_keys(svc)[0])
     fresh.setdefault("id", uuid.uuid4().hex)  # the audit entry, written with it, names it
@@ -73,12 +72,21 @@ def same_request(svc: Services, stored: str, data: Doc) -> bool:
                for key in digest_keys(svc))
 
 
-def refuse_unstorable(env: list[Doc], limits: Limits) -> None:
+def refuse_unstorable(svc: Services, doc: Doc, message: str = "the env cannot be stored"
+                      ) -> None:
     """Sizes, counts and secret lengths are refused before anything is stored; the
-    validation stage checks them again, with the other rules."""
-    problems = envlist.check_storable(env, limits)
-    if problems:
-        raise EnvInvalid("the env cannot be stored", problems)
+    validation stage checks them again, with the other rules.  A refusal names every
+    problem of the list, the other rules' and the policy's included, as the validation
+    stage would: fixing the size must not uncover a second round of problems."""
+    if envlist.check_storable(doc["env"], svc.limits):
+        raise EnvInvalid(message, every_problem(svc, doc))  # capped when answered
+
+
+def every_problem(svc: Services, doc: Doc) -> list[Problem]:
+    """Every problem of ``doc``'s env under the current policies (uncapped)."""
+    task = {"id": resolution.PLACEHOLDER_ID, "revision": 1, **doc}
+    return resolution.every_problem(task, svc.policies.current(),
+                                    svc.policies.project(doc.get("project")), svc.limits)
 
 
 def task_to_read(svc: Services, task_id: str, scope: str | None) -> tuple[Doc, str]:
@@ -130,7 +138,7 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
         if doc["state"] == states.PENDING and doc.get("apply") == RESTART:
             raise StateConflict(f"task {task_id} is restarting: revision {doc['revision']} "
                                 "starts once the one before has stopped; change it then")
-        env = _patched(doc, set_, unset, action, svc.limits)
+        env = _patched(svc, doc, set_, unset, action)
         # Judged again inside the compare-and-set: changes of one task racing each other
         # are each counted on the revision they would follow.  (A restart is judged once,
         # before it stops anything: a refusal after the stop would end the run for nothing.)
@@ -152,13 +160,14 @@ def check_match(doc: Doc, if_match: int | None) -> None:
                                  doc["revision"])
 
 
-def _patched(doc: Doc, set_: list[Doc], unset: list[str], action: str,
-             limits: Limits) -> list[Doc]:
+def _patched(svc: Services, doc: Doc, set_: list[Doc], unset: list[str],
+             action: str) -> list[Doc]:
     """The env with the change applied: on top of ``next_env`` if one is kept (a rerun
     names its whole env against the revision's own)."""
     base = doc["env"] if action == "task.rerun" else doc.get("next_env") or doc["env"]
     env, problems = records.patch_env(base, set_, unset)
-    problems += envlist.check_storable(env, limits)  # before anything is written
+    if envlist.check_storable(env, svc.limits):  # before anything is written
+        problems += every_problem(svc, {**doc, "env": env})
     if problems:
         raise EnvInvalid("the change cannot be applied", problems)
     return env
@@ -182,7 +191,7 @@ def _keep_for_next_run(svc: Services, task_id: str, actor: str, set_: list[Doc],
     """Keep the changed env for the next rerun; whatever runs carries on untouched."""
     def change(doc: Doc) -> Doc:
         check_match(doc, if_match)
-        return {**doc, "next_env": _patched(doc, set_, unset, action, svc.limits)}
+        return {**doc, "next_env": _patched(svc, doc, set_, unset, action)}
 
     doc = svc.tasks.update(task_id, change)
     assert doc is not None
@@ -197,7 +206,7 @@ def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[s
     containers of the task never run at once."""
     task_id = doc["id"]
     # Refuse a bad change before stopping anything.
-    env = _patched(doc, set_, unset, action, svc.limits)
+    env = _patched(svc, doc, set_, unset, action)
     old = _cancel_revision(svc, doc, actor, states.LAUNCHED,
                            f"restarted as revision {doc['revision'] + 1}")
     if old is None:  # it ended or changed meanwhile: decide again from where it is now
@@ -303,12 +312,12 @@ def _replacing(current: list[Doc], target: list[Doc]) -> tuple[list[Doc], list[s
 
 def resolved_now(svc: Services, doc: Doc) -> Doc:
     """The record as the workers would resolve it now, for a revision not yet resolved."""
-    state, checked = decide_validation(doc, svc.limits)
+    policy, project = svc.policies.current(), svc.policies.project(doc.get("project"))
+    state, checked = decide_validation(doc, svc.limits, policy, project)
     if state == states.REJECTED:
         raise EnvInvalid("the task's env is not valid",
                          [Problem(**e) for e in checked["errors"]])
-    state, decided = decide_policy({**doc, **checked}, svc.policies.current(),
-                                   project=svc.policies.project(doc.get("project")))
+    state, decided = decide_policy({**doc, **checked}, policy, project=project)
     if state == states.REJECTED:
         raise PolicyConflict("the policy refuses the task's env",
                              [Problem(**e) for e in decided["errors"]])

@@ -29,9 +29,18 @@ from workers.outcomes import fail, insist, move, record_outcome, started
 log = logging.getLogger(__name__)
 
 
-def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int) -> bool:
-    doc = _advance(tasks, task_id, revision, states.PENDING,
-                   lambda doc: decide_validation(doc, limits))
+def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int,
+             policies: PolicyStore | None = None) -> bool:
+    """With ``policies``, a list this stage rejects is judged against the current policy
+    too, so the rejection names every problem at once (the policy's included)."""
+    def decide(doc: Doc) -> tuple[str, dict[str, Any]]:
+        state, decided = decide_validation(doc, limits)
+        if state == states.REJECTED and policies is not None:  # read only when needed
+            state, decided = decide_validation(doc, limits, policies.current(),
+                                               policies.project(doc.get("project")))
+        return state, decided
+
+    doc = _advance(tasks, task_id, revision, states.PENDING, decide)
     if doc is None:
         _skip("validate", task_id, revision)
         return False

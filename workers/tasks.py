@@ -49,7 +49,7 @@ class StageTask(Task):
 @app.task(name="taskenv.validate", base=StageTask, time_limit=120)
 def validate(task_id: str, revision: int) -> None:
     ctx = current()
-    if stages.validate(ctx.tasks, ctx.limits, task_id, revision):
+    if stages.validate(ctx.tasks, ctx.limits, task_id, revision, ctx.policies):
         apply_policy.delay(task_id, revision)
 
 

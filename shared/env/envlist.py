@@ -229,6 +229,22 @@ def _show(name: str) -> str:
     return name if name.isprintable() and len(name) <= 200 else repr(name[:200])
 
 
+def judgeable(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[dict[str, Any]]:
+    """The entries of an invalid list the policy can still judge: a name that follows the
+    name rule, a string value and a boolean ``secret``, each name's first entry only."""
+    rule = NAME_RULES[limits.name_rule]
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for entry in entries:
+        name, value = entry.get("name"), entry.get("value")
+        if not (isinstance(name, str) and rule.fullmatch(name) and isinstance(value, str)
+                and isinstance(entry.get("secret", False), bool)) or name in seen:
+            continue
+        seen.add(name)
+        out.append(dict(entry))
+    return out
+
+
 def parse(entries: Iterable[Mapping[str, Any]]) -> list[EnvVar]:
     """Turn validated entries into :class:`EnvVar` values."""
     return [EnvVar(e["name"], e["value"], bool(e.get("secret", False))) for e in entries]

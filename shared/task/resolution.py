@@ -23,11 +23,37 @@ Decision = tuple[str, dict[str, Any]]
 PLACEHOLDER_ID = "<assigned when the task is created>"
 
 
-def decide_validation(doc: dict[str, Any], limits: Limits) -> Decision:
+def decide_validation(doc: dict[str, Any], limits: Limits, policy: Policy | None = None,
+                      project: Policy | None = None) -> Decision:
+    """With ``policy`` (and the task's ``project`` layer), a list the validation rules
+    reject is judged against the policy too, so its rejection names every problem at once
+    (:func:`every_problem`); a valid list meets the policy in the policy stage."""
     problems = envlist.validate(doc["env"], limits)
     if problems:
+        if policy is not None:
+            problems += policy_problems(doc, policy, project, limits)
         return states.REJECTED, {"errors": _stored(problems)}
     return states.VALIDATED, {"warnings": _stored(envlist.advise(doc["env"]))}
+
+
+def every_problem(doc: dict[str, Any], policy: Policy, project: Policy | None,
+                  limits: Limits) -> list[Problem]:
+    """Every problem of the record's env, uncapped: the validation rules' first, then
+    the policy's on the entries it can judge.  What the API refuses before storing, the
+    validation stage, preview and the manifest endpoint all report through this."""
+    problems = envlist.validate(doc["env"], limits)
+    if not problems:
+        return list(_resolution(doc, policy, project).errors)
+    return problems + policy_problems(doc, policy, project, limits)
+
+
+def policy_problems(doc: dict[str, Any], policy: Policy, project: Policy | None,
+                    limits: Limits) -> list[Problem]:
+    """What the policy refuses in a list the validation rules reject: judged on the
+    entries well-formed enough to judge (a name that follows the rule, a string value,
+    each name once), as the policy stage would judge them once the rest is fixed."""
+    judged = {**doc, "env": envlist.judgeable(doc["env"], limits)}
+    return list(_resolution(judged, policy, project).errors)
 
 
 def decide_policy(doc: dict[str, Any], policy: Policy,
@@ -60,7 +86,7 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
     shown = {"policy_version": policy.version,
              "policy_versions": {layer.scope: layer.version for layer in layers},
              "not_applied": not_applied(layers, facts_of(doc))}
-    state, checked = decide_validation(doc, limits)
+    state, checked = decide_validation(doc, limits, policy, project)
     if state == states.REJECTED:
         return {"ok": False, **shown, "variables": [], "warnings": [],
                 "errors": checked["errors"]}

@@ -189,3 +189,18 @@ def test_changing_the_env_makes_a_new_revision_that_runs(stack: Stack):
     [seen] = envs_seen(stack, created["id"], revision=2)
     assert (seen["LR"], seen["EPOCHS"], seen["TASK_ENV_REVISION"]) == ("0.05", "3", "2")
     assert "BATCH" not in seen
+
+
+def test_a_rejection_names_every_problem_the_policy_s_included(stack: Stack):
+    """1BAD, a duplicate and a protected variable: the validation worker names all three,
+    the protected one with the admin's reason, in the one rejection."""
+    stack.set_policy(POLICY)
+    env = [{"name": "1BAD", "value": "x"}, {"name": "LR", "value": "0.1"},
+           {"name": "LR", "value": "0.2"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]
+    created = stack.create({"name": "three-problems", "steps": [["true"]], "env": env})
+    doc = stack.wait(created["id"])
+    assert doc["status"] == "rejected", doc
+    assert [(e["rule"], e.get("variable")) for e in doc["errors"]] == [
+        ("name.shell", "1BAD"), ("name.duplicate", "LR"),
+        ("policy.protected", "CUDA_VISIBLE_DEVICES")]
+    assert "the scheduler assigns GPUs" in doc["errors"][2]["message"]

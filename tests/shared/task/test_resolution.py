@@ -32,9 +32,44 @@ def test_a_preview_the_policy_refuses_still_lists_the_variables() -> None:
     assert {v["name"] for v in got["variables"]} >= {"DATA_DIR", "NCCL_P2P_DISABLE"}
 
 
-def test_an_invalid_env_stops_the_preview_before_the_policy() -> None:
+def test_an_invalid_env_lists_no_variables() -> None:
     got = preview([{"name": "bad name", "value": "1"}, {"name": "1X", "value": "2"}],
                   "train", POLICY, LIMITS)
     assert got == {"ok": False, "policy_version": 3, "policy_versions": {"platform": 3},
                    "not_applied": [], "variables": [], "warnings": [], "errors": got["errors"]}
     assert [e["variable"] for e in got["errors"]] == ["bad name", "1X"]
+
+
+THREE_PROBLEMS = [{"name": "1BAD", "value": "x"}, {"name": "LR", "value": "0.1"},
+                  {"name": "LR", "value": "0.2"}, {"name": "NCCL_P2P_DISABLE", "value": "0"}]
+
+
+def test_a_list_the_validation_rules_reject_is_judged_by_the_policy_too() -> None:
+    doc = {"id": "t1", "name": "train", "revision": 1, "env": THREE_PROBLEMS}
+    state, checked = decide_validation(doc, LIMITS, POLICY)
+    assert state == states.REJECTED
+    assert [(e["rule"], e["variable"]) for e in checked["errors"]] == [
+        ("name.shell", "1BAD"), ("name.duplicate", "LR"),
+        ("policy.protected", "NCCL_P2P_DISABLE")]
+    assert "no p2p here" in checked["errors"][2]["message"]
+
+
+def test_a_preview_names_every_problem_the_policy_s_included() -> None:
+    got = preview(THREE_PROBLEMS, "train", POLICY, LIMITS)
+    assert got["ok"] is False
+    assert [e["rule"] for e in got["errors"]] == ["name.shell", "name.duplicate",
+                                                   "policy.protected"]
+
+
+def test_every_problem_is_capped_with_the_policy_s_counted() -> None:
+    env = [{"name": "1BAD", "value": "x"}] * 120 + [{"name": "NCCL_P2P_DISABLE", "value": "0"}]
+    doc = {"id": "t1", "name": "train", "revision": 1, "env": env}
+    _, checked = decide_validation(doc, LIMITS, POLICY)
+    assert len(checked["errors"]) == 101 and checked["errors"][-1]["rule"] == "errors.truncated"
+
+
+def test_the_policy_judges_a_name_s_first_entry_only() -> None:
+    from shared.env.envlist import judgeable
+    env = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}, {"name": "B", "value": 3},
+           {"name": "2X", "value": "1"}, {"name": "C", "value": "1", "secret": "yes"}]
+    assert judgeable(env, LIMITS) == [{"name": "A", "value": "1"}]
