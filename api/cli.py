@@ -1,14 +1,51 @@
-"""Operator commands: ``python -m api.cli create-token|rotate-secrets``."""
+"""Operator commands: ``python -m api.cli create-token|rotate-secrets``.
+
+They reach Redis directly, with the same settings as the services: ``TASKENV_*``
+variables first, then what ``make run`` wrote under ``var/`` in the current directory
+(``var/redis.url`` while it runs, ``var/secret.key``).  Without either, they say what to
+set instead of failing with a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import redis
 
 from shared.access.tokens import ROLES
 from shared.config import Settings
 from shared.errors import NotFound
+from workers.localstack import REDIS_URL_FILE
 from workers.services import Services, build_services
+
+VAR = Path("var")
+NO_REDIS = ("set TASKENV_REDIS_URL to the platform's Redis, or run this in the directory "
+            f"where `make run` runs (it writes {VAR / REDIS_URL_FILE} while it runs)")
+
+
+class OperatorError(Exception):
+    """What the operator must set or start; printed as it is, never as a traceback."""
+
+
+def local_settings(environ: Mapping[str, str] | None = None, var: Path = VAR) -> Settings:
+    """The services' settings, completed by what ``make run`` keeps in ``var``."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, str] = {}
+    for setting, name in (("redis_url", REDIS_URL_FILE), ("secret_keys", "secret.key")):
+        path = var / name
+        if not environ.get(f"TASKENV_{setting.upper()}") and path.is_file():
+            found[setting] = path.read_text().strip()
+    return Settings.from_env(environ, **found)
+
+
+def shown(url: str) -> str:
+    """A Redis URL fit to print: its password left out."""
+    return re.sub(r"//[^@/]*@", "//***@", url)
 
 
 def create_token(svc: Services, owner: str, role: str) -> int:
@@ -21,6 +58,10 @@ def create_token(svc: Services, owner: str, role: str) -> int:
 def rotate_secrets(svc: Services) -> int:
     """Re-seal every sealed value with the first configured key: each task's every
     revision and every policy version of every scope.  Afterwards the old keys can go."""
+    if not svc.settings.secret_keys.strip():
+        raise OperatorError("no secret keys to re-seal with: set TASKENV_SECRET_KEYS (the new "
+                            f"key first, then the old ones), or keep them in {VAR}/secret.key "
+                            "as `make run` does")
     tasks = revisions = 0
     for task_id in svc.tasks.all_ids():
         try:
@@ -35,17 +76,30 @@ def rotate_secrets(svc: Services) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m api.cli")
+    parser = argparse.ArgumentParser(prog="python -m api.cli", description=__doc__.split(
+        "\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     token = sub.add_parser("create-token", help="create an API token and print it once")
     token.add_argument("--owner", required=True)
     token.add_argument("--role", choices=ROLES, default="user")
     sub.add_parser("rotate-secrets", help="re-encrypt stored secrets with the first key")
     args = parser.parse_args(argv)
-    svc = build_services(Settings.from_env())
-    if args.command == "create-token":
-        return create_token(svc, args.owner, args.role)
-    return rotate_secrets(svc)
+    settings = local_settings()
+    try:
+        svc = build_services(settings)
+        svc.redis.ping()
+        if args.command == "create-token":
+            return create_token(svc, args.owner, args.role)
+        return rotate_secrets(svc)
+    except OperatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except redis.AuthenticationError:
+        print(f"error: Redis at {shown(settings.redis_url)} refused the password: "
+              f"{NO_REDIS}", file=sys.stderr)
+    except redis.RedisError as exc:
+        print(f"error: cannot reach Redis at {shown(settings.redis_url)} ({exc}): {NO_REDIS}",
+              file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

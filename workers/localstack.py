@@ -55,6 +55,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Where a running local stack says which Redis it uses (with its password, so 0600): the
+# operator commands (``python -m api.cli``) read it from the same directory.
+REDIS_URL_FILE = "redis.url"
+
+
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to a file only its owner can read (0600, even if it existed)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -279,6 +284,8 @@ def main() -> int:
         env["TASKENV_REDIS_URL"] = redis_server.url
         log.info("started redis-server at %s (data in %s, password in %s)",
                  redis_server.address, redis_server.directory, var / "redis.password")
+    write_private(var / REDIS_URL_FILE, env.get("TASKENV_REDIS_URL")
+                  or os.environ["TASKENV_REDIS_URL"])
     starters: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
         # A local task runs outside the launch worker, so a launch takes a moment: four at
         # once keep several users' tasks starting while a slow backend call waits.
@@ -306,6 +313,7 @@ def main() -> int:
         supervisor.stop()
         if redis_server:
             redis_server.stop()
+        (var / REDIS_URL_FILE).unlink(missing_ok=True)  # nothing listens there any more
     return 0
 
 

@@ -86,3 +86,70 @@ def test_redis_requires_the_password_kept_private(run_dir: Path) -> None:
         with pytest.raises(redis.AuthenticationError):
             redis.Redis(port=port).ping()
         assert redis.Redis(port=port, password=password).ping()
+
+
+# --- the operator commands against what ``make run`` keeps in var/ ---------------------------
+
+def readme_rotation_blocks() -> list[str]:
+    """The README's key-rotation recipe for ``make run``, its three shell blocks in order:
+    the test runs what the README says, so the two cannot drift apart."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("**Rotating the key.**"):]
+    return re.findall(r"```sh\n(.*?)```", section, re.S)[:3]
+
+
+def as_operator(run_dir: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """A shell in the stack's directory, the virtualenv's python first on the PATH."""
+    env = localstack_env(0)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=run_dir, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_operator_commands_find_the_local_stack_and_the_readme_rotation_runs(
+        tmp_path: Path) -> None:
+    blocks = readme_rotation_blocks()
+    assert len(blocks) == 3
+    port = free_port()
+    secret = "hf_secret_value_0123"
+    check = ["sh", "-c", f'test "$HF_TOKEN" = {secret} && echo token-seen']
+    with localstack(tmp_path, port) as first:
+        made = as_operator(tmp_path, "python -m api.cli create-token --owner bob --role user")
+        assert made.returncode == 0, made.stderr
+        assert "Traceback" not in made.stderr
+        bob = made.stdout.strip()
+        created = first.call("POST", "/api/v1/tasks", bob, json={
+            "name": "sealed", "steps": [check],
+            "env": [{"name": "HF_TOKEN", "value": secret, "secret": True}]}).json()
+        assert first.wait(created["id"])["status"] == "succeeded"
+    old_key = (tmp_path / "var" / "secret.key").read_text().strip()
+
+    step1 = as_operator(tmp_path, blocks[0])
+    assert step1.returncode == 0, step1.stderr
+    keys = (tmp_path / "var" / "secret.key").read_text().strip().split(",")
+    assert len(keys) == 2 and keys[1] == old_key and keys[0] != old_key
+    assert stat.S_IMODE((tmp_path / "var" / "secret.key").stat().st_mode) == 0o600
+    with localstack(tmp_path, port):
+        step2 = as_operator(tmp_path, blocks[1])
+        assert step2.returncode == 0, step2.stderr
+        assert "re-sealed 1 tasks (1 revisions)" in step2.stderr
+    assert not (tmp_path / "var" / "redis.url").exists()  # removed when the stack stops
+    step3 = as_operator(tmp_path, blocks[2])
+    assert step3.returncode == 0, step3.stderr
+    assert (tmp_path / "var" / "secret.key").read_text().strip() == keys[0]
+
+    with localstack(tmp_path, port) as last:  # the new key alone opens the secret
+        rerun = last.call("POST", f"/api/v1/tasks/{created['id']}/rerun", bob).json()
+        assert last.wait(created["id"], rerun["revision"])["status"] == "succeeded"
+        logs = last.call("GET", f"/api/v1/tasks/{created['id']}/logs", bob).text
+        assert "token-seen" in logs and secret not in logs
+
+
+def test_operator_commands_say_what_to_set_without_a_stack(tmp_path: Path) -> None:
+    env = {"TASKENV_REDIS_URL": f"redis://:pw@127.0.0.1:{free_port()}/0"}
+    script = " ".join(f"{k}={v}" for k, v in env.items())
+    for command in ("create-token --owner bob", "rotate-secrets"):
+        done = as_operator(tmp_path, f"{script} python -m api.cli {command}")
+        assert done.returncode == 2
+        assert "Traceback" not in done.stderr and ":pw@" not in done.stderr
+        assert "set TASKENV_REDIS_URL" in done.stderr and "var/redis.url" in done.stderr
