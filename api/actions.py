@@ -19,6 +19,7 @@ from shared.access.projects import CHANGE
 from shared.derived_keys import derived_keys
 from shared.env import envfile, envlist
 from shared.errors import (
+    BadRequest,
     EnvInvalid,
     Forbidden,
     NotFound,
@@ -31,6 +32,7 @@ from shared.errors import (
 from shared.policy.layers import ProjectConflict
 from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
+from shared.task import files as task_files
 from shared.task import records, resolution, revisions, states
 from shared.task.resolution import decide_policy, decide_validation
 from shared.types import NEXT_RUN, RESTART
@@ -72,14 +74,23 @@ def same_request(svc: Services, stored: str, data: Doc) -> bool:
                for key in digest_keys(svc))
 
 
-def refuse_unstorable(svc: Services, doc: Doc, message: str = "the env cannot be stored"
+def refuse_unstorable(svc: Services, doc: Doc, message: str = "the task cannot be stored"
                       ) -> None:
     """Sizes, counts and secret lengths are refused before anything is stored; the
-    validation stage checks them again, with the other rules.  A refusal names every
-    problem of the list, the other rules' and the policy's included, as the validation
-    stage would: fixing the size must not uncover a second round of problems."""
-    if envlist.check_storable(doc["env"], svc.limits):
-        raise EnvInvalid(message, every_problem(svc, doc))  # capped when answered
+    validation stage checks them again, with the other rules.  So are the task's files
+    (their rules are all about what may be kept).  A refusal names every problem of the
+    list, the other rules' and the policy's included, as the validation stage would:
+    fixing the size must not uncover a second round of problems."""
+    file_problems = check_files(svc, doc.get("files") or [], doc["env"])
+    if file_problems or envlist.check_storable(doc["env"], svc.limits):
+        raise EnvInvalid(message, every_problem(svc, doc) + file_problems)  # capped later
+
+
+def check_files(svc: Services, files: list[Doc], env: list[Doc]) -> list[Problem]:
+    """The files' problems; none may hold the value of one of ``env``'s secrets."""
+    secrets = [(str(e.get("name")), e["value"]) for e in env
+               if e.get("secret") and isinstance(e.get("value"), str)]
+    return task_files.check(files, task_files.FileLimits.from_settings(svc.settings), secrets)
 
 
 def every_problem(svc: Services, doc: Doc) -> list[Problem]:
@@ -114,21 +125,30 @@ def task_to_change(svc: Services, task_id: str, scope: str | None) -> Doc:
 def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
                 set_: list[dict[str, Any]], unset: list[str], action: str,
                 extra: Doc | None = None, *, apply: str = RESTART,
-                if_match: int | None = None) -> Doc:
+                if_match: int | None = None, files: list[Doc] | None = None) -> Doc:
     """A new revision with the env changed: validated, resolved and launched anew.
 
     ``extra``: per-revision fields the new revision starts with (a rerun's origin).
     On a launching or running task, ``apply`` says how: ``restart`` stops the run and
     launches the new revision once it is gone; ``next-run`` (on any task) only keeps
     the changed env as the revision's ``next_env``, for the next rerun.
+    ``files``: the new revision's files, replacing the current ones (None: kept).
     """
     doc = task_to_change(svc, task_id, scope)  # before anything else
     check_match(doc, if_match)
+    if files is not None:
+        if apply == NEXT_RUN:
+            raise BadRequest("files take effect with a new revision: send them with "
+                             "apply: restart, not next-run")
+        problems = check_files(svc, files, [*doc["env"], *set_])
+        if problems:
+            raise EnvInvalid("the files cannot be stored", problems)
+        extra = {**(extra or {}), "files": task_files.stored(files)}
     if apply == NEXT_RUN:
         return _keep_for_next_run(svc, task_id, actor, set_, unset, action, if_match)
     svc.quotas.check_revision(doc)
     if doc["state"] in states.LAUNCHED:
-        return _restart(svc, doc, actor, set_, unset, action, if_match)
+        return _restart(svc, doc, actor, set_, unset, action, if_match, extra)
 
     def change(doc: Doc) -> Doc:
         check_match(doc, if_match)
@@ -200,7 +220,7 @@ def _keep_for_next_run(svc: Services, task_id: str, actor: str, set_: list[Doc],
 
 
 def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[str],
-             action: str, if_match: int | None) -> Doc:
+             action: str, if_match: int | None, extra: Doc | None = None) -> Doc:
     """Cancel the running revision n, store n+1 as ``pending`` (``apply: restart``) and
     have the launch workers stop n: they enqueue n+1 once its workload is gone, so two
     containers of the task never run at once."""
@@ -210,13 +230,13 @@ def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[s
     old = _cancel_revision(svc, doc, actor, states.LAUNCHED,
                            f"restarted as revision {doc['revision'] + 1}")
     if old is None:  # it ended or changed meanwhile: decide again from where it is now
-        return revise_task(svc, task_id, actor, None, set_, unset, action,
+        return revise_task(svc, task_id, actor, None, set_, unset, action, extra,
                            if_match=if_match)
 
     def change(current: Doc) -> Doc:
         if current["revision"] != old["revision"] or current["state"] != states.CANCELLED:
             raise StateConflict(f"task {task_id} changed while it was being restarted")
-        return _next_revision(current, env, actor, "task.restart", None, apply=RESTART)
+        return _next_revision(current, env, actor, "task.restart", extra, apply=RESTART)
 
     new = svc.tasks.update(task_id, change)
     assert new is not None
@@ -284,8 +304,9 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
         env = current["next_env"]  # a change kept for the next run (apply: next-run)
     set_, unset = _replacing(current["env"], env)
     origin: Doc = {"rerun_of": base, **({"pinned_from": base} if pin else {})}
+    # Rerun as it was: the files of the revision rerun, whatever came since.
     return revise_task(svc, task_id, actor, scope, set_, unset, "task.rerun", origin,
-                       if_match=if_match)
+                       if_match=if_match, files=earlier.get("files") or [])
 
 
 def _pinned(svc: Services, earlier: Doc, project: str | None) -> list[Doc]:
@@ -397,4 +418,5 @@ def env_diff(services: Services, doc: Doc, old: int, new: int, of: str) -> Doc:
     a, b = revision_of(services, doc, old), revision_of(services, doc, new)
     found = revisions.diff(compared(a, of), compared(b, of))
     found["changed"] = [{**c, "source": c["new_source"]} for c in found["changed"]]
-    return {"from": old, "to": new, "of": of, **found}
+    return {"from": old, "to": new, "of": of, **found,
+            "files": task_files.diff(a.get("files") or [], b.get("files") or [])}

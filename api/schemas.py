@@ -57,6 +57,30 @@ class EnvEntry(Strict):
                                                  "through the backend's secret mechanism."})
 
 
+class FileEntry(Strict):
+    path = fields.String(required=True, metadata={
+        "description": "Relative to the working directory (no absolute path, no '..').",
+        "example": "prepare.sh"})
+    content = fields.String(required=True, metadata={
+        "description": "Text, stored and shown in clear: never a secret value (read secrets "
+                       "from the environment).", "example": "echo preparing\n"})
+    mode = fields.Integer(strict=True, load_default=None, metadata={
+        "description": "Permission bits, 0 to 511 (0o777); default 420 (0o644); 493 is "
+                       "0o755.", "example": 493})
+
+
+def files_field(description: str, **options: object) -> fields.List:
+    return fields.List(fields.Nested(FileEntry), metadata={"description": description},
+                       **options)  # type: ignore[arg-type]
+
+
+class FileOut(ma.Schema):
+    path = fields.String()
+    mode = fields.Integer()
+    size = fields.Integer(metadata={"description": "Bytes of content."})
+    sha256 = fields.String(metadata={"description": "Hex digest of the content."})
+
+
 class ResourcesSchema(Strict):
     cpu = fields.String(load_default=None, validate=validate.Length(max=32))
     memory = fields.String(load_default=None, validate=validate.Length(max=32))
@@ -96,6 +120,9 @@ class TaskCreate(Strict):
                                  "Defaults to the owner's only project; required for an "
                                  "owner in several."})
     env_file = env_file_field(shared_with="env")
+    files = files_field("The task's own files (scripts, configs), placed in the working "
+                        "directory before the first step, which stays writable.",
+                        load_default=list)
 
 
 class EnvPatch(Strict):
@@ -104,6 +131,9 @@ class EnvPatch(Strict):
     unset = fields.List(fields.String(), load_default=list,
                         metadata={"description": "Names of variables to delete."})
     env_file = env_file_field(shared_with="set")
+    files = files_field("When given: the new revision's files, replacing the current ones "
+                        "whole; absent: the files are kept.", load_default=None,
+                        allow_none=True)
     apply = fields.String(
         load_default=RESTART, validate=validate.OneOf(APPLY_MODES),
         metadata={"description": "When the change takes effect. restart (the default): a "
@@ -201,6 +231,8 @@ class TaskOut(ma.Schema):
     pinned_from = fields.Integer(allow_none=True)
     rerun_of = fields.Integer(allow_none=True)
     note = fields.String(metadata={"description": "How env changes take effect."})
+    files = fields.List(fields.Nested(FileOut), metadata={
+        "description": "The revision's own files: path, mode, size and digest."})
     next_env = fields.List(
         fields.Nested(EnvOut), allow_none=True,
         metadata={"description": "A change made with apply: next-run, kept for the next "
@@ -217,6 +249,10 @@ class ManifestOut(ma.Schema):
     job = fields.Dict(metadata={"description": "A batch/v1 Job, as the API server gets it."})
     secret = fields.Dict(allow_none=True,
                          metadata={"description": "A v1 Secret; its values are redacted."})
+    config_map = fields.Dict(allow_none=True, metadata={
+        "description": "A v1 ConfigMap of the task's own files (one key each), which an "
+                       "init container copies into the writable working directory; null "
+                       "for a task without files."})
 
 
 class TaskAccepted(ma.Schema):
@@ -435,6 +471,8 @@ class RevisionOut(RevisionSummary):
         "description": "For a rerun: each variable whose value differs from the revision "
                        "it was made from, and why."})
     events = fields.List(fields.Nested(Event))
+    files = fields.List(fields.Nested(FileOut), metadata={
+        "description": "The revision's own files: path, mode, size and digest."})
 
 
 class DiffQuery(Strict):
@@ -462,6 +500,18 @@ class DiffChange(ma.Schema):
         "description": "False when only the source changed; a secret shows only this."})
 
 
+class FileChange(ma.Schema):
+    path = fields.String()
+    old = fields.Nested(FileOut)
+    new = fields.Nested(FileOut)
+
+
+class FilesDiff(ma.Schema):
+    added = fields.List(fields.Nested(FileOut))
+    removed = fields.List(fields.Nested(FileOut))
+    changed = fields.List(fields.Nested(FileChange))
+
+
 class DiffOut(ma.Schema):
     from_ = fields.Integer(data_key="from", attribute="from")
     to = fields.Integer()
@@ -471,6 +521,9 @@ class DiffOut(ma.Schema):
     changed = fields.List(fields.Nested(DiffChange))
     unchanged = fields.List(fields.String(), metadata={
         "description": "Names whose value is the same (secrets compared, never shown)."})
+    files = fields.Nested(FilesDiff, metadata={
+        "description": "The task's own files: added, removed and changed, by path, each "
+                       "with its size, mode and digest (never the whole content)."})
 
 
 # --- projects and a draft policy's impact ----------------------------------------------------

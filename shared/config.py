@@ -29,6 +29,10 @@ class Settings:
     max_value_bytes: int = 128 * 1024  # Linux MAX_ARG_STRLEN
     max_env_bytes: int = 1024 * 1024  # a ConfigMap's limit
     max_request_bytes: int = 4 * 1024 * 1024
+    # A task's own files (scripts placed in its working directory): how many, and the bytes
+    # of their contents in all (they become one ConfigMap, which holds at most 1 MiB).
+    max_files: int = 100
+    max_files_bytes: int = 512 * 1024
     work_dir: str = "var/tasks"
     # The local launcher runs each step in a bubblewrap sandbox ("bwrap"); "off-unsafe-dev"
     # runs steps as plain processes that can read the worker's keys: development only.

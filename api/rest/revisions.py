@@ -13,6 +13,7 @@ from api.context import svc
 from api.rest.tasks import readable
 from api.schemas import DiffOut, DiffQuery, RevisionList, RevisionOut
 from shared.secrets import masked
+from shared.task import files as task_files
 
 blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revisions",
                 description="Every revision of a task's env: as set, as resolved, its outcome.")
@@ -25,7 +26,8 @@ def revision_view(rev: Doc) -> Doc:
     resolved = rev.get("resolved")
     return {**{name: rev.get(name) for name in RevisionOut().fields if name in rev},
             "revision": rev["revision"], "env": [masked(e) for e in rev.get("env") or []],
-            "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
+            "resolved_env": None if resolved is None else [masked(v) for v in resolved],
+            "files": task_files.summary(rev.get("files") or [])}
 
 
 @blp.route("")

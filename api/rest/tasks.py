@@ -156,7 +156,8 @@ class TaskEnv(MethodView):
         """
         set_ = actions.with_env_file(data["set"], data.get("env_file"))
         doc = actions.revise_task(svc(), task_id, actor(), scope(), set_, data["unset"],
-                                  "task.env.patch", apply=data["apply"], if_match=if_match())
+                                  "task.env.patch", apply=data["apply"], if_match=if_match(),
+                                  files=data["files"])
         return accepted(doc), 202, {"Location": task_url(task_id)}
 
 

@@ -58,7 +58,7 @@ REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
-    "next_env",
+    "next_env", "files",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
@@ -71,7 +71,7 @@ REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "ho
                     "rerun_of")
 COUNTERS = ("v", "seq")
 # Per-revision lists stored deflated once their JSON is this long (bytes).
-PACKED_FIELDS = frozenset({"env", "resolved", "next_env"})
+PACKED_FIELDS = frozenset({"env", "resolved", "next_env", "files"})
 PACK_OVER = 256
 
 

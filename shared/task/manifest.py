@@ -21,6 +21,14 @@ Two decisions make a value arrive in the container exactly as the user typed it
 Secret variables go into a Secret and reach the container through
 ``valueFrom.secretKeyRef``: the Job never holds them.  (Kubernetes does not
 expand values read through ``valueFrom``, so they are not escaped.)
+
+A task's own files go into a ConfigMap (one key per file), mounted read-only in
+an init container that copies each into a writable ``emptyDir`` mounted at
+:data:`WORK_DIR`, with its mode; the task's container runs there (in its
+``workdir`` below it), so the scripts find their files beside them and what they
+write stays theirs.  The paths reach the init container as arguments of a fixed
+script, never as code; the image needs ``/bin/sh``, ``mkdir``, ``cp`` and
+``chmod``, as any POSIX image has.
 """
 
 from __future__ import annotations
@@ -32,12 +40,16 @@ import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 from kubernetes.client import (
     ApiClient,
     Configuration,
+    V1ConfigMap,
+    V1ConfigMapVolumeSource,
     V1Container,
+    V1EmptyDirVolumeSource,
     V1EnvVar,
     V1EnvVarSource,
     V1Job,
@@ -48,12 +60,20 @@ from kubernetes.client import (
     V1ResourceRequirements,
     V1Secret,
     V1SecretKeySelector,
+    V1Volume,
+    V1VolumeMount,
 )
 
 from shared.config import DEFAULTS
 from shared.task.workload import Workload
 
 CONTAINER_NAME = "task"
+FILES_CONTAINER = "files"  # the init container that places the task's files
+WORK_DIR = "/home/task"  # the writable working directory of a task with files
+FILES_DIR = "/taskenv/files"  # where the init container sees the ConfigMap
+# Each file: its ConfigMap key, where it goes, its mode (octal); arguments, never code.
+COPY_FILES = ('set -e; while [ "$#" -gt 0 ]; do mkdir -p "$(dirname "$2")"; '
+              'cp "$1" "$2"; chmod "$3" "$2"; shift 3; done')
 SHELL = ("/bin/sh", "-c")
 GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_TASK_ID = "taskenv.io/task-id"
@@ -83,6 +103,7 @@ class ManifestSettings:
 class Manifests:
     job: V1Job
     secret: V1Secret | None
+    config_map: V1ConfigMap | None = None  # the task's own files
 
 
 def escape(value: str) -> str:
@@ -134,6 +155,11 @@ def job_name(workload: Workload) -> str:
 def secret_name(workload: Workload) -> str:
     """The Secret holding the workload's secret values (a DNS-1123 subdomain)."""
     return f"{job_name(workload)}-env"
+
+
+def files_name(workload: Workload) -> str:
+    """The ConfigMap holding the workload's own files (a DNS-1123 subdomain)."""
+    return f"{job_name(workload)}-files"
 
 
 def label_value(text: str) -> str:
@@ -210,8 +236,52 @@ def pod_spec(workload: Workload, secret_name: str | None) -> V1PodSpec:
         working_dir=workload.workdir or None,
         resources=resources(workload),
     )
-    return V1PodSpec(containers=[container], restart_policy="Never",
+    spec = V1PodSpec(containers=[container], restart_policy="Never",
                      enable_service_links=False, automount_service_account_token=False)
+    if workload.files:
+        with_files(spec, workload)
+    return spec
+
+
+def work_dir(workload: Workload) -> str:
+    """The working directory of a task with files: its workdir inside :data:`WORK_DIR`."""
+    return str(PurePosixPath(WORK_DIR, workload.workdir or ""))
+
+
+def file_key(index: int) -> str:
+    return f"file-{index}"
+
+
+def with_files(spec: V1PodSpec, workload: Workload) -> None:
+    """Add the files' volumes, the init container that copies them into the writable
+    working directory, and that directory to the task's container."""
+    work = V1VolumeMount(name="work", mount_path=WORK_DIR)
+    args: list[str] = []
+    for index, file in enumerate(workload.files):
+        target = str(PurePosixPath(work_dir(workload), file.path))
+        args += [f"{FILES_DIR}/{file_key(index)}", target, f"{file.mode:o}"]
+    spec.init_containers = [V1Container(
+        name=FILES_CONTAINER, image=workload.image,
+        command=[*SHELL, escape(COPY_FILES), "sh", *(escape(a) for a in args)],
+        volume_mounts=[V1VolumeMount(name="files", mount_path=FILES_DIR, read_only=True),
+                       work])]
+    task = spec.containers[0]
+    task.volume_mounts = [work]
+    task.working_dir = work_dir(workload)
+    spec.volumes = [
+        V1Volume(name="files", config_map=V1ConfigMapVolumeSource(
+            name=files_name(workload), default_mode=0o444)),
+        V1Volume(name="work", empty_dir=V1EmptyDirVolumeSource())]
+
+
+def config_map(workload: Workload, settings: ManifestSettings) -> V1ConfigMap | None:
+    """The workload's own files, one key each; None for a task without files."""
+    if not workload.files:
+        return None
+    return V1ConfigMap(
+        api_version="v1", kind="ConfigMap", immutable=True,
+        metadata=_metadata(workload, files_name(workload), settings.namespace),
+        data={file_key(i): f.content for i, f in enumerate(workload.files)})
 
 
 def build(workload: Workload, settings: ManifestSettings) -> Manifests:
@@ -229,7 +299,8 @@ def build(workload: Workload, settings: ManifestSettings) -> Manifests:
             ),
         ),
     )
-    return Manifests(job=job, secret=_secret(workload, secret, settings) if secret else None)
+    return Manifests(job=job, secret=_secret(workload, secret, settings) if secret else None,
+                     config_map=config_map(workload, settings))
 
 
 def _metadata(workload: Workload, name: str, namespace: str) -> V1ObjectMeta:
@@ -258,7 +329,9 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 def for_display(manifests: Manifests) -> dict[str, Any]:
     """The manifests as a user may see them: the Secret's keys, never its values."""
-    out: dict[str, Any] = {"job": to_dict(manifests.job), "secret": None}
+    out: dict[str, Any] = {"job": to_dict(manifests.job), "secret": None,
+                           "config_map": None if manifests.config_map is None
+                           else to_dict(manifests.config_map)}
     if manifests.secret is not None:
         secret = to_dict(manifests.secret)
         secret["data"] = {key: "<redacted>" for key in secret.get("data", {})}

@@ -15,6 +15,7 @@ from typing import Any
 
 from shared.errors import Problem
 from shared.secrets import masked
+from shared.task import files as task_files
 from shared.task import states
 
 NOTE = ("A running container's env cannot change: a change to the env makes a new "
@@ -42,7 +43,8 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "name": data["name"], "owner": owner, "image": data.get("image"),
         "workdir": data.get("workdir"), "steps": data["steps"],
         "resources": data.get("resources"), "env": list(data.get("env", [])),
-        "revision": 1, "state": states.PENDING, "created_at": now, "updated_at": now,
+        "files": task_files.stored(data.get("files") or []), "revision": 1,
+        "state": states.PENDING, "created_at": now, "updated_at": now,
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
         "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
         "events": [{"at": now, "revision": 1, "state": states.PENDING}],
@@ -119,6 +121,7 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "updated_at": doc["updated_at"], "events": doc.get("events", []), "note": NOTE,
         "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
         "rerun_of": doc.get("rerun_of"),
+        "files": task_files.summary(doc.get("files") or []),
     }
 
 

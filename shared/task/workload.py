@@ -11,6 +11,7 @@ from typing import Any
 
 from shared.config import DEFAULT_IMAGE
 from shared.policy.model import Resolved
+from shared.task.files import TaskFile
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Workload:
     image: str = DEFAULT_IMAGE
     workdir: str | None = None
     resources: Resources = field(default_factory=Resources)
+    files: tuple[TaskFile, ...] = ()  # placed in the working directory before the first step
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Workload:
@@ -45,6 +47,7 @@ class Workload:
             image=doc.get("image") or DEFAULT_IMAGE,
             workdir=doc.get("workdir"),
             resources=Resources(res.get("cpu"), res.get("memory"), int(res.get("gpus", 0))),
+            files=tuple(TaskFile.from_dict(f) for f in doc.get("files") or []),
         )
 
     def env_dict(self) -> dict[str, str]:

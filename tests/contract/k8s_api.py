@@ -73,6 +73,10 @@ ROUTES = [
     ("POST", re.compile(rf"/api/v1/namespaces/{_NS}/secrets"), "create_secret"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "read_secret"),
     ("PATCH", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "patch_secret"),
+    ("POST", re.compile(rf"/api/v1/namespaces/{_NS}/configmaps"), "create_configmap"),
+    ("PATCH", re.compile(rf"/api/v1/namespaces/{_NS}/configmaps/{_NAME}"), "patch_configmap"),
+    ("DELETE", re.compile(rf"/api/v1/namespaces/{_NS}/configmaps/{_NAME}"),
+     "delete_configmap"),
     ("POST", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"), "create_job"),
     ("GET", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"), "list_jobs"),
     ("GET", re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs/{_NAME}"), "read_job"),
@@ -87,6 +91,7 @@ WATCHABLE = {  # collection path → route family
 }
 KINDS = {  # route family → (kind, apiVersion, resource, group)
     "secret": ("Secret", "v1", "secrets", ""),
+    "configmap": ("ConfigMap", "v1", "configmaps", ""),
     "job": ("Job", "batch/v1", "jobs", "batch"),
     "pod": ("Pod", "v1", "pods", ""),
 }
@@ -481,6 +486,26 @@ class FakeKubeApi:
                                  f"immutable when `immutable` is set")
         self._put("secret", ns, name, patched, "MODIFIED")
         return Response(200, copy.deepcopy(patched))
+
+    def create_configmap(self, req: Recorded, content_type: str, ns: str) -> Response:
+        body = copy.deepcopy(req.body)
+        name = self._check_new("configmap", body, ns, content_type)
+        self._put("configmap", ns, name, body, "ADDED")
+        return Response(201, copy.deepcopy(body))
+
+    def patch_configmap(self, req: Recorded, content_type: str, ns: str,
+                        name: str) -> Response:
+        if content_type.split(";")[0].strip() not in PATCH_TYPES:
+            raise _ApiError(415, "the body of the request was in an unknown format")
+        patched = _merge(self._get("configmap", ns, name), req.body)
+        self._put("configmap", ns, name, patched, "MODIFIED")
+        return Response(200, copy.deepcopy(patched))
+
+    def delete_configmap(self, req: Recorded, content_type: str, ns: str,
+                         name: str) -> Response:
+        self._get("configmap", ns, name)
+        self._remove(("configmap", ns, name))
+        return _deleted(name)
 
     def create_job(self, req: Recorded, content_type: str, ns: str) -> Response:
         body = copy.deepcopy(req.body)

@@ -14,7 +14,11 @@ class DryRunLauncher:
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         env = workload.env_dict()  # the same work a real launcher does before it submits
         hooks.started()
-        hooks.log(f"dry run: {len(workload.steps)} steps, {len(env)} variables\n")
+        hooks.log(f"dry run: {len(workload.steps)} steps, {len(env)} variables, "
+                  f"{len(workload.files)} files\n")
+        for file in workload.files:  # what would be placed in the working directory
+            hooks.log(f"dry run: file {file.path} ({len(file.content.encode())} bytes, "
+                      f"mode {file.mode:o})\n")
         return Outcome("succeeded", exit_code=0)
 
     def observe(self, workload: Workload) -> Outcome | None:

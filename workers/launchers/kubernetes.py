@@ -56,6 +56,7 @@ from shared.task.manifest import (
     CONTAINER_NAME,
     ManifestSettings,
     build,
+    files_name,
     job_name,
     secret_name,
 )
@@ -128,12 +129,19 @@ class KubernetesLauncher:
         name = job_name(workload)
         if manifests.secret is not None:
             self._create("create secret", self.core.create_namespaced_secret, manifests.secret)
+        if manifests.config_map is not None:
+            self._create("create configmap", self.core.create_namespaced_config_map,
+                         manifests.config_map)
         job = self._create("create job", self.batch.create_namespaced_job, manifests.job)
         verb = "created"
         if job is None:
             job, verb = self._adopt(workload, name), "adopted the existing"
         if manifests.secret is not None:
-            self._let_job_own_secret(name, _meta(job).uid, secret_name(workload), hooks)
+            self._let_job_own(name, _meta(job).uid, secret_name(workload), hooks,
+                              "secret", self.core.patch_namespaced_secret)
+        if manifests.config_map is not None:
+            self._let_job_own(name, _meta(job).uid, files_name(workload), hooks,
+                              "configmap", self.core.patch_namespaced_config_map)
         hooks.log(f"kubernetes: {verb} job {self.namespace}/{name}\n")
         hooks.started()
         return Outcome("running")
@@ -174,6 +182,9 @@ class KubernetesLauncher:
                      options)
         self._delete("delete secret", self.core.delete_namespaced_secret,
                      secret_name(workload), V1DeleteOptions())
+        if workload.files:
+            self._delete("delete configmap", self.core.delete_namespaced_config_map,
+                         files_name(workload), V1DeleteOptions())
         if self.observe(workload) is not None:
             raise TransientError(f"job {self.namespace}/{job_name(workload)} is still "
                                  "being deleted")
@@ -203,18 +214,19 @@ class KubernetesLauncher:
                                f"another task ({owner!r}); not adopting it")
         return job
 
-    def _let_job_own_secret(self, job: str, uid: str | None, secret: str, hooks: Hooks) -> None:
-        """Make the Secret an owned object of the Job, so deleting the Job deletes it."""
+    def _let_job_own(self, job: str, uid: str | None, owned: str, hooks: Hooks, kind: str,
+                     patch_call: Callable[..., Any]) -> None:
+        """Make the Secret (or ConfigMap) an owned object of the Job, so deleting the Job
+        deletes it."""
         if not uid:
             return
         ref = V1OwnerReference(api_version="batch/v1", kind="Job", name=job, uid=uid,
                                block_owner_deletion=False)
         patch = {"metadata": {"ownerReferences": [self.api.sanitize_for_serialization(ref)]}}
         try:
-            self._call("patch secret", self.core.patch_namespaced_secret, secret,
-                       self.namespace, patch)
+            self._call(f"patch {kind}", patch_call, owned, self.namespace, patch)
         except PermanentError as exc:  # the Job runs either way; only clean-up is at stake
-            hooks.log(f"kubernetes: warning: secret {secret} will outlive its job: {exc}\n")
+            hooks.log(f"kubernetes: warning: {kind} {owned} will outlive its job: {exc}\n")
 
     def _lister(self, what: str, list_call: Callable[..., Any], watch_seconds: int) -> Fetch:
         """``list_call`` of taskenv's objects, as raw JSON (a LIST, or a WATCH stream)."""

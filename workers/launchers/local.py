@@ -25,11 +25,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
+from shared.task.files import TaskFile, path_problem
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
@@ -80,6 +82,7 @@ class LocalLauncher:
         except BadWorkdir as exc:
             raise LaunchFailed(str(exc)) from exc
         home = prepare_home(run_dir, workload.workdir)
+        write_files(home / (workload.workdir or ""), workload.files)
         pid = self._start_runner(run_dir, runner_spec(self.settings, workload, home, self.bwrap))
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
@@ -217,6 +220,24 @@ def prepare_home(run_dir: Path, workdir: str | None) -> Path:
     if workdir:  # already checked: relative, no '..'; the home holds no links yet
         (home / workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
     return home
+
+
+def write_files(workdir: Path, files: Iterable[TaskFile]) -> None:
+    """The task's own files, written into its working directory before the runner starts.
+
+    Paths were checked when the task was stored and are checked again here: relative,
+    no '..'.  The directory is the revision's fresh home, so nothing in it is a link yet;
+    ``O_NOFOLLOW`` refuses one all the same.
+    """
+    for file in files:
+        if (problem := path_problem(file.path)) is not None:
+            raise LaunchFailed(f"file {file.path!r}: path {problem}")
+        target = workdir / file.path
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, file.mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            os.fchmod(out.fileno(), file.mode)  # the mode asked for, whatever the umask
+            out.write(file.content)
 
 
 def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:

@@ -148,6 +148,7 @@ class PodmanLauncher:
                              workload.run_name)
         if result.returncode != 0:
             raise self._error("pod rm", result)
+        self.remove_files(workload)
         if self.pod_exists(workload.run_name):  # a launch racing this one played it again
             raise TransientError(f"podman pod {workload.run_name} is still there")
 
@@ -164,15 +165,20 @@ class PodmanLauncher:
         job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
         template = job["spec"]["template"]["metadata"]
         spec = manifest.to_dict(manifest.pod_spec(workload, secret_name))
-        for container in spec.get("containers", []):
+        for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             expand_container(container)
         metadata = {"name": workload.run_name, "labels": template.get("labels", {}),
                     "annotations": template.get("annotations", {})}
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
     def render(self, workload: Workload, secret_name: str | None) -> str:
-        return yaml.safe_dump(self.pod_manifest(workload, secret_name), sort_keys=False,
-                              allow_unicode=True)
+        """The Pod, after the ConfigMap of the task's files if it has any: kube play makes
+        the ConfigMap a volume of the same name (removed with the pod, see ``remove``)."""
+        docs = [self.pod_manifest(workload, secret_name)]
+        files = manifest.config_map(workload, self.manifest_settings)
+        if files is not None:
+            docs.insert(0, manifest.to_dict(files))
+        return yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True)
 
     def secret_payload(self, workload: Workload) -> bytes | None:
         """The secret variables as podman's ``secretKeyRef`` reads them: JSON, base64 values."""
@@ -211,6 +217,12 @@ class PodmanLauncher:
     def remove(self, workload: Workload) -> None:
         """Remove the workload's pod and its containers (their logs go with them)."""
         self.podman("pod", "rm", "--force", "--ignore", workload.run_name)
+        self.remove_files(workload)
+
+    def remove_files(self, workload: Workload) -> None:
+        """The volume kube play made of the files' ConfigMap: it outlives the pod."""
+        if workload.files:
+            self.podman("volume", "rm", "--force", manifest.files_name(workload))
 
     def podman(self, *args: str, stdin: bytes | None = None,
                stderr: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
