@@ -136,3 +136,36 @@ def test_secret_reaches_the_container_and_its_output_is_redacted(podman_stack: P
     pod = f"taskenv-{created['id'][:20]}-r1"
     assert SECRET not in podman("pod", "inspect", pod).stdout
     assert SECRET.encode() not in stack.logs.read_bytes()
+
+
+PREPARE_SH = """set -e
+echo "prepare sees LEARNING_RATE=$LEARNING_RATE in $(pwd)"
+mkdir -p "$DATA_DIR"
+echo "rows lr=$LEARNING_RATE \\$(HOME) stays" > "$DATA_DIR/train.csv"
+"""
+TRAIN_SH = """echo "train sees LEARNING_RATE=$LEARNING_RATE and read: $(cat "$DATA_DIR/train.csv")"
+echo done > model.txt && echo "model: $(cat model.txt)"
+"""
+
+
+def test_a_task_s_files_are_copied_into_a_writable_workdir_in_the_container(
+        podman_stack: PodmanStack):
+    """The busybox runtime image has no python: two sh scripts, each reading the same env,
+    the second reading what the first wrote, placed by the init container's copy."""
+    stack = podman_stack
+    created = stack.create({
+        "name": "files-in-podman", "workdir": "job",
+        "steps": [["sh", "prepare.sh"], ["./bin/train.sh"]],
+        "env": [{"name": "LEARNING_RATE", "value": "0.01"}, {"name": "DATA_DIR", "value": "data"}],
+        "files": [{"path": "prepare.sh", "content": PREPARE_SH},
+                  {"path": "bin/train.sh", "content": TRAIN_SH, "mode": 0o755}]})
+    try:
+        doc = stack.wait(created["id"], timeout=120)
+        logs = stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+        assert doc["status"] == "succeeded", (doc, logs)
+        assert "prepare sees LEARNING_RATE=0.01 in /home/task/job" in logs
+        assert "train sees LEARNING_RATE=0.01 and read: rows lr=0.01 $(HOME) stays" in logs
+        assert "model: done" in logs
+    finally:
+        stack.remove_pods()
+        podman("volume", "rm", "--force", f"taskenv-{created['id'][:20]}-r1-files")

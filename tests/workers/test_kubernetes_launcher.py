@@ -487,3 +487,27 @@ def test_cancel_retries_a_busy_api_server(api, launcher, clock):
     launcher.cancel(job)
     assert len(api.requests_to("DELETE", f"{JOBS}/{job_name(job)}")) == 3
     assert api.stored("job", NS) == []
+
+
+CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
+
+
+def test_a_task_s_files_go_in_a_configmap_its_job_owns_and_cancel_deletes(api, launcher):
+    from dataclasses import replace
+
+    from shared.task.files import TaskFile
+    from shared.task.manifest import files_name
+    job = replace(workload(secret=False), files=(TaskFile("prepare.sh", "echo $(HOME)\n", 0o755),
+                                                 TaskFile("conf/a.yaml", "lr: 1\n")))
+    launcher.launch(job, RecordingHooks().hooks)
+    assert [r.path for r in api.requests if r.method == "POST"] == [CONFIGMAPS, JOBS]
+    (files,) = api.stored("configmap", NS)
+    assert files["metadata"]["name"] == files_name(job)
+    assert files["data"] == {"file-0": "echo $(HOME)\n", "file-1": "lr: 1\n"}  # literal
+    (stored_job,) = api.stored("job", NS)
+    assert files["metadata"]["ownerReferences"][0]["uid"] == stored_job["metadata"]["uid"]
+    spec = stored_job["spec"]["template"]["spec"]
+    assert spec["initContainers"][0]["name"] == "files"
+    launcher.cancel(job)
+    assert api.requests_to("DELETE", f"{CONFIGMAPS}/{files_name(job)}")
+    assert api.stored("configmap", NS) == []

@@ -307,3 +307,38 @@ def test_a_real_shell_gets_the_argv_and_env_exactly_as_typed(tmp_path):
     assert argv == list(HOSTILE_ARGV)
     for var in env:
         assert seen[var.name] == var.value
+
+
+def test_files_become_a_configmap_and_an_init_container_copying_them_into_a_writable_dir():
+    from dataclasses import replace
+
+    from shared.task.files import TaskFile
+    from shared.task.manifest import WORK_DIR, files_name, for_display
+    files = (TaskFile("prepare.sh", "echo $(HOME) `id`\n", 0o755),
+             TaskFile("conf/$(X) a.yaml", "lr: 1\n"))
+    w = replace(workload(), workdir="runs/exp1", files=files)
+    built = build(w, ManifestSettings())
+    job, cm = assert_valid(built.job), assert_valid(built.config_map)
+    assert cm["metadata"]["name"] == files_name(w) and cm["immutable"] is True
+    assert cm["data"] == {"file-0": "echo $(HOME) `id`\n", "file-1": "lr: 1\n"}
+    spec = job["spec"]["template"]["spec"]
+    (init,) = spec["initContainers"]
+    task = spec["containers"][0]
+    assert task["workingDir"] == f"{WORK_DIR}/runs/exp1"
+    assert task["volumeMounts"] == [{"name": "work", "mountPath": WORK_DIR}]
+    assert {v["name"] for v in spec["volumes"]} == {"files", "work"}
+    assert "emptyDir" in [v for v in spec["volumes"] if v["name"] == "work"][0]
+    # The paths are arguments of a fixed script, escaped for Kubernetes' $(VAR) expansion.
+    args = [kube_expand(a, {}) for a in init["command"][4:]]
+    assert args == ["/taskenv/files/file-0", f"{WORK_DIR}/runs/exp1/prepare.sh", "755",
+                    "/taskenv/files/file-1", f"{WORK_DIR}/runs/exp1/conf/$(X) a.yaml", "644"]
+    assert "env" not in init  # no variable, no secret reaches the copy
+    shown = for_display(built)
+    assert shown["config_map"]["data"]["file-0"].startswith("echo")
+
+
+def test_a_task_without_files_has_no_configmap_and_keeps_its_workdir():
+    built = build(workload(), ManifestSettings())
+    assert built.config_map is None
+    spec = to_dict(built.job)["spec"]["template"]["spec"]
+    assert "initContainers" not in spec and "volumes" not in spec
