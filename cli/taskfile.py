@@ -1,8 +1,11 @@
 """A task file: YAML holding what ``POST /api/v1/tasks`` takes, plus an optional ``.env``.
 
 The file is the request body (``name``, ``image``, ``workdir``, ``steps``,
-``env``, ``resources``); the API checks its shape.  Values from an ``.env``
-file are appended to ``env``; a name in both is an error that names it.
+``env``, ``resources``, ``files``); the API checks its shape.  Values from an ``.env``
+file are appended to ``env``; a name in both is an error that names it.  Each of
+``files`` gives its ``path`` in the task's working directory and either its
+``content`` or a ``source``: a local file, relative to the task file, that the CLI
+reads and sends as the content.
 """
 
 from __future__ import annotations
@@ -63,4 +66,29 @@ def body(task_file: Path, env_file: Path | None,
     env_names(env, str(task_file))
     if env_file is not None:
         env = merge_env(env, envfile.load(env_file), str(task_file), str(env_file))
-    return {**data, "env": mark_secret(env, secrets)}
+    out = {**data, "env": mark_secret(env, secrets)}
+    if "files" in data:
+        out["files"] = read_files(data["files"], task_file)
+    return out
+
+
+def read_files(files: Any, task_file: Path) -> list[dict[str, Any]]:
+    """``files`` with each ``source`` read into ``content`` (relative to the task file)."""
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise UsageProblem(f"{task_file}: files must be a list of {{path, content or source, "
+                           "mode?}} entries")
+    out = []
+    for index, entry in enumerate(files):
+        entry = dict(entry)
+        if ("content" in entry) == ("source" in entry):
+            raise UsageProblem(f"{task_file}: files[{index}] ({entry.get('path')}) needs "
+                               "either content or source, not both")
+        if "source" in entry:
+            source = task_file.parent / str(entry.pop("source"))
+            try:
+                entry["content"] = source.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageProblem(f"{task_file}: files[{index}]: cannot read {source}: "
+                                   f"{exc}") from exc
+        out.append(entry)
+    return out

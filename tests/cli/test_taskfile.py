@@ -61,3 +61,30 @@ def test_bad_task_files_are_usage_problems(tmp_path: Path, text: str, problem: s
 
     with pytest.raises(UsageProblem, match=problem):
         taskfile.body(task, None)
+
+
+TASK_WITH_FILES = """\
+name: train
+steps: [[sh, prepare.sh], [python3, train.py]]
+files:
+  - {path: prepare.sh, source: scripts/prepare.sh, mode: 0755}
+  - {path: train.py, content: "print('hi')\\n"}
+"""
+
+
+def test_a_file_s_source_is_read_relative_to_the_task_file(tmp_path: Path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "prepare.sh").write_text("echo $LR\n", encoding="utf-8")
+    task, _ = files(tmp_path, TASK_WITH_FILES)
+    got = taskfile.body(task, None)["files"]
+    assert got == [{"path": "prepare.sh", "content": "echo $LR\n", "mode": 0o755},
+                   {"path": "train.py", "content": "print('hi')\n"}]
+
+
+def test_a_file_needs_content_or_a_readable_source(tmp_path: Path):
+    task, _ = files(tmp_path, TASK_WITH_FILES)
+    with pytest.raises(UsageProblem, match="cannot read .*prepare.sh"):
+        taskfile.body(task, None)
+    task, _ = files(tmp_path, "name: t\nsteps: [[x]]\nfiles: [{path: a}]\n")
+    with pytest.raises(UsageProblem, match=r"files\[0\] \(a\) needs either content or source"):
+        taskfile.body(task, None)

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_linear_regression_example_runs_both_scripts_on_the_platform_env(stack: Stack):
+    platform = stack.call("GET", "/api/v1/policy").json()
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "run_example.py")],
         env={"TASKENV_URL": stack.base, "TASKENV_TOKEN": stack.admin_token,
@@ -37,3 +38,11 @@ def test_linear_regression_example_runs_both_scripts_on_the_platform_env(stack: 
         assert "CUDA_VISIBLE_DEVICES" not in names
     assert "RUN_NOTE='$(HOME) `id` a;b — 数据 stays literal'" in out
     assert "mse=" in out
+    # Its own project's policy: the platform's is as it was.
+    assert stack.call("GET", "/api/v1/policy").json() == platform
+    assert stack.call("GET", "/api/v1/projects/examples/policy").json()["defaults"]
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "run_example.py")],
+        env={"TASKENV_URL": stack.base, "TASKENV_TOKEN": stack.admin_token,
+             "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr  # a second run works too
