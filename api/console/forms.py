@@ -33,14 +33,22 @@ ROW_FIELD = re.compile(r"(?P<prefix>[a-z]+)-(?P<index>\d{1,4})-(?P<field>[a-z]+)
 TYPED = ("name", "value", "reason")
 
 
-def rows(form: MultiDict[str, str], prefix: str) -> list[Row]:
+def rows(form: MultiDict[str, str], prefix: str, typed: tuple[str, ...] = TYPED) -> list[Row]:
     """The ``prefix`` rows a form sent, in order, leaving out rows left empty."""
     found: dict[int, Row] = {}
     for key, value in form.items():
         match = ROW_FIELD.fullmatch(key)
         if match and match["prefix"] == prefix:
             found.setdefault(int(match["index"]), {})[match["field"]] = value
-    return [found[i] for i in sorted(found) if any(found[i].get(f) for f in TYPED)]
+    return [found[i] for i in sorted(found) if any(found[i].get(f) for f in typed)]
+
+
+FILE_TYPED = ("path", "content")  # a file row with neither was left empty
+EXECUTABLE, READABLE = 0o755, 0o644
+
+
+def blank_files(count: int) -> list[Row]:
+    return [{"path": "", "content": "", "executable": False} for _ in range(count)]
 
 
 def blank(count: int, **extra: Any) -> list[Row]:
@@ -75,6 +83,24 @@ class EnvRow(Form):
         return data
 
 
+class FileRow(Form):
+    """One of the task's own files, typed into the editor beside the steps."""
+
+    path = fields.String(load_default="")
+    content = fields.String(load_default="")
+    executable = fields.Boolean(load_default=False)  # a checkbox sends "on"
+
+    @ma.validates_schema
+    def named(self, data: Row, **_: Any) -> None:
+        if not data["path"]:
+            raise ma.ValidationError("a file needs a path", "path")
+
+    @ma.post_load
+    def as_api_file(self, data: Row, **_: Any) -> Row:
+        return {"path": data["path"], "content": data["content"].replace("\r\n", "\n"),
+                "mode": EXECUTABLE if data["executable"] else READABLE}
+
+
 class EditRow(EnvRow):
     delete = fields.Boolean(load_default=False)
 
@@ -106,6 +132,7 @@ class TaskForm(Form):
     image = fields.String(load_default=None)
     steps = Steps(required=True)
     env = fields.List(fields.Nested(EnvRow), load_default=list)
+    files = fields.List(fields.Nested(FileRow), load_default=list)
 
     @ma.post_load
     def no_empty_image(self, data: Row, **_: Any) -> Row:
@@ -147,10 +174,15 @@ def errors_of(error: ma.ValidationError) -> Errors:
     return messages if isinstance(messages, dict) else {"_form": messages}
 
 
-def read_task(form: MultiDict[str, str]) -> tuple[Row | None, Errors, Row]:
-    """The new-task form as ``TaskCreate`` data; the typed form comes back to show again."""
+def read_task(form: MultiDict[str, str],
+              uploaded: list[Row] | None = None) -> tuple[Row | None, Errors, Row]:
+    """The new-task form as ``TaskCreate`` data; the typed form comes back to show again.
+
+    ``uploaded``: files sent with the upload field, added after the editor's rows (and
+    shown in the editor again if the form comes back)."""
     typed = {"name": form.get("name", ""), "image": form.get("image", ""),
-             "steps": form.get("steps", ""), "env": rows(form, "env")}
+             "steps": form.get("steps", ""), "env": rows(form, "env"),
+             "files": rows(form, "file", FILE_TYPED) + (uploaded or [])}
     data, errors = load(TaskForm(), typed)
     if data is not None:
         data, errors = load(TaskCreate(), data)

@@ -257,9 +257,14 @@ def tasks() -> Any:
 @bp.route("/ui/tasks/new", methods=["GET", "POST"])
 def task_new() -> Any:
     if request.method == "GET":
-        return new_task_page({"name": "", "image": "", "steps": ""},
+        return new_task_page({"name": "", "image": "", "steps": "", "files": []},
                              forms.blank(NEW_FORM_ROWS), secrets.token_urlsafe(16))
-    data, errors, typed = forms.read_task(request.form)
+    try:
+        uploaded = files_sent()
+    except TaskenvError as error:
+        return new_task_page(forms_typed(), forms.blank(NEW_FORM_ROWS),
+                             secrets.token_urlsafe(16), status_for(error), error=error)
+    data, errors, typed = forms.read_task(request.form, uploaded)
     form_id = request.form.get("form_id", "")
     form_id = form_id if FORM_ID.fullmatch(form_id) else secrets.token_urlsafe(16)
     more = "more" in request.form
@@ -282,6 +287,30 @@ def task_new() -> Any:
     return redirect(url_for(".task", task_id=doc["id"]))
 
 
+def files_sent() -> list[dict[str, Any]]:
+    """The task's files uploaded with the form, each named after its file: UTF-8 text."""
+    found = []
+    for upload in request.files.getlist("files_upload"):
+        if not upload.filename:
+            continue
+        try:
+            content = upload.read().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise EnvInvalid("an uploaded file cannot be read", [Problem(
+                rule="file.encoding", field="files",
+                message=f"file {upload.filename}: not UTF-8 text ({error.reason}); files "
+                        "are text: binary data belongs in the image")]) from error
+        found.append({"path": upload.filename, "content": content, "executable": False})
+    return found
+
+
+def forms_typed() -> dict[str, Any]:
+    """The new-task form as typed, for a form sent back before it could be read."""
+    form = request.form
+    return {"name": form.get("name", ""), "image": form.get("image", ""),
+            "steps": form.get("steps", ""), "files": forms.rows(form, "file", forms.FILE_TYPED)}
+
+
 def env_file_sent() -> str | None:
     """The .env text a form sent: an uploaded file, then what was pasted; None if neither.
 
@@ -300,11 +329,17 @@ def env_file_sent() -> str | None:
     return text or None
 
 
+NEW_FILE_ROWS = 2  # empty file editors a new-task form offers (more: "More rows")
+
+
 def new_task_page(typed: dict[str, Any], rows: list[dict[str, Any]], form_id: str,
                   status: int = 200, errors: dict[str, Any] | None = None,
                   error: TaskenvError | None = None) -> Any:
+    file_rows = [{**f, "executable": f.get("executable") in (True, "on")}
+                 for f in typed.get("files") or []]
+    file_rows += forms.blank_files(NEW_FILE_ROWS if not file_rows else 1)
     return page("task_new.html", status, form=typed, rows=rows, form_id=form_id,
-                errors=errors or {}, error=error)
+                errors=errors or {}, error=error, file_rows=file_rows)
 
 
 @bp.get("/ui/tasks/<task_id>")
@@ -329,10 +364,11 @@ def task_page(doc: dict[str, Any], status: int = 200,
         env_rows = [{**blanked(e), "stored_secret": bool(e.get("secret"))} for e in view["env"]]
     asked = request.args.get("revision", type=int) or view["revision"]
     number = asked if 1 <= asked <= view["revision"] else view["revision"]
-    shown = view if number == view["revision"] else records.public_view(
-        revision_record(doc, number), url)
+    record = doc if number == view["revision"] else revision_record(doc, number)
+    shown = view if record is doc else records.public_view(record, url)
     log = svc().tasks.logs.since(doc["id"], number, 0, most=TaskStore.LOG_LIMIT)
     return page("task.html", status, task=view, shown=shown,
+                task_files=record.get("files") or [],  # the shown revision's files
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
                 log=log.text, log_offset=log.offset, log_revision=number,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),

@@ -624,3 +624,40 @@ def test_the_task_list_pages_with_an_opaque_cursor(browser) -> None:
     assert not cursor.isdigit()
     assert b.get(unescape(link)).status_code == 200
     assert b.get("/ui/tasks?cursor=12").status_code == 400
+
+
+# --- the task's own files on the form ----------------------------------------------------
+
+def test_the_form_takes_files_typed_in_the_editor_and_uploaded(browser,
+                                                               tasks: TaskStore) -> None:
+    import io
+    b = browser("alice")
+    form_id = FORM_ID.search(b.get("/ui/tasks/new").text).group(1)
+    resp = b.client.post("/ui/tasks/new", content_type="multipart/form-data", data={
+        "csrf": b.csrf(), "form_id": form_id, "name": "with-files",
+        "steps": "sh prepare.sh\npython3 train.py\n",
+        "file-0-path": "prepare.sh", "file-0-content": "echo one\r\necho two\r\n",
+        "file-0-executable": "on", "file-1-path": "", "file-1-content": "",
+        "files_upload": (io.BytesIO(b"print('trained')\n"), "train.py")})
+    assert resp.status_code == 302, resp.text
+    doc = tasks.get(resp.location.rsplit("/", 1)[1])
+    assert doc["files"] == [
+        {"path": "prepare.sh", "content": "echo one\necho two\n", "mode": 0o755},
+        {"path": "train.py", "content": "print('trained')\n", "mode": 0o644}]
+    page = b.get(resp.location).text
+    assert "prepare.sh" in page and "mode 755" in page and "echo two" in page
+
+
+def test_a_bad_file_comes_back_named_with_what_was_typed(browser, tasks: TaskStore) -> None:
+    resp = browser().post("/ui/tasks/new", {
+        **TASK_FORM, "file-0-path": "../escape.sh", "file-0-content": "echo kept\n",
+        "file-1-content": "a file without a path"})
+    assert resp.status_code == 422
+    assert "a file needs a path" in resp.text
+    assert "echo kept" in resp.text and "a file without a path" in resp.text
+    resp = browser().post("/ui/tasks/new", {
+        **TASK_FORM, "file-0-path": "../escape.sh", "file-0-content": "echo kept\n"})
+    assert resp.status_code == 422
+    assert "file ../escape.sh: path must not contain a &#39;..&#39; component" in resp.text
+    assert 'value="../escape.sh"' in resp.text
+    assert tasks.list().items == []

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from api import actions
 from shared.config import Settings
 from tests.integration.conftest import Stack
-from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in
+from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in, submit
 from workers.services import Services, build_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -128,6 +128,8 @@ def pages_of(stack: Stack, token: str, admin: bool) -> dict[str, str]:
     """Every kind of page, with a task in each shape (finished, rejected, two revisions, one
     shown at its first), and a page that does not exist."""
     ok = stack.create({"name": "axe-ok", "steps": [["sh", "-c", "echo hello"]],
+                       "files": [{"path": "scripts/a-rather-long-name-for-a-small-screen.sh",
+                                  "content": "echo " + "wide " * 60 + "\n", "mode": 493}],
                        "env": [{"name": "LEARNING_RATE", "value": "0.1"},
                                {"name": "HF_TOKEN", "value": "hf_axe-secret-1", "secret": True}]},
                       token=token)
@@ -185,6 +187,36 @@ def test_every_page_passes_axe_and_fits_at_375_and_1280_px(
             for width in WIDTHS:
                 problems += check_page(page, f"{role}-{name}", width)
         ctx.close()
+    assert problems == []
+
+
+# --- a task's own files, typed into the form -------------------------------------------------
+
+def test_a_task_created_on_the_form_with_a_file_runs_it(stack: Stack,
+                                                        context: BrowserContext) -> None:
+    page = user_page(context, stack, "fay")
+    page.goto(stack.base + "/ui/tasks/new")
+    page.fill("input[name=name]", "form-files")
+    page.fill("#steps", "./prepare.sh\npython3 train.py\n")
+    page.fill("[name=file-0-path]", "prepare.sh")
+    page.fill("[name=file-0-content]", "#!/bin/sh\necho \"prepared at rate $RATE\" > out.txt\n")
+    page.check("[name=file-0-executable]")
+    page.fill("[name=file-1-path]", "train.py")
+    page.fill("[name=file-1-content]", "import os\nprint('train read:', open('out.txt').read())\n")
+    page.fill("[name=env-0-name]", "RATE")
+    page.fill("[name=env-0-value]", "0.3")
+    problems: list[str] = []
+    for width in WIDTHS:  # the filled form, as a person sees it
+        problems += check_page(page, "new-with-files", width)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    submit(page, "Create task")
+    expect(page.locator("h1")).to_have_text("form-files")
+    expect(page.locator("#status")).to_have_text("succeeded", timeout=LIVE_WAIT_MS)
+    expect(page.locator("#log")).to_contain_text("train read: prepared at rate 0.3",
+                                                 timeout=LIVE_WAIT_MS)
+    expect(page.locator("details.task-file summary").first).to_contain_text("mode 755")
+    for width in WIDTHS:
+        problems += check_page(page, "task-with-files", width)
     assert problems == []
 
 
