@@ -363,6 +363,11 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
     task = {"project": project, "resources": data.get("resources"), "image": data.get("image")}
     shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
                                svc.policies.project(project))
+    file_problems = check_files(svc, data.get("files") or [], data["env"])
+    if file_problems:  # every problem at once: the files' join the env's
+        errors = [Problem(**e) for e in shown["errors"] if e["rule"] != "errors.truncated"]
+        shown.update(ok=False, errors=[p.to_dict() for p in
+                                       envlist.capped(errors + file_problems)])
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
 
 

@@ -396,6 +396,9 @@ class PreviewIn(Strict):
                                                        "matches."})
     image = fields.String(load_default=None, validate=validate.Length(max=500),
                           metadata={"description": "What when.image matches."})
+    files = files_field("The task's own files: checked as a new task's would be (paths, "
+                        "sizes, no secret value in them); their problems join the env's.",
+                        load_default=list)
 
 
 class NotApplied(ma.Schema):

@@ -125,7 +125,8 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     """
     body = taskfile.body(task_file, env_file)
     result = app.client().preview({"name": body.get("name") or "preview", "env": body["env"],
-                                   "policy_version": policy_version})
+                                   "policy_version": policy_version,
+                                   **({"files": body["files"]} if body.get("files") else {})})
     app.out.print(render.env_table(result.get("variables") or [],
                                    title=f"policy version {result.get('policy_version')}"))
     render.print_problems(app.err, "warnings:", result.get("warnings") or [], style="yellow")

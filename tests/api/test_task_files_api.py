@@ -96,3 +96,13 @@ def test_files_with_apply_next_run_are_refused(client_for: Callable[..., FlaskCl
     refused = alice.patch(f"/api/v1/tasks/{task_id}/env",
                           json={"files": [TRAIN], "apply": "next-run"})
     assert refused.status_code == 400
+
+
+def test_preview_names_the_files_problems_beside_the_env_s(
+        client_for: Callable[..., FlaskClient], policies: PolicyStore) -> None:
+    policies.put(Policy(protected=(Protected("CUDA_VISIBLE_DEVICES", "the scheduler"),)))
+    got = client_for("alice").post("/api/v1/env/preview", json={
+        "env": [{"name": "1BAD", "value": "x"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"}],
+        "files": [{"path": "../x", "content": ""}]}).get_json()
+    assert got["ok"] is False
+    assert [e["rule"] for e in got["errors"]] == ["name.shell", "policy.protected", "file.path"]

@@ -407,7 +407,9 @@ def test_roles_live_in_the_task_namespace_and_grant_only_what_the_launcher_uses(
     granted = {(group, resource): set(rule["verbs"])
                for role in roles for rule in role["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert set(granted) == {("batch", "jobs"), ("", "pods"), ("", "pods/log"), ("", "secrets")}
+    assert set(granted) == {("batch", "jobs"), ("", "pods"), ("", "pods/log"), ("", "secrets"),
+                            ("", "configmaps")}
+    assert granted[("", "configmaps")] == {"create", "patch", "delete"}  # a task's files
     assert granted[("batch", "jobs")] >= {"create", "get", "list", "watch"}
     assert granted[("", "secrets")] >= {"create", "patch"}  # patch: ownerReferences to the Job
     assert "create" not in granted[("", "pods")]  # the Job controller makes the pods

@@ -451,3 +451,28 @@ def test_a_runner_stops_waiting_for_redis_once_its_run_directory_is_gone(
     started = time.monotonic()
     assert not outcomes.patiently(redis_away, 3600.0, wanted=run_dir.exists)
     assert time.monotonic() - started < 5  # not an hour: nobody will read it any more
+
+
+def test_write_files_places_each_file_with_its_mode_and_refuses_an_escape(tmp_path):
+    from shared.errors import LaunchFailed
+    from shared.task.files import TaskFile
+    from workers.launchers.local import write_files
+    write_files(tmp_path, [TaskFile("run.sh", "echo hi\n", 0o755),
+                           TaskFile("conf/deep/a.yaml", "x: 1\n")])
+    assert (tmp_path / "run.sh").read_text() == "echo hi\n"
+    assert (tmp_path / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (tmp_path / "conf/deep/a.yaml").stat().st_mode & 0o777 == 0o644
+    for bad in ("../out.txt", "/etc/x"):
+        try:
+            write_files(tmp_path / "conf", [TaskFile(bad, "x")])
+        except LaunchFailed as exc:
+            assert bad in str(exc)
+        else:
+            raise AssertionError(f"{bad} was written")
+    assert not (tmp_path / "out.txt").exists()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    try:
+        write_files(tmp_path, [TaskFile("link", "x")])
+    except OSError:
+        pass  # O_NOFOLLOW: a link in the way is not followed
+    assert not (tmp_path / "elsewhere").exists()
