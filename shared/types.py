@@ -58,6 +58,14 @@ class ResolvedVar(TypedDict, total=False):
     shadowed: list[Shadowed]
 
 
+class FileEntry(TypedDict):
+    """One of a task's own files (``shared.task.files``), placed in its working directory."""
+
+    path: str
+    content: str
+    mode: int
+
+
 class Event(TypedDict):
     at: float
     revision: int
@@ -90,6 +98,7 @@ class RevisionFields(TypedDict, total=False):
     cancelled_at: float
     apply: Apply
     next_env: list[EnvEntry]
+    files: list[FileEntry]
     updated_at: float
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from shared.config import DEFAULTS
 from shared.errors import Problem
 
 DEFAULT_MODE = 0o644
@@ -42,8 +43,8 @@ PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 
 @dataclass(frozen=True)
 class FileLimits:
-    max_files: int = 100
-    max_bytes: int = 512 * 1024
+    max_files: int = DEFAULTS.max_files
+    max_bytes: int = DEFAULTS.max_files_bytes
 
     @classmethod
     def from_settings(cls, settings: Any) -> FileLimits:

@@ -660,4 +660,4 @@ def test_a_bad_file_comes_back_named_with_what_was_typed(browser, tasks: TaskSto
     assert resp.status_code == 422
     assert "file ../escape.sh: path must not contain a &#39;..&#39; component" in resp.text
     assert 'value="../escape.sh"' in resp.text
-    assert tasks.list().items == []
+    assert tasks.page().items == []
