@@ -136,13 +136,16 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
     """
     doc = task_to_change(svc, task_id, scope)  # before anything else
     check_match(doc, if_match)
+    if files is not None and apply == NEXT_RUN:
+        raise BadRequest("files take effect with a new revision: send them with "
+                         "apply: restart, not next-run")
+    # The files the new revision will have (given, or kept) against every secret it may
+    # then hold: a secret set now must not already sit in clear in a kept file.
+    problems = check_files(svc, doc.get("files") or [] if files is None else files,
+                           [*doc["env"], *set_])
+    if problems:
+        raise EnvInvalid("the files cannot be stored", problems)
     if files is not None:
-        if apply == NEXT_RUN:
-            raise BadRequest("files take effect with a new revision: send them with "
-                             "apply: restart, not next-run")
-        problems = check_files(svc, files, [*doc["env"], *set_])
-        if problems:
-            raise EnvInvalid("the files cannot be stored", problems)
         extra = {**(extra or {}), "files": task_files.stored(files)}
     if apply == NEXT_RUN:
         return _keep_for_next_run(svc, task_id, actor, set_, unset, action, if_match)

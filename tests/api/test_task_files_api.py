@@ -106,3 +106,14 @@ def test_preview_names_the_files_problems_beside_the_env_s(
         "files": [{"path": "../x", "content": ""}]}).get_json()
     assert got["ok"] is False
     assert [e["rule"] for e in got["errors"]] == ["name.shell", "policy.protected", "file.path"]
+
+
+def test_a_secret_set_later_may_not_already_sit_in_a_kept_file(
+        client_for: Callable[..., FlaskClient]) -> None:
+    alice = client_for("alice")
+    task_id = alice.post("/api/v1/tasks", json=body()).get_json()["id"]
+    refused = alice.patch(f"/api/v1/tasks/{task_id}/env", json={
+        "set": [{"name": "WORD", "value": "prepared > data", "secret": True}]})
+    assert refused.status_code == 422
+    (problem,) = refused.get_json()["errors"]
+    assert (problem["rule"], problem["variable"]) == ("file.holds_secret", "WORD")
