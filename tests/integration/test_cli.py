@@ -129,3 +129,26 @@ def test_env_diff_shows_what_revision_2_changed(stack: Stack, user: str, succeed
     assert "~ LR: 0.01 -> 0.5  [user]" in result.stdout
     assert "~ TASK_ENV_REVISION: 1 -> 2  [platform]" in result.stdout
     assert "NCCL_DEBUG" not in result.stdout  # unchanged variables are not listed
+
+
+def test_submit_sends_the_task_file_s_files_read_from_their_sources(stack: Stack, user: str,
+                                                                     tmp_path: Path):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "prepare.sh").write_text(
+        'echo "prepared lr=$LR" > prepared.txt\n', encoding="utf-8")
+    (tmp_path / "task.yaml").write_text("""\
+name: cli-files
+steps: [[./prepare.sh], [python3, train.py]]
+env: [{name: LR, value: "0.02"}]
+files:
+  - {path: prepare.sh, source: scripts/prepare.sh, mode: 0755}
+  - path: train.py
+    content: |
+      import os
+      print("train read:", open("prepared.txt").read().strip(), "env:", os.environ["LR"])
+""", encoding="utf-8")
+    preview = taskenv(stack, user, "preview", str(tmp_path / "task.yaml"))
+    assert preview.returncode == 0, preview.stdout + preview.stderr
+    result = taskenv(stack, user, "submit", str(tmp_path / "task.yaml"), "--follow")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "train read: prepared lr=0.02 env: 0.02" in result.stdout
