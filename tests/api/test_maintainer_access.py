@@ -20,6 +20,7 @@ CHANGES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("patch", "/env", {"set": [{"name": "LR", "value": "9"}]}),
     ("patch", "/env", {"set": [{"name": "LR", "value": "9"}], "apply": "next-run"}),
     ("patch", "/env", {"unset": ["LEARNING_RATE"]}),
+    ("patch", "/env", {"files": [{"path": "train.py", "content": "print('hijacked')"}]}),
     ("post", "/cancel", None),
     ("post", "/rerun", None),
     ("post", "/rerun", {"pin": True}),
