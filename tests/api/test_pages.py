@@ -661,3 +661,17 @@ def test_a_bad_file_comes_back_named_with_what_was_typed(browser, tasks: TaskSto
     assert "file ../escape.sh: path must not contain a &#39;..&#39; component" in resp.text
     assert 'value="../escape.sh"' in resp.text
     assert tasks.page().items == []
+
+
+def test_the_task_page_of_an_earlier_revision_shows_that_revision_s_files(
+        browser, tasks: TaskStore, client_for) -> None:
+    alice = client_for("alice")
+    task_id = alice.post("/api/v1/tasks", json={
+        "name": "f", "steps": [["sh", "a.sh"]],
+        "files": [{"path": "a.sh", "content": "echo version-one\n"}]}).get_json()["id"]
+    assert alice.patch(f"/api/v1/tasks/{task_id}/env", json={
+        "files": [{"path": "a.sh", "content": "echo version-two\n"}]}).status_code == 202
+    b = browser("alice")
+    assert "version-two" in b.get(f"/ui/tasks/{task_id}").text
+    earlier = b.get(f"/ui/tasks/{task_id}?revision=1").text
+    assert "version-one" in earlier and "version-two" not in earlier
