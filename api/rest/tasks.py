@@ -50,6 +50,7 @@ IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False,
                                 "the task's answer holds has changed since."}
 # What If-Match takes: a revision, alone or as the first part of the task's ETag.
 REVISION_TAG = re.compile(r"([0-9]{1,12})(?:-[0-9a-f]{16})?")
+BYTE_OFFSET = re.compile(r"[0-9]{1,15}")
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
@@ -234,17 +235,41 @@ class TaskManifest(MethodView):
                 "policy_version": doc["policy_version"], **manifest.for_display(manifests)}
 
 
+LOG_HEADERS = {
+    "Log-Offset": {"description": "With offset: where the next read starts (bytes since "
+                                  "the log began); send it back as offset.",
+                   "schema": {"type": "integer"}},
+    "Log-Skipped": {"description": "With offset: bytes dropped (the log keeps its newest "
+                                   "part) before the caller could read them.",
+                    "schema": {"type": "integer"}},
+}
+
+
 @blp.route("/<task_id>/logs")
 class TaskLogs(MethodView):
-    @blp.response(200, content_type="text/plain",
+    @blp.response(200, content_type="text/plain", headers=LOG_HEADERS,
                   description="The steps' output (stdout and stderr) as text.")
-    @blp.doc(parameters=[{"name": "revision", "in": "query", "required": False,
-                          "schema": {"type": "integer", "minimum": 1}}])
+    @blp.doc(parameters=[
+        {"name": "revision", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1}},
+        {"name": "offset", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0},
+         "description": "Only the output after this many bytes (at most 256 KiB of it; ask "
+                        "again from Log-Offset): how a client follows a running task. "
+                        "Offsets count from the log's first byte and survive trimming."}])
     def get(self, task_id: str) -> Response:
-        """The output of the task's steps, for the current revision or ``?revision=n``."""
+        """The output of the task's steps, for the current revision or ``?revision=n``;
+        with ``?offset=n`` only what came after byte n, to follow a task as it runs."""
         doc = readable(task_id)
         revision = request.args.get("revision", type=int) or doc["revision"]
         if not 1 <= revision <= doc["revision"]:
             raise NotFound(f"task {task_id} has no revision {revision}")
-        text = svc().tasks.read_log(task_id, revision)
-        return Response(text, mimetype="text/plain")
+        offset = request.args.get("offset")
+        if offset is None:
+            return Response(svc().tasks.read_log(task_id, revision), mimetype="text/plain")
+        if not BYTE_OFFSET.fullmatch(offset):
+            raise BadRequest(f"offset must be a number of bytes, not {offset[:40]!r}")
+        chunk = svc().tasks.logs.since(task_id, revision, int(offset))
+        return Response(chunk.text, mimetype="text/plain",
+                        headers={"Log-Offset": str(chunk.offset),
+                                 "Log-Skipped": str(chunk.skipped)})

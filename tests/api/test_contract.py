@@ -158,3 +158,29 @@ def test_an_if_match_that_is_no_revision_or_etag_is_400(client: FlaskClient,
     response = client.post(f"{TASKS}/{task_id}/cancel", headers={"If-Match": tag})
     assert response.status_code == 400
     assert "If-Match" in response.get_json()["message"]
+
+
+def test_logs_from_an_offset_give_only_what_came_after_and_where_to_go_on(
+        client: FlaskClient, create_task: CreateTask, tasks: TaskStore):
+    task_id = create_task()
+    tasks.append_log(task_id, 1, "first line ✓\n")
+    first = client.get(f"{TASKS}/{task_id}/logs?offset=0")
+    tasks.append_log(task_id, 1, "second line\n")
+    second = client.get(f"{TASKS}/{task_id}/logs?offset={first.headers['Log-Offset']}")
+    nothing = client.get(f"{TASKS}/{task_id}/logs?offset={second.headers['Log-Offset']}")
+    whole = client.get(f"{TASKS}/{task_id}/logs")
+
+    assert first.text == "first line ✓\n"
+    assert int(first.headers["Log-Offset"]) == len("first line ✓\n".encode())
+    assert second.text == "second line\n" and second.headers["Log-Skipped"] == "0"
+    assert nothing.text == "" and nothing.headers["Log-Offset"] == second.headers["Log-Offset"]
+    assert whole.text == first.text + second.text and "Log-Offset" not in whole.headers
+
+
+@pytest.mark.parametrize("offset", ["-1", "x", "1.5", "9" * 20])
+def test_an_offset_that_is_no_byte_count_is_400(client: FlaskClient, create_task: CreateTask,
+                                                offset: str):
+    task_id = create_task()
+    response = client.get(f"{TASKS}/{task_id}/logs", query_string={"offset": offset})
+    assert response.status_code == 400
+    assert "offset" in response.get_json()["message"]
