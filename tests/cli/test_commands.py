@@ -6,11 +6,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 from dotenv import dotenv_values
 
-from tests.cli.fake_api import Answer, FakeApi, api_error
+from tests.cli.fake_api import Answer, FakeApi, Log, api_error
 
 TASK_YAML = "name: demo\nsteps:\n  - [sh, -c, 'echo hi']\nenv:\n  - {name: LR, value: '0.01'}\n"
 PROTECTED = {"variable": "DATA_ROOT", "rule": "policy.protected",
@@ -49,7 +48,7 @@ def test_submit_follow_passes_each_state_and_prints_the_logs(api: FakeApi, run,
     accept(api)
     api.on("GET", "/tasks/t1", task("pending"), task("running"),
            task("succeeded", exit_code=0))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "hi\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "hi\n"))
 
     result = run("submit", str(task_file), "--follow")
 
@@ -58,7 +57,7 @@ def test_submit_follow_passes_each_state_and_prints_the_logs(api: FakeApi, run,
     seen_at = [result.err.index(f"revision 1: {s}") for s in ("pending", "running", "succeeded")]
     assert seen_at == sorted(seen_at)
     assert "task t1 succeeded: exit code 0" in result.err
-    assert api.requests_to("GET", "/tasks/t1/logs")[0].query == {"revision": "1"}
+    assert api.requests_to("GET", "/tasks/t1/logs")[0].query == {"revision": "1", "offset": "0"}
 
 
 @pytest.mark.parametrize(("status", "code"), [("failed", 1), ("cancelled", 3)])
@@ -66,7 +65,7 @@ def test_submit_follow_exits_with_the_outcome(api: FakeApi, run, task_file: Path
                                               status: str, code: int):
     accept(api)
     api.on("GET", "/tasks/t1", task(status, exit_code=None, reason="stopped by alice"))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "partial\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "partial\n"))
 
     result = run("submit", str(task_file), "--follow")
 
@@ -91,7 +90,7 @@ def test_follow_rides_out_a_brief_outage(api: FakeApi, run, task_file: Path):
     accept(api)
     api.on("GET", "/tasks/t1", api_error(503, "unavailable", "retry shortly"),
            task("succeeded", exit_code=0))
-    api.on("GET", "/tasks/t1/logs", Answer(200, ""))
+    api.on("GET", "/tasks/t1/logs", Log(200, ""))
 
     assert run("submit", str(task_file), "--follow").code == 0
 
@@ -102,8 +101,8 @@ def test_submit_refuses_a_name_in_both_files_before_calling_the_api(
 
     result = run("submit", str(task_file), "--env-file", str(tmp_path / ".env"))
 
-    assert result.code == 4
-    assert "LR" in result.err
+    assert result.code == 2  # a bad env, whichever check finds it
+    assert "the env was rejected" in result.err and "LR" in result.err
     assert api.seen == []
 
 
@@ -117,8 +116,8 @@ def test_logs_follow_prints_only_new_output_until_final(api: FakeApi, run):
     # The first read finds the revision to follow; then one read before each log read.
     api.on("GET", "/tasks/t1", task("running"), task("running"), task("running"),
            task("succeeded"))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "a\n"), Answer(200, "a\nb\n"),
-           Answer(200, "a\nb\nc\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "a\n"), Log(200, "a\nb\n"),
+           Log(200, "a\nb\nc\n"))
 
     result = run("logs", "t1", "--follow")
 
@@ -158,7 +157,7 @@ def test_env_get_shows_sources_and_masked_secrets(api: FakeApi, run):
 def test_env_set_and_unset_send_a_patch(api: FakeApi, run, monkeypatch: pytest.MonkeyPatch):
     api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
                                                   "status": "pending", "url": "/x"}))
-    monkeypatch.setattr(click, "prompt", lambda text, hide_input: "typed-secret")
+    monkeypatch.setattr("sys.stdin", io.StringIO("typed-secret\n"))  # piped: no getpass
 
     set_result = run("env", "set", "t1", "LR=0.5", "EXPR=a=b", "--secret", "KEY")
     unset_result = run("env", "unset", "t1", "LR", "EXPR")
@@ -195,15 +194,20 @@ def test_env_diff_calls_the_revisions_endpoint_and_renders_it(api: FakeApi, run)
 
 def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi, run):
     values = {"Q": "it's \"quoted\" $HOME = # x\nline 2", "U": "ünïcode ✓"}
-    api.on("GET", "/tasks/t1", task("succeeded", resolved_env=[
-        *({"name": k, "value": v, "source": "user"} for k, v in values.items()),
-        {"name": "HF_TOKEN", "value": "********", "source": "user", "secret": True}]))
+    as_set = [*({"name": k, "value": v} for k, v in values.items()),
+              {"name": "HF_TOKEN", "value": "********", "secret": True}]
+    api.on("GET", "/tasks/t1", task("succeeded", env=as_set, resolved_env=[
+        *({**e, "source": "user"} for e in as_set),
+        {"name": "TASK_ID", "value": "t1", "source": "platform"}]))
 
     result = run("env", "export", "t1")
+    resolved = run("env", "export", "t1", "--resolved")
 
-    assert result.code == 0
+    assert result.code == resolved.code == 0
     assert "# 'HF_TOKEN' is secret and is not exported" in result.out
     assert dotenv_values(stream=io.StringIO(result.out), interpolate=False) == values
+    assert dotenv_values(stream=io.StringIO(resolved.out), interpolate=False) == {
+        **values, "TASK_ID": "t1"}
 
 
 def test_preview_shows_the_env_and_exits_2_when_it_would_be_rejected(
