@@ -309,3 +309,65 @@ def test_policy_set_warns_of_each_project_policy_the_new_one_refuses(api: FakeAp
     assert "project_conflicts" not in result.out
     assert api.seen[0].body == {"defaults": [], "protected": [
         {"name": "DATA_ROOT", "value": "/data"}]}
+
+
+def test_an_env_the_api_refuses_before_storing_exits_2_like_a_rejected_task(
+        api: FakeApi, run, task_file: Path):
+    api.on("POST", "/tasks", api_error(422, "env_invalid", "the env cannot be stored", {
+        "variable": "BIG", "rule": "env.value_size", "limit": 131072,
+        "message": "BIG's value is 200000 bytes"}))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == 2
+    assert "BIG: BIG's value is 200000 bytes (env.value_size, limit 131072)" in result.err
+
+
+def test_another_refusal_of_the_api_still_exits_5(api: FakeApi, run, task_file: Path):
+    api.on("POST", "/tasks", api_error(409, "quota_exceeded", "too many unfinished tasks"))
+    assert run("submit", str(task_file)).code == 5
+
+
+def test_login_writes_nothing_when_the_server_refuses_the_token(
+        api: FakeApi, run, monkeypatch: pytest.MonkeyPatch, isolated_settings: Path):
+    api.on("GET", "/tasks", api_error(401, "unauthorized", "a valid bearer token is required"))
+    monkeypatch.delenv("TASKENV_TOKEN")
+    monkeypatch.setattr("sys.stdin", io.StringIO("tke_wrong\n"))
+
+    result = run("login")
+
+    assert result.code == 5 and "401" in result.err
+    assert not isolated_settings.exists()
+
+
+def test_login_from_a_pipe_writes_the_config_and_warns_of_nothing(
+        api: FakeApi, run, monkeypatch: pytest.MonkeyPatch, isolated_settings: Path):
+    api.on("GET", "/tasks", Answer(200, {"items": [], "next_cursor": None}))
+    monkeypatch.delenv("TASKENV_TOKEN")
+    monkeypatch.setattr("sys.stdin", io.StringIO("tke_from-a-pipe\n"))
+
+    result = run("login", "--url", api.base)  # filterwarnings=error: a warning would fail
+
+    assert result.code == 0, result.err
+    assert isolated_settings.stat().st_mode & 0o777 == 0o600
+    assert 'token = "tke_from-a-pipe"' in isolated_settings.read_text(encoding="utf-8")
+    assert api.seen[0].headers["Authorization"] == "Bearer tke_from-a-pipe"
+
+
+def test_show_prints_facts_problems_and_the_env_with_sources(api: FakeApi, run):
+    api.on("GET", "/tasks/t1", task("failed", exit_code=3, reason="step 2 exited 3",
+                                    policy_version=4, created_at="2026-12-01T15:04:05.123Z",
+                                    warnings=[{"variable": "MY_TOKEN", "rule": "secret.name",
+                                               "message": "looks secret"}],
+                                    resolved_env=[{"name": "LR", "value": "0.1",
+                                                   "source": "user"}]))
+
+    result = run("show", "t1")
+
+    assert result.code == 0
+    rows = result.out.splitlines()
+    assert any(r.startswith("status") and "failed" in r for r in rows)
+    assert any(r.startswith("outcome") and "exit code 3; step 2 exited 3" in r for r in rows)
+    assert any(r.startswith("created") and "2026-12-01" in r for r in rows)
+    assert "MY_TOKEN: looks secret (secret.name)" in result.out
+    assert any("LR" in r and "0.1" in r and "user" in r for r in rows)
