@@ -51,7 +51,7 @@ from kubernetes.client import (
 )
 
 from shared.config import DEFAULTS
-from shared.task.workload import Workload
+from shared.task.workload import Workload, with_default_image
 
 CONTAINER_NAME = "task"
 SHELL = ("/bin/sh", "-c")
@@ -72,11 +72,13 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 class ManifestSettings:
     namespace: str = DEFAULTS.kube_namespace
     backoff_limit: int = DEFAULTS.kube_backoff_limit
+    default_image: str = DEFAULTS.kube_image  # for a task that names no image
 
     @classmethod
     def from_settings(cls, settings: Any) -> ManifestSettings:
         return cls(namespace=settings.kube_namespace,
-                   backoff_limit=int(settings.kube_backoff_limit))
+                   backoff_limit=int(settings.kube_backoff_limit),
+                   default_image=settings.kube_image)
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,7 @@ def pod_spec(workload: Workload, secret_name: str | None) -> V1PodSpec:
 
 
 def build(workload: Workload, settings: ManifestSettings) -> Manifests:
+    workload = with_default_image(workload, settings.default_image)
     secret = secret_name(workload) if any(v.secret for v in workload.env) else None
     job = V1Job(
         api_version="batch/v1",
