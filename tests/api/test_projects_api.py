@@ -280,7 +280,7 @@ def test_console_task_form_offers_the_owners_projects(
 @pytest.mark.usefixtures("projects")
 def test_impact_separates_what_the_draft_newly_rejects_from_what_is_rejected_already(
         client: FlaskClient, users: dict[str, FlaskClient], tasks: TaskStore,
-        policies: PolicyStore) -> None:
+        policies: PolicyStore, browser: Callable[..., Browser]) -> None:
     """Three tasks rejected today for LR > 3, two accepted with LR 2 and 2.5: a draft
     capping LR at 1 rejects five, of which only two are its doing."""
     client.put("/api/v1/policy", json={"defaults": [], "protected": [],
@@ -299,3 +299,7 @@ def test_impact_separates_what_the_draft_newly_rejects_from_what_is_rejected_alr
     assert (rejection["tasks"], rejection["newly_rejected"],
             rejection["already_rejected"]) == (5, 2, 3)
     assert set(rejection["examples"][:2]) == set(made[3:5])
+    page = browser().post("/ui/policy", {"rules": '[{"name": "LR", "max": 1}]',
+                                          "on_conflict": "reject", "impact": "1"})
+    assert page.status_code == 200, page.text
+    assert "would be rejected: 2 newly (3 rejected today already)" in " ".join(page.text.split())
