@@ -96,7 +96,11 @@ class Tasks(MethodView):
 
 @blp.route("/<task_id>")
 class Task(MethodView):
-    @blp.response(200, TaskOut)
+    @blp.response(200, TaskOut, headers={"ETag": {
+        "description": "<revision>-<digest of this answer>: a new one whenever anything "
+                       "here changes; send it in If-None-Match (304 while unchanged) or "
+                       "If-Match (its revision is compared).",
+        "schema": {"type": "string"}}})
     @blp.alt_response(304, description="If-None-Match named the current ETag: nothing "
                       "changed, no body.")
     @blp.doc(parameters=[IF_NONE_MATCH])
