@@ -108,6 +108,20 @@ class Client:
     def task(self, task_id: str) -> dict[str, Any]:
         return self.json("GET", f"/tasks/{segment(task_id)}")
 
+    def task_if_changed(self, task_id: str,
+                        etag: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        """The task, or None when it is as ``etag`` left it (a ``304``); and its ETag."""
+        headers = {"If-None-Match": etag} if etag else {}
+        resp = self.call("GET", f"/tasks/{segment(task_id)}", headers=headers)
+        if resp.status_code == 304:
+            return None, etag
+        try:
+            doc: dict[str, Any] = resp.json()
+        except ValueError as exc:
+            raise ApiError(resp.url, resp.status_code, "bad_response",
+                           f"{resp.url} did not answer with JSON") from exc
+        return doc, resp.headers.get("ETag")
+
     def tasks_page(self, status: str | None, cursor: int | None,
                    limit: int = 100) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}

@@ -1,8 +1,9 @@
 """Following a task: its states and its output as they come, until it is final.
 
-Each poll reads the task, then the log from the byte offset already printed
-(``GET /tasks/{id}/logs?offset=n``, as the console's live page does): a poll costs
-what was written since, and a step's output appears while the step runs.  Polls come
+Each poll reads the task (with ``If-None-Match``: a ``304`` while nothing changed),
+then the log from the byte offset already printed (``GET /tasks/{id}/logs?offset=n``,
+as the console's live page does): a poll costs what was written since, and a step's
+output appears while the step runs.  Polls come
 every ``interval`` seconds after a change, backing off to ``MAX_INTERVAL`` while
 nothing changes.  A brief outage of the API (no answer, 429, 502-504) does not end a
 follow: the poll is retried for ``patience`` seconds before the error is reported.
@@ -57,6 +58,18 @@ class Follower:
         doc: dict[str, Any] = self.retrying(lambda: self.client.task(task_id))
         return doc
 
+    def task_again(self, task_id: str, last: dict[str, Any] | None,
+                   etag: str | None) -> tuple[dict[str, Any], str | None]:
+        """The task as it is now: a ``304`` to ``If-None-Match`` keeps ``last``."""
+        found: tuple[dict[str, Any] | None, str | None] = self.retrying(
+            lambda: self.client.task_if_changed(task_id, etag if last is not None else None))
+        doc, etag = found
+        if doc is not None:
+            return doc, etag
+        if last is not None:
+            return last, etag
+        return self.task(task_id), etag
+
     def drain(self, task_id: str, revision: int, offset: int,
               write: Callable[[str], None]) -> tuple[int, bool]:
         """Print the output after ``offset``, every chunk of it; (new offset, any printed)."""
@@ -79,8 +92,11 @@ class Follower:
         """Print each state ``revision`` passes (on the progress console) and its output as
         it grows (through ``write``), until it is final; the last state read."""
         self.started, offset, last, pause = self.clock(), 0, None, self.interval
+        doc: dict[str, Any] | None = None
+        etag: str | None = None
         while True:
-            doc = self.task(task_id)  # read before the logs: when final, the logs are complete
+            # Read before the logs: when final, the logs are complete.  Unchanged: a 304.
+            doc, etag = self.task_again(task_id, doc, etag)
             state = (doc["status"], doc["revision"])
             if state != last:
                 self.progress.print(Text(shown(self.label(task_id, doc))))

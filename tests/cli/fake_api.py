@@ -31,11 +31,16 @@ class Seen:
 class Answer:
     status: int
     body: Any = None  # JSON, or str for text/plain
+    headers: dict[str, str] = field(default_factory=dict)
 
     def response(self, request: Request) -> Response:
+        if self.status == 304:
+            return Response(status=304, headers=self.headers)
         if isinstance(self.body, str):
-            return Response(self.body, self.status, mimetype="text/plain")
-        return Response(json.dumps(self.body), self.status, mimetype="application/json")
+            return Response(self.body, self.status, mimetype="text/plain",
+                            headers=self.headers)
+        return Response(json.dumps(self.body), self.status, mimetype="application/json",
+                        headers=self.headers)
 
 
 @dataclass

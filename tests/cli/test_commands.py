@@ -371,3 +371,21 @@ def test_show_prints_facts_problems_and_the_env_with_sources(api: FakeApi, run):
     assert any(r.startswith("created") and "2026-12-01" in r for r in rows)
     assert "MY_TOKEN: looks secret (secret.name)" in result.out
     assert any("LR" in r and "0.1" in r and "user" in r for r in rows)
+
+
+def test_follow_asks_with_the_etag_and_keeps_the_task_on_a_304(api: FakeApi, run,
+                                                               task_file: Path):
+    accept(api)
+    running = task("running")
+    running.headers = {"ETag": '"1-aaaaaaaaaaaaaaaa"'}
+    done = task("succeeded", exit_code=0)
+    done.headers = {"ETag": '"1-bbbbbbbbbbbbbbbb"'}
+    api.on("GET", "/tasks/t1", running, Answer(304, headers=running.headers), done)
+    api.on("GET", "/tasks/t1/logs", Log(200, "hi\n"))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert (result.code, result.out) == (0, "hi\n")
+    sent = [s.headers.get("If-None-Match") for s in api.requests_to("GET", "/tasks/t1")]
+    assert sent == [None, '"1-aaaaaaaaaaaaaaaa"', '"1-aaaaaaaaaaaaaaaa"']
+    assert result.err.count("revision 1: running") == 1
