@@ -175,3 +175,17 @@ def test_an_offset_that_is_no_byte_count_is_400(client: FlaskClient, create_task
     response = client.get(f"{TASKS}/{task_id}/logs", query_string={"offset": offset})
     assert response.status_code == 400
     assert "offset" in response.get_json()["message"]
+
+
+def test_a_stranger_cannot_follow_anothers_log_from_an_offset(
+        client: FlaskClient, create_task: CreateTask, tasks: TaskStore,
+        client_for: Callable[..., FlaskClient]):
+    task_id = create_task()
+    tasks.append_log(task_id, 1, "private output\n")
+    mallory = client_for("mallory")
+
+    for offset in ("0", "3"):
+        response = mallory.get(f"{TASKS}/{task_id}/logs?offset={offset}")
+        assert response.status_code == 404
+        assert "private" not in response.get_data(as_text=True)
+        assert "Log-Offset" not in response.headers
