@@ -301,7 +301,7 @@ def test_impact_counts_apart_what_a_draft_newly_rejects(stack: Stack, user: str,
         stack.set_policy(POLICY)
 
     assert impact.returncode == as_json.returncode == 0, impact.stderr
-    # other tests' tasks were rejected (for other reasons) today already; none newly
+    # the tasks other tests had rejected count among those rejected today already
     assert "would newly be rejected: 2 (rejected today already: " in impact.stdout
     [epochs] = [r for r in json.loads(as_json.stdout)["rejections"] if r["variable"] == "EPOCHS"]
     assert (epochs["tasks"], epochs["newly_rejected"], epochs["already_rejected"]) == (5, 2, 3)
