@@ -7,7 +7,7 @@ PYTHON ?= python3
 .DEFAULT_GOAL := help
 
 help: ## List the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,18 @@ compose-test: install ## Build the images and run docker-compose.yml with podman
 	$(PY) -m pytest -m compose tests/compose
 
 .PHONY: compose-image compose-test
+
+# The image deploy/k8s runs: the same build as compose-image (wheels built here, the
+# Debian base from Debian packages), tagged for your registry and pushed with PUSH=1.
+K8S_IMAGE ?= localhost/taskenv:latest
+k8s-image: ## Build the image deploy/k8s runs: make k8s-image K8S_IMAGE=registry.example.com/taskenv:1.0.0 PUSH=1
+	IMAGE=$(K8S_IMAGE) deploy/image/build-taskenv.sh
+	@if [ "$(PUSH)" = 1 ]; then podman push $(K8S_IMAGE); else echo "push it: podman push $(K8S_IMAGE) (or PUSH=1)"; fi
+
+k8s-render: ## Render the example overlay as kubectl apply -k would (K8S_OVERLAY=deploy/k8s/overlays/NAME)
+	kubectl kustomize $(or $(K8S_OVERLAY),deploy/k8s/overlays/example)
+
+.PHONY: k8s-image k8s-render
 
 bench: install ## Benchmark the pipeline against a bare Celery pipeline (BENCH_ARGS=--quick for a short run)
 	$(PY) -m pip install -q -r bench/requirements.txt && $(PY) -m bench $(BENCH_ARGS)

@@ -1,4 +1,4 @@
-"""Who is calling: bearer tokens on every route but the health check.
+"""Who is calling: bearer tokens on every route but health, metrics and the OpenAPI document.
 
 A missing or unknown token answers 401; past a budget of failures per address
 (or per token beginning) in a minute, a failing caller gets 429 with Retry-After.
@@ -18,7 +18,10 @@ from api.context import svc
 from shared.access.tokens import Identity
 from shared.errors import Forbidden, NotFound, TooManyRequests, Unauthorized
 
-PUBLIC_ENDPOINTS = {"health.healthz", "health.readyz", "metrics.scrape", "static"}
+# The OpenAPI document describes the API, not anyone's data: a client generator or a
+# person reading it needs no token first.
+PUBLIC_ENDPOINTS = {"health.healthz", "health.readyz", "metrics.scrape", "static",
+                    "api-docs.openapi_json"}
 # The web pages (api/console/pages.py) authenticate by session cookie, not bearer token.
 SESSION_BLUEPRINTS = {"pages"}
 # Whole blueprints only admins reach; checked before the body is even parsed, so a

@@ -105,7 +105,7 @@ class TaskenvApi(Api):
         payload = body(error.code, error.message, error.problems)
         if isinstance(error, PreconditionFailed):  # what to send If-Match next time
             payload["revision"] = error.current_revision
-            return jsonify(payload), 412, {"ETag": f'"{error.current_revision}"'}
+            return jsonify(payload), 412
         return jsonify(payload), status_for(error), headers_for(error)
 
     def handle_redis_error(self, error: redis.RedisError) -> Any:

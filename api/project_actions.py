@@ -21,6 +21,7 @@ from shared.policy.impact import TaskSnapshot, impact
 from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
 from shared.policy.model import Policy, Resolution, Resolved, check_policy, project_scope
 from shared.store.tasks import Doc
+from shared.task import states
 from shared.task.resolution import draft_resolution, facts_of
 from workers.services import Services
 
@@ -112,7 +113,8 @@ def snapshot(doc: Doc) -> TaskSnapshot:
     resolved = doc.get("resolved")
     return TaskSnapshot(doc["id"], doc["owner"], tuple(envlist.parse(env)), facts_of(doc),
                         None if resolved is None
-                        else tuple(Resolved.from_dict(v) for v in resolved))
+                        else tuple(Resolved.from_dict(v) for v in resolved),
+                        rejected=doc["state"] == states.REJECTED)
 
 
 def impact_view(found: dict[str, Any]) -> Doc:
@@ -122,7 +124,8 @@ def impact_view(found: dict[str, Any]) -> Doc:
     changed = found["tasks"] - rejected["tasks"] - found["accepted"] - found["unchanged"]
     return {
         "considered": found["tasks"], "rejected": rejected["tasks"],
-        "newly_rejected": rejected["newly"], "accepted": found["accepted"],
+        "newly_rejected": rejected["newly_rejected"],
+        "already_rejected": rejected["already_rejected"], "accepted": found["accepted"],
         "changed": changed, "unchanged": found["unchanged"],
         "rejections": rejected["problems"],
         "changes": [{"name": c.pop("variable"), **c} for c in found["changes"]],

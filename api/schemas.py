@@ -14,12 +14,29 @@ from marshmallow import fields, validate
 
 from shared.task import states
 from shared.task.paths import workdir_problem
+from shared.timestamps import rfc3339
 from shared.types import APPLY_MODES, ON_CONFLICT, REJECT, RESTART
 
 
 class Strict(ma.Schema):
     class Meta:
         unknown = ma.RAISE
+
+
+class Timestamp(fields.DateTime):
+    """A moment: stored as epoch seconds, shown as RFC 3339 in UTC with milliseconds
+    (``2026-12-01T15:04:05.123Z``).  Every time in every response goes through here."""
+
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        metadata = kwargs.setdefault("metadata", {})
+        metadata.setdefault("example", "2026-12-01T15:04:05.123Z")
+        metadata.setdefault("description", "RFC 3339, in UTC, to the millisecond.")
+        super().__init__(**kwargs)
+
+    def _serialize(self, value, attr, obj, **kwargs):  # type: ignore[no-untyped-def]
+        if value is None or value == "":
+            return None
+        return rfc3339(value)
 
 
 class StrictBool(fields.Boolean):
@@ -189,7 +206,7 @@ class EnvOut(ma.Schema):
 
 
 class Event(ma.Schema):
-    at = fields.Float()
+    at = Timestamp()
     revision = fields.Integer()
     state = fields.String()
 
@@ -224,8 +241,8 @@ class TaskOut(ma.Schema):
     warnings = fields.List(fields.Nested(Problem))
     exit_code = fields.Integer(allow_none=True)
     reason = fields.String(allow_none=True)
-    created_at = fields.Float()
-    updated_at = fields.Float()
+    created_at = Timestamp()
+    updated_at = Timestamp()
     events = fields.List(fields.Nested(Event))
     drift = fields.List(fields.Nested(DriftEntry), allow_none=True)
     pinned_from = fields.Integer(allow_none=True)
@@ -238,7 +255,7 @@ class TaskOut(ma.Schema):
         metadata={"description": "A change made with apply: next-run, kept for the next "
                                  "rerun; null when there is none."})
     cancelled_by = fields.String(allow_none=True)
-    cancelled_at = fields.Float(allow_none=True)
+    cancelled_at = Timestamp(allow_none=True)
 
 
 class ManifestOut(ma.Schema):
@@ -264,7 +281,7 @@ class TaskAccepted(ma.Schema):
 
 class TaskCancelled(TaskAccepted):
     cancelled_by = fields.String(allow_none=True)
-    cancelled_at = fields.Float(allow_none=True)
+    cancelled_at = Timestamp(allow_none=True)
 
 
 class TaskSummary(ma.Schema):
@@ -275,8 +292,8 @@ class TaskSummary(ma.Schema):
     project = fields.String(allow_none=True)
     status = fields.String(validate=validate.OneOf(states.ALL))
     revision = fields.Integer()
-    created_at = fields.Float()
-    updated_at = fields.Float()
+    created_at = Timestamp()
+    updated_at = Timestamp()
 
 
 class TaskPage(ma.Schema):
@@ -354,7 +371,7 @@ class PolicyOut(ma.Schema):
     rules = fields.List(fields.Dict())
     on_conflict = fields.String()
     author = fields.String(allow_none=True)
-    created_at = fields.Float(allow_none=True)
+    created_at = Timestamp(allow_none=True)
 
 
 class ProjectConflictOut(ma.Schema):
@@ -452,9 +469,9 @@ class RevisionSummary(ma.Schema):
     made_by = fields.String(allow_none=True)
     how = fields.String(allow_none=True, metadata={
         "description": "What made it: create, patch, rerun or restart."})
-    made_at = fields.Float(allow_none=True)
-    started_at = fields.Float(allow_none=True)
-    ended_at = fields.Float(allow_none=True)
+    made_at = Timestamp(allow_none=True)
+    started_at = Timestamp(allow_none=True)
+    ended_at = Timestamp(allow_none=True)
     exit_code = fields.Integer(allow_none=True)
     reason = fields.String(allow_none=True)
     pinned_from = fields.Integer(allow_none=True)
@@ -555,7 +572,7 @@ class ProjectOut(ma.Schema):
     members = fields.List(fields.String())
     maintainers = fields.List(fields.String())
     created_by = fields.String(allow_none=True)
-    created_at = fields.Float()
+    created_at = Timestamp()
     policy_version = fields.Integer(metadata={"description": "The project policy's current "
                                                              "version."})
 
@@ -568,9 +585,14 @@ class Rejection(ma.Schema):
     variable = fields.String(allow_none=True)
     rule = fields.String()
     message = fields.String()
-    tasks = fields.Integer()
+    tasks = fields.Integer(metadata={"description": "Every task this problem rejects."})
+    newly_rejected = fields.Integer(metadata={"description": "Of those, tasks not rejected "
+                                                             "today: the draft's doing."})
+    already_rejected = fields.Integer(metadata={"description": "Of those, tasks rejected "
+                                                               "today already."})
     owners = fields.Integer()
-    examples = fields.List(fields.String(), metadata={"description": "Some task ids."})
+    examples = fields.List(fields.String(), metadata={
+        "description": "Some task ids, the newly rejected first."})
 
 
 class ValueChange(ma.Schema):
@@ -588,10 +610,16 @@ class ValueChange(ma.Schema):
 class ImpactOut(ma.Schema):
     considered = fields.Integer(metadata={"description": "Every task not final and the most "
                                                          "recent 1,000 final ones, in scope."})
-    rejected = fields.Integer(metadata={"description": "Tasks the draft would reject."})
-    newly_rejected = fields.Integer(metadata={"description": "Of those, tasks resolved now."})
+    rejected = fields.Integer(metadata={"description": "Tasks the draft would reject: "
+                                                       "newly_rejected + already_rejected."})
+    newly_rejected = fields.Integer(metadata={"description": "Of those, tasks not rejected "
+                                                             "today: what saving the draft "
+                                                             "would newly reject."})
+    already_rejected = fields.Integer(metadata={"description": "Of those, tasks rejected "
+                                                               "today already."})
     accepted = fields.Integer(metadata={"description": "Tasks without a resolved env now "
-                                                       "that the draft would resolve."})
+                                                       "(rejected or not yet resolved) that "
+                                                       "the draft would resolve."})
     changed = fields.Integer(metadata={"description": "Tasks some value would change for."})
     unchanged = fields.Integer()
     rejections = fields.List(fields.Nested(Rejection))

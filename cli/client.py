@@ -108,6 +108,20 @@ class Client:
     def task(self, task_id: str) -> dict[str, Any]:
         return self.json("GET", f"/tasks/{segment(task_id)}")
 
+    def task_if_changed(self, task_id: str,
+                        etag: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        """The task, or None when it is as ``etag`` left it (a ``304``); and its ETag."""
+        headers = {"If-None-Match": etag} if etag else {}
+        resp = self.call("GET", f"/tasks/{segment(task_id)}", headers=headers)
+        if resp.status_code == 304:
+            return None, etag
+        try:
+            doc: dict[str, Any] = resp.json()
+        except ValueError as exc:
+            raise ApiError(resp.url, resp.status_code, "bad_response",
+                           f"{resp.url} did not answer with JSON") from exc
+        return doc, resp.headers.get("ETag")
+
     def tasks_page(self, status: str | None, cursor: int | None,
                    limit: int = 100) -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}
@@ -123,14 +137,48 @@ class Client:
         resp.encoding = resp.encoding or "utf-8"
         return resp.text
 
+    def logs_since(self, task_id: str, revision: int, offset: int) -> tuple[str, int, int]:
+        """The output after ``offset`` bytes: (text, where to go on, bytes dropped unread)."""
+        resp = self.call("GET", f"/tasks/{segment(task_id)}/logs",
+                         params={"revision": revision, "offset": offset})
+        resp.encoding = "utf-8"
+        try:
+            after = int(resp.headers["Log-Offset"])
+            skipped = int(resp.headers.get("Log-Skipped", "0"))
+        except (KeyError, ValueError) as exc:
+            raise ApiError(resp.url, resp.status_code, "bad_response",
+                           f"{resp.url} did not say where its log goes on (Log-Offset)") from exc
+        return resp.text, after, skipped
+
+    def cancel(self, task_id: str) -> dict[str, Any]:
+        return self.json("POST", f"/tasks/{segment(task_id)}/cancel")
+
+    def rerun(self, task_id: str, revision: int | None, pin: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"pin": pin}
+        if revision is not None:
+            body["revision"] = revision
+        return self.json("POST", f"/tasks/{segment(task_id)}/rerun", json=body)
+
+    def revisions(self, task_id: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.json(
+            "GET", f"/tasks/{segment(task_id)}/revisions")["items"]
+        return items
+
+    def revision(self, task_id: str, number: int) -> dict[str, Any]:
+        return self.json("GET", f"/tasks/{segment(task_id)}/revisions/{segment(number)}")
+
+    def check_token(self) -> None:
+        """One cheap call any valid token may make: a 401 here means the token is wrong."""
+        self.call("GET", "/tasks", params={"limit": 1})
+
     def patch_env(self, task_id: str, set_: list[dict[str, Any]],
                   unset: list[str]) -> dict[str, Any]:
         return self.json("PATCH", f"/tasks/{segment(task_id)}/env",
                          json={"set": set_, "unset": unset})
 
-    def env_diff(self, task_id: str, old: int, new: int) -> dict[str, Any]:
+    def env_diff(self, task_id: str, old: int, new: int, of: str = "resolved") -> dict[str, Any]:
         path = f"/tasks/{segment(task_id)}/revisions/{segment(old)}/diff/{segment(new)}"
-        return self.json("GET", path)
+        return self.json("GET", path, params={"of": of})
 
     def preview(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", "/env/preview", json=body)

@@ -1,12 +1,18 @@
 """Where the API is and which token to use: flags, then the environment, then a file.
 
 The config file is TOML (``~/.config/taskenv/config.toml``, or under
-``$XDG_CONFIG_HOME``) with two optional keys, ``url`` and ``token``.
+``$XDG_CONFIG_HOME``) with two optional keys, ``url`` and ``token``.  ``taskenv
+login`` writes it with mode 0600 in a 0700 directory.  As ssh does with a private
+key, a token is not taken from a file that other users can read or change: the
+command stops and says how to fix the mode.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import stat
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,14 +57,48 @@ def read_file(path: Path) -> dict[str, str]:
     return dict(data)
 
 
+def check_private(path: Path) -> None:
+    """Refuse a token file that others may read or change (ssh's rule for private keys)."""
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return
+    if mode & 0o077:
+        raise UsageProblem(f"the config file {path} holds a token and its mode is "
+                           f"{mode:04o}: other users can read or change it.  Run "
+                           f"`chmod 600 {path}` (or `taskenv login` again) to use it")
+
+
 def load(url: str | None, token: str | None, environ: Mapping[str, str],
          path: Path | None = None) -> Settings:
     """Each setting from the first place that has it: flag, environment, file, default."""
-    from_file = read_file(path or default_path(environ))
+    path = path or default_path(environ)
+    from_file = read_file(path)
+    token = token or environ.get(TOKEN_VARIABLE) or None
+    if token is None and from_file.get("token"):
+        check_private(path)
+        token = from_file["token"]
     return Settings(
         url=url or environ.get(URL_VARIABLE) or from_file.get("url") or DEFAULT_URL,
-        token=token or environ.get(TOKEN_VARIABLE) or from_file.get("token") or None,
+        token=token,
     )
+
+
+def save(path: Path, url: str, token: str) -> None:
+    """Write ``url`` and ``token`` to ``path``: mode 0600 from the first byte (never
+    readable by others, even for a moment), its directory 0700, replaced atomically."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # TOML basic strings take JSON's escapes: a token or URL can hold no surprise.
+    text = f"url = {json.dumps(url)}\ntoken = {json.dumps(token)}\n"
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config-")
+    try:
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def environ() -> Mapping[str, str]:

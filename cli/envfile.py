@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from cli.errors import UsageProblem
+from cli.errors import EnvRejected, UsageProblem
 from shared.env import envfile
 
 
@@ -30,7 +30,7 @@ def parse(text: str, origin: str) -> dict[str, str]:
     """Every binding, or a usage problem naming each line that is not one."""
     entries, problems = envfile.parse(text)
     if problems:
-        raise UsageProblem("; ".join(f"{origin}, {p.message}" for p in problems))
+        raise EnvRejected("; ".join(f"{origin}, {p.message}" for p in problems))
     return {e["name"]: e["value"] for e in entries}
 
 

@@ -1,4 +1,4 @@
-"""The two ways a command fails before any task outcome: misuse, or the API said no."""
+"""The ways a command fails before any task outcome: misuse, a bad env, or the API said no."""
 
 from __future__ import annotations
 
@@ -8,6 +8,17 @@ from typing import Any
 
 class UsageProblem(Exception):
     """The command line, a file it names or the configuration is wrong (exit code 4)."""
+
+
+class EnvRejected(Exception):
+    """The env itself is bad, found before anything was sent (exit code 2, as when the
+    API or a stage rejects it): a name in both the task file and the .env file, a .env
+    line that is no binding."""
+
+
+# What the API answers when it refuses an env (422): the CLI exits 2 for these, as it
+# does for a task the validation or policy stage rejects.
+ENV_REFUSALS = {"env_invalid", "policy_conflict"}
 
 
 @dataclass
@@ -27,6 +38,11 @@ class ApiError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    @property
+    def rejects_env(self) -> bool:
+        """The API refused the env (its own checks or the policy's), not the request."""
+        return self.code in ENV_REFUSALS
 
     @property
     def transient(self) -> bool:

@@ -1,11 +1,17 @@
-"""Following a task: poll its state until it is final, with a live status line.
+"""Following a task: its states and its output as they come, until it is final.
 
-A brief outage of the API (no answer, 429, 502-504) does not end a follow: the
-poll is retried for ``patience`` seconds before the error is reported.
+Each poll reads the task (with ``If-None-Match``: a ``304`` while nothing changed),
+then the log from the byte offset already printed (``GET /tasks/{id}/logs?offset=n``,
+as the console's live page does): a poll costs what was written since, and a step's
+output appears while the step runs.  Polls come
+every ``interval`` seconds after a change, backing off to ``MAX_INTERVAL`` while
+nothing changes.  A brief outage of the API (no answer, 429, 502-504) does not end a
+follow: the poll is retried for ``patience`` seconds before the error is reported.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +26,6 @@ from cli.outcome import is_final
 from cli.render import shown
 
 MAX_INTERVAL = 2.0
-
-
-def new_output(seen: str, text: str) -> str:
-    """What to print of ``text`` when ``seen`` was printed already."""
-    return text[len(seen):] if text.startswith(seen) else text
 
 
 def finished(doc: dict[str, Any], revision: int) -> bool:
@@ -57,42 +58,59 @@ class Follower:
         doc: dict[str, Any] = self.retrying(lambda: self.client.task(task_id))
         return doc
 
-    def logs(self, task_id: str, revision: int) -> str:
-        text: str = self.retrying(lambda: self.client.logs(task_id, revision))
-        return text
+    def task_again(self, task_id: str, last: dict[str, Any] | None,
+                   etag: str | None) -> tuple[dict[str, Any], str | None]:
+        """The task as it is now: a ``304`` to ``If-None-Match`` keeps ``last``."""
+        found: tuple[dict[str, Any] | None, str | None] = self.retrying(
+            lambda: self.client.task_if_changed(task_id, etag if last is not None else None))
+        doc, etag = found
+        if doc is not None:
+            return doc, etag
+        if last is not None:
+            return last, etag
+        return self.task(task_id), etag
 
-    def wait(self, seconds: float) -> float:
-        self.sleep(seconds)
-        return min(seconds * 1.5, MAX_INTERVAL)
-
-    def until_final(self, task_id: str, revision: int) -> dict[str, Any]:
-        """Poll until ``revision`` of the task is final; print each state it passes."""
-        self.started, last, pause = self.clock(), None, self.interval
-        with self.progress.status(Text(shown(f"task {task_id}: submitted"))) as line:
-            while True:
-                doc = self.task(task_id)
-                state = (doc["status"], doc["revision"])
-                if state != last:
-                    self.progress.print(Text(shown(self.label(task_id, doc))))
-                    last, pause = state, self.interval
-                line.update(Text(shown(self.label(task_id, doc))))
-                if finished(doc, revision):
-                    return doc
-                pause = self.wait(pause)
-
-    def stream_logs(self, task_id: str, revision: int,
-                    write: Callable[[str], None]) -> dict[str, Any]:
-        """Print the revision's output as it grows, until the revision is final."""
-        seen, pause = "", self.interval
+    def drain(self, task_id: str, revision: int, offset: int,
+              write: Callable[[str], None]) -> tuple[int, bool]:
+        """Print the output after ``offset``, every chunk of it; (new offset, any printed)."""
+        printed = False
         while True:
-            doc = self.task(task_id)  # read before the logs: when final, the logs are complete
-            text = self.logs(task_id, revision)
-            if text != seen:
-                write(new_output(seen, text))
-                seen, pause = text, self.interval
+            text, after, skipped = self.retrying(
+                functools.partial(self.client.logs_since, task_id, revision, offset))
+            if skipped:
+                self.progress.print(Text(f"[{skipped} bytes of output were dropped before "
+                                         "they could be shown]", style="yellow"))
+            if text:
+                write(text)
+                printed = True
+            if after == offset or not text:
+                return after, printed
+            offset = after
+
+    def stream(self, task_id: str, revision: int,
+               write: Callable[[str], None]) -> dict[str, Any]:
+        """Print each state ``revision`` passes (on the progress console) and its output as
+        it grows (through ``write``), until it is final; the last state read."""
+        self.started, offset, last, pause = self.clock(), 0, None, self.interval
+        doc: dict[str, Any] | None = None
+        etag: str | None = None
+        while True:
+            # Read before the logs: when final, the logs are complete.  Unchanged: a 304.
+            doc, etag = self.task_again(task_id, doc, etag)
+            state = (doc["status"], doc["revision"])
+            if state != last:
+                self.progress.print(Text(shown(self.label(task_id, doc))))
+            printed = False
+            if doc["status"] != "rejected":  # a rejected revision never ran: no output
+                offset, printed = self.drain(task_id, revision, offset, write)
             if finished(doc, revision):
                 return doc
-            pause = self.wait(pause)
+            if state != last or printed:
+                last, pause = state, self.interval
+                self.sleep(pause)
+            else:
+                self.sleep(pause)
+                pause = min(pause * 1.5, MAX_INTERVAL)
 
     def label(self, task_id: str, doc: dict[str, Any]) -> str:
         elapsed = self.clock() - self.started

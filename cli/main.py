@@ -11,14 +11,17 @@ from cli import render
 from cli.app import App
 from cli.commands.admin import policy, tokens
 from cli.commands.env import env
+from cli.commands.login import login
+from cli.commands.task import cancel, diff, rerun, revisions, show
 from cli.commands.tasks import list_tasks, logs, preview, submit
-from cli.errors import ApiError, UsageProblem
+from cli.errors import ApiError, EnvRejected, UsageProblem
 from cli.outcome import TABLE, Exit
 
 SETTINGS_HELP = """\
 Server and token come from --url/--token, else TASKENV_URL/TASKENV_TOKEN, else
-~/.config/taskenv/config.toml (keys: url, token). Prefer the variable or the file
-for the token: a flag is visible to other users in the process list."""
+~/.config/taskenv/config.toml (keys: url, token), which `taskenv login` writes with
+mode 0600. Prefer the login or the variable for the token: a flag is visible to
+other users in the process list."""
 
 
 @click.group(help="Work with taskenv from a terminal: tasks, their env, the policy, tokens."
@@ -34,7 +37,8 @@ def taskenv(ctx: click.Context, url: str | None, token: str | None,
     ctx.obj = App(url=url, token=token, config_path=config_path)
 
 
-for command in (submit, logs, list_tasks, preview, env, policy, tokens):
+for command in (login, submit, show, logs, list_tasks, cancel, rerun, revisions, diff, preview,
+                env, policy, tokens):
     taskenv.add_command(command)
 
 
@@ -55,11 +59,14 @@ def main(argv: list[str] | None = None) -> int:
         err.print("aborted")
         return Exit.USAGE
     except UsageProblem as exc:
-        err.print(render.Text(f"error: {exc}", style="bold red"))
+        err.print(render.line(f"error: {exc}", style="bold red"))
         return Exit.USAGE
+    except EnvRejected as exc:
+        err.print(render.line(f"the env was rejected: {exc}", style="bold red"))
+        return Exit.REJECTED
     except ApiError as exc:
         render.print_api_error(err, exc.code, exc.message, exc.url, exc.status, exc.problems)
-        return Exit.API
+        return Exit.REJECTED if exc.rejects_env else Exit.API
 
 
 if __name__ == "__main__":

@@ -18,14 +18,16 @@ FINAL_STATES = {"succeeded": Exit.SUCCEEDED, "failed": Exit.FAILED,
                 "rejected": Exit.REJECTED, "cancelled": Exit.CANCELLED}
 
 TABLE = """\
-Exit codes:
+Exit codes (one per outcome, whichever check caught it):
   0  the task succeeded (or, without --follow, the command did what it was asked)
-  1  the task failed
-  2  the task was rejected: each error is printed with its variable
-     (preview: the env would be rejected)
+  1  the task failed (a step exited non-zero, or it could not be launched)
+  2  the env was rejected, each error printed with its variable and rule: by the
+     CLI before sending (a .env line, a name in two files), by the API before
+     storing (422 env_invalid or policy_conflict), by the validation or policy
+     stage, or, for preview, it would be
   3  the task was cancelled
   4  usage or configuration error (bad flags, unreadable file, no token)
-  5  the API refused the request or could not be reached"""
+  5  the API refused the request for another reason, or could not be reached"""
 
 
 def is_final(status: str) -> bool:

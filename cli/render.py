@@ -9,13 +9,14 @@ passes an escape sequence through, and a server's answer must not drive the term
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from shared import timestamps
 
 # Wide enough that a table piped to a file or a test keeps names on one line.
 PIPE_WIDTH = 200
@@ -48,9 +49,14 @@ def terminal_safe(text: str) -> str:
 
 
 def when(timestamp: Any) -> str:
-    if not isinstance(timestamp, int | float):
+    """An API time (RFC 3339, e.g. ``2026-12-01T15:04:05.123Z``) in the reader's zone."""
+    if not isinstance(timestamp, str) or not timestamp:
         return ""
-    return dt.datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        moment = timestamps.parse(timestamp)
+    except ValueError:
+        return shown(timestamp)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def problem_line(problem: dict[str, Any]) -> str:
@@ -134,7 +140,35 @@ def policy_tables(policy: dict[str, Any]) -> list[Table | Text]:
     for p in policy.get("protected") or []:
         value = p.get("value") if p.get("value") is not None else "(reserved, no value)"
         row(protected, p.get("name"), value, p.get("reason"), "yes" if p.get("secret") else "")
-    return [head, defaults, protected]
+    rules = table("name", "constraint", "description", "applies to",
+                  title="rules (what a task's values must satisfy)")
+    for r in policy.get("rules") or []:
+        row(rules, r.get("name"), rule_constraint(r), r.get("description") or "",
+            condition(r.get("when")))
+    return [head, defaults, protected, rules]
+
+
+def rule_constraint(rule: dict[str, Any]) -> str:
+    """``required; one of a, b; pattern ^x$; 0 <= value <= 1; length <= 64``."""
+    parts = ["required"] if rule.get("required") else []
+    if rule.get("allowed") is not None:
+        parts.append("one of " + ", ".join(str(a) for a in rule["allowed"]))
+    if rule.get("pattern") is not None:
+        parts.append(f"pattern {rule['pattern']}")
+    low, high = rule.get("min"), rule.get("max")
+    if low is not None or high is not None:
+        parts.append(" <= ".join(str(p) for p in (low, "value", high) if p is not None))
+    if rule.get("max_length") is not None:
+        parts.append(f"length <= {rule['max_length']}")
+    return "; ".join(parts)
+
+
+def condition(found: Any) -> str:
+    """A ``when`` as ``gpus>=1, image=nvcr.io/*``; every task when there is none."""
+    if not isinstance(found, dict) or not found:
+        return "every task"
+    return ", ".join(f"{k}{v}" if str(v)[:1] in "<>=" else f"{k}={v}"
+                     for k, v in found.items())
 
 
 def history_table(versions: Iterable[dict[str, Any]], current: int | None) -> Table:
@@ -175,20 +209,23 @@ def or_unset(value: Any) -> str:
 def impact_parts(impact: dict[str, Any]) -> list[Table | Text]:
     """A draft policy's predicted effect: rejections, changed values, who is touched.
 
-    Reads ``{considered, rejected, changed?, rejections: [{variable, rule, message,
-    tasks, owners}], changes: [{name, old, new, secret?, tasks, owners}]}``; a secret
-    shows only as changed.
+    Reads ``{considered, newly_rejected, already_rejected, changed?, rejections:
+    [{variable, rule, message, newly_rejected, already_rejected, owners}], changes:
+    [{name, old, new, secret?, tasks, owners}]}``: what the draft newly rejects apart
+    from what is rejected today already; a secret shows only as changed.
     """
     parts: list[Table | Text] = [line(
         f"tasks considered: {impact.get('considered', '?')}, "
-        f"would be rejected: {impact.get('rejected', 0)}, "
+        f"would newly be rejected: {impact.get('newly_rejected', 0)} "
+        f"(rejected today already: {impact.get('already_rejected', 0)}), "
         f"would change: {impact.get('changed', len(impact.get('changes') or []))}")]
     rejections = impact.get("rejections") or []
     if rejections:
-        grid = table("variable", "rule", "message", "tasks", "owners", title="rejections")
+        grid = table("variable", "rule", "message", "newly rejected", "rejected already",
+                     "owners", title="rejections")
         for r in rejections:
-            row(grid, r.get("variable"), r.get("rule"), r.get("message"), r.get("tasks"),
-                r.get("owners"))
+            row(grid, r.get("variable"), r.get("rule"), r.get("message"),
+                r.get("newly_rejected"), r.get("already_rejected"), r.get("owners"))
         parts.append(grid)
     changes = impact.get("changes") or []
     if changes:
@@ -199,3 +236,38 @@ def impact_parts(impact: dict[str, Any]) -> list[Table | Text]:
             row(grid, c.get("name"), old, new, c.get("tasks"), c.get("owners"))
         parts.append(grid)
     return parts
+
+
+def task_facts(doc: dict[str, Any]) -> Table:
+    """One task at a glance: state, revision, outcome, policy, times."""
+    grid = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    outcome = "; ".join(p for p in (
+        f"exit code {doc['exit_code']}" if doc.get("exit_code") is not None else "",
+        shown(doc.get("reason") or "")) if p)
+    facts = [("task", doc.get("id")), ("name", doc.get("name")), ("owner", doc.get("owner")),
+             ("project", doc.get("project") or "-"), ("status", doc.get("status")),
+             ("revision", doc.get("revision")), ("outcome", outcome or "-"),
+             ("policy version", doc.get("policy_version")),
+             ("image", doc.get("image") or "(the launcher's default)"),
+             ("created", when(doc.get("created_at"))), ("updated", when(doc.get("updated_at")))]
+    if doc.get("cancelled_by"):
+        facts.append(("cancelled", f"by {doc['cancelled_by']} at "
+                                   f"{when(doc.get('cancelled_at'))}"))
+    for key, value in facts:
+        grid.add_row(key, Text(shown("-" if value is None else value)))
+    return grid
+
+
+def revisions_table(items: Iterable[dict[str, Any]]) -> Table:
+    grid = table("revision", "state", "how", "by", "made", "started", "ended", "exit code",
+                 "policy version", title="revisions, oldest first")
+    for r in items:
+        how = r.get("how") or ""
+        if r.get("rerun_of"):
+            how += f" of {r['rerun_of']}" + (" (pinned)" if r.get("pinned_from") else "")
+        row(grid, r.get("revision"), r.get("state"), how, r.get("made_by"),
+            when(r.get("made_at")), when(r.get("started_at")), when(r.get("ended_at")),
+            "" if r.get("exit_code") is None else r["exit_code"], r.get("policy_version"))
+    return grid

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from cli import envfile
-from cli.errors import UsageProblem
+from cli.errors import EnvRejected, UsageProblem
 
 
 def load_yaml(path: Path) -> Any:
@@ -46,7 +46,7 @@ def merge_env(env: list[dict[str, Any]], extra: dict[str, str], origin: str,
     """``env`` followed by ``extra``; a name in both is refused, naming it."""
     both = [name for name in env_names(env, origin) if name in extra]
     if both:
-        raise UsageProblem(f"set both in {origin} and in {extra_origin}: {', '.join(both)}")
+        raise EnvRejected(f"set both in {origin} and in {extra_origin}: {', '.join(both)}")
     return [*env, *({"name": name, "value": value} for name, value in extra.items())]
 
 

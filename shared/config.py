@@ -13,8 +13,12 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 PREFIX = "TASKENV_"
-# The image a task that names none runs in: the local runtime image deploy/image builds.
+# What a task that names no image carries until a launcher puts it in its own default
+# image (a setting per launcher: TASKENV_PODMAN_IMAGE, TASKENV_KUBE_IMAGE).  It is the
+# local runtime image deploy/image/build.sh makes, which only a podman host has.
 DEFAULT_IMAGE = "localhost/taskenv-runtime:latest"
+# A public image with sh and python3 that any cluster with access to Docker Hub pulls.
+KUBE_DEFAULT_IMAGE = "docker.io/library/python:3.12-slim"
 
 
 @dataclass(frozen=True, repr=False)
@@ -57,7 +61,11 @@ class Settings:
     metrics_port: int = 0
     # Sentinel: with a sentinel:// URL, the name of the monitored master.
     redis_master_name: str = "mymaster"
+    # The image a task that names none runs in, per launcher.  podman: the local runtime
+    # image (deploy/image/build.sh).  kubernetes: one every node can pull; set your own
+    # training image in the ConfigMap (deploy/k8s/base/configmap.yaml).
     podman_image: str = DEFAULT_IMAGE
+    kube_image: str = KUBE_DEFAULT_IMAGE
     kube_namespace: str = "default"
     kube_backoff_limit: int = 0
     # Fernet keys, comma-separated; the first encrypts. Empty: secret variables are refused.

@@ -55,6 +55,7 @@ from shared.errors import (
 from shared.secrets import MASK, blanked, masked
 from shared.store.tasks import REVISION_FIELDS, Page, TaskStore
 from shared.task import records, states
+from shared.timestamps import rfc3339
 
 # No inline script or style anywhere: only our own static files may run or style the page.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -129,8 +130,8 @@ def when(timestamp: float | None) -> Markup:
     exact time on hover."""
     if timestamp is None:
         return Markup("")
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    exact = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    exact = rfc3339(timestamp)  # the API's own way of writing a moment
+    moment = datetime.fromtimestamp(float(timestamp), UTC)
     return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
         exact, moment.strftime("%Y-%m-%d %H:%M:%S UTC"))
 

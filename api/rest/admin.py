@@ -11,7 +11,7 @@ from marshmallow import fields, validate
 
 from api.auth import actor
 from api.context import svc
-from api.schemas import Strict
+from api.schemas import Strict, Timestamp
 from shared.access.tokens import ROLES
 
 blp = Blueprint("admin", __name__, url_prefix="/api/v1",
@@ -27,7 +27,7 @@ class TokenOut(ma.Schema):
     id = fields.String()
     owner = fields.String()
     role = fields.String()
-    created_at = fields.Float()
+    created_at = Timestamp()
     created_by = fields.String(allow_none=True)
 
 
@@ -41,7 +41,7 @@ class TokenList(ma.Schema):
 
 class AuditEntry(ma.Schema):
     id = fields.String()
-    at = fields.Float()
+    at = Timestamp()
     actor = fields.String()
     action = fields.String()
     target = fields.String()

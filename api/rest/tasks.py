@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -36,11 +38,19 @@ blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
                 description="Training tasks and their env.")
 
 IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
-            "schema": {"type": "string", "example": '"3"'},
-            "description": "The revision the change was made against (the ETag of GET "
-                           "/tasks/{id}); when the task has moved on: 412 with the "
-                           "current revision."}
-REVISION_TAG = re.compile(r"[0-9]{1,12}")
+            "schema": {"type": "string", "example": '"3-5f1c0a9e2b7d4c86"'},
+            "description": "The revision the change was made against: the ETag of GET "
+                           "/tasks/{id} (\"3-5f1c…\") or the bare revision (\"3\"). Only "
+                           "the revision is compared: a state the workers moved on "
+                           "(pending to running) does not make the change stale, a new "
+                           "revision does (412 with the current revision)."}
+IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False,
+                 "schema": {"type": "string", "example": '"3-5f1c0a9e2b7d4c86"'},
+                 "description": "The ETag the caller has: 304 without a body when nothing "
+                                "the task's answer holds has changed since."}
+# What If-Match takes: a revision, alone or as the first part of the task's ETag.
+REVISION_TAG = re.compile(r"([0-9]{1,12})(?:-[0-9a-f]{16})?")
+BYTE_OFFSET = re.compile(r"[0-9]{1,15}")
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
@@ -86,29 +96,51 @@ class Tasks(MethodView):
 
 @blp.route("/<task_id>")
 class Task(MethodView):
-    @blp.response(200, TaskOut)
+    @blp.response(200, TaskOut, headers={"ETag": {
+        "description": "<revision>-<digest of this answer>: a new one whenever anything "
+                       "here changes; send it in If-None-Match (304 while unchanged) or "
+                       "If-Match (its revision is compared).",
+        "schema": {"type": "string"}}})
+    @blp.alt_response(304, description="If-None-Match named the current ETag: nothing "
+                      "changed, no body.")
+    @blp.doc(parameters=[IF_NONE_MATCH])
     def get(self, task_id: str) -> Any:
         """A task's status, errors, warnings and resolved env with each variable's source.
 
-        The ``ETag`` is the revision, for ``If-Match`` on a change.
+        The ``ETag`` (``"<revision>-<digest>"``) changes whenever anything this answer
+        holds changes (its state, exit code, resolved env...), so ``If-None-Match`` gets a
+        ``304`` while nothing did.  ``If-Match`` on a change compares its revision only.
         """
         doc = readable(task_id)
         view = records.public_view(doc, task_url(task_id))
         kept = doc.get("next_env")
         view["next_env"] = None if kept is None else [masked(e) for e in kept]
         view.update(cancelled_by=doc.get("cancelled_by"), cancelled_at=doc.get("cancelled_at"))
-        return view, 200, {"ETag": f'"{doc["revision"]}"'}
+        tag = etag(doc["revision"], view)
+        if request.if_none_match.contains_weak(tag):
+            return Response(status=304, headers={"ETag": f'"{tag}"'})
+        return view, 200, {"ETag": f'"{tag}"'}
+
+
+def etag(revision: int, view: dict[str, Any]) -> str:
+    """``<revision>-<digest of the answer>``: a new state, exit code or env is a new tag,
+    and the revision stays readable in it for ``If-Match``."""
+    text = json.dumps(view, sort_keys=True, default=str, separators=(",", ":"))
+    return f"{revision}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
 
 
 def if_match() -> int | None:
-    """The revision ``If-Match`` names (``3``, ``"3"`` or ``W/"3"``); None without one."""
+    """The revision ``If-Match`` names: the task's ETag (``"3-5f1c…"``) or a bare revision
+    (``3``, ``"3"``, ``W/"3"``); None without one."""
     raw = request.headers.get("If-Match")
     if raw is None or raw.strip() == "*":
         return None
     text = raw.strip().removeprefix("W/").strip('"')
-    if not REVISION_TAG.fullmatch(text):  # ASCII digits only: "²".isdigit() is True
-        raise BadRequest(f"If-Match must name a revision (a number), not {raw[:40]!r}")
-    return int(text)
+    found = REVISION_TAG.fullmatch(text)  # ASCII digits only: "²".isdigit() is True
+    if not found:
+        raise BadRequest(f"If-Match must name a revision (a number or the task's ETag), "
+                         f"not {raw[:40]!r}")
+    return int(found.group(1))
 
 
 @blp.route("/<task_id>/cancel")
@@ -208,17 +240,41 @@ class TaskManifest(MethodView):
                 "policy_version": doc["policy_version"], **manifest.for_display(manifests)}
 
 
+LOG_HEADERS = {
+    "Log-Offset": {"description": "With offset: where the next read starts (bytes since "
+                                  "the log began); send it back as offset.",
+                   "schema": {"type": "integer"}},
+    "Log-Skipped": {"description": "With offset: bytes dropped (the log keeps its newest "
+                                   "part) before the caller could read them.",
+                    "schema": {"type": "integer"}},
+}
+
+
 @blp.route("/<task_id>/logs")
 class TaskLogs(MethodView):
-    @blp.response(200, content_type="text/plain",
+    @blp.response(200, content_type="text/plain", headers=LOG_HEADERS,
                   description="The steps' output (stdout and stderr) as text.")
-    @blp.doc(parameters=[{"name": "revision", "in": "query", "required": False,
-                          "schema": {"type": "integer", "minimum": 1}}])
+    @blp.doc(parameters=[
+        {"name": "revision", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 1}},
+        {"name": "offset", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0},
+         "description": "Only the output after this many bytes (at most 256 KiB of it; ask "
+                        "again from Log-Offset): how a client follows a running task. "
+                        "Offsets count from the log's first byte and survive trimming."}])
     def get(self, task_id: str) -> Response:
-        """The output of the task's steps, for the current revision or ``?revision=n``."""
+        """The output of the task's steps, for the current revision or ``?revision=n``;
+        with ``?offset=n`` only what came after byte n, to follow a task as it runs."""
         doc = readable(task_id)
         revision = request.args.get("revision", type=int) or doc["revision"]
         if not 1 <= revision <= doc["revision"]:
             raise NotFound(f"task {task_id} has no revision {revision}")
-        text = svc().tasks.read_log(task_id, revision)
-        return Response(text, mimetype="text/plain")
+        offset = request.args.get("offset")
+        if offset is None:
+            return Response(svc().tasks.read_log(task_id, revision), mimetype="text/plain")
+        if not BYTE_OFFSET.fullmatch(offset):
+            raise BadRequest(f"offset must be a number of bytes, not {offset[:40]!r}")
+        chunk = svc().tasks.logs.since(task_id, revision, int(offset))
+        return Response(chunk.text, mimetype="text/plain",
+                        headers={"Log-Offset": str(chunk.offset),
+                                 "Log-Skipped": str(chunk.skipped)})

@@ -14,8 +14,10 @@ from cli.app import App, pass_app
 from cli.errors import UsageProblem
 from cli.outcome import Exit
 
-# What the API adds to a policy and ``PUT /policy`` does not take.
-WRITTEN_BY_SERVER = ("version", "author", "created_at", "project_conflicts")
+# What the API adds to a policy and ``PUT /policy`` does not take: read-only, written by
+# the server, dropped from a file so that `policy get --json > p.json` can be set back.
+WRITTEN_BY_SERVER = ("version", "author", "created_at", "scope", "project_conflicts",
+                     "conflicts")
 MASK = "********"  # how the API shows a secret value
 existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
@@ -33,10 +35,11 @@ def print_policy(app: App, data: dict[str, Any]) -> None:
 @policy.command("get")
 @click.option("--version", type=click.IntRange(min=0), help="A past version, as written.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Print JSON; edit it and pass it to `policy set`.")
+              help="Print JSON; edit it and pass it to `policy impact` and `policy set` "
+                   "(the fields the server writes are ignored there).")
 @pass_app
 def get_policy(app: App, version: int | None, as_json: bool) -> int:
-    """Show the current policy (or one version)."""
+    """Show the current policy (or one version): defaults, protected variables, rules."""
     client = app.client()
     data = client.policy() if version is None else client.policy_version(version)
     if as_json:

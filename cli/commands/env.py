@@ -8,7 +8,7 @@ from typing import Any
 import click
 from rich.text import Text
 
-from cli import envfile, render
+from cli import envfile, prompt, render
 from cli.app import App, pass_app
 from cli.errors import UsageProblem
 from cli.outcome import Exit
@@ -67,7 +67,7 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[s
     for name in secrets:
         entry = entries.setdefault(name, {"name": name, "value": None})
         if entry["value"] is None:
-            entry["value"] = click.prompt(f"value of secret {name}", hide_input=True)
+            entry["value"] = prompt.secret(f"value of secret {name}")
         entry["secret"] = True
     return list(entries.values())
 
@@ -117,12 +117,16 @@ def diff_env(app: App, task_id: str, old: int, new: int) -> int:
 
 @env.command("export")
 @click.argument("task_id")
-@click.option("--as-set", is_flag=True, help="The env as the user set it, not as resolved.")
+@click.option("--resolved", is_flag=True,
+              help="The resolved env (defaults, protected and platform variables too): "
+                   "to read, not to submit again.")
+@click.option("--as-set", is_flag=True, hidden=True, help="The default; kept for scripts.")
 @pass_app
-def export_env(app: App, task_id: str, as_set: bool) -> int:
-    """Print the env as a .env file; secrets are left out, each with a comment."""
+def export_env(app: App, task_id: str, resolved: bool, as_set: bool) -> int:
+    """Print the env as the task set it, as a .env file that `submit --env-file` takes
+    back; secrets are left out, each named in a comment."""
     doc = app.client().task(task_id)
-    variables, which = variables_of(doc, as_set)
+    variables, which = variables_of(doc, as_set=not resolved or as_set)
     click.echo(envfile.export(variables, f"task {doc['id']} revision {doc['revision']}, "
                                          f"env {which}"), nl=False)
     return Exit.SUCCEEDED

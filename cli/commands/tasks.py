@@ -39,11 +39,9 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
 
 
 def follow_to_end(app: App, task_id: str, revision: int) -> Exit:
-    follower = Follower(app.client(), app.err)
-    doc = follower.until_final(task_id, revision)
-    if doc["status"] != "rejected":
-        write_stdout(follower.logs(task_id, doc["revision"]))
-    return report(app, doc)
+    """Stream the revision's output while it runs (states on stderr); exit with its outcome."""
+    doc = Follower(app.client(), app.err).stream(task_id, revision, write_stdout)
+    return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
 
 
 @click.command(epilog="\b\n" + TABLE)
@@ -53,7 +51,8 @@ def follow_to_end(app: App, task_id: str, revision: int) -> Exit:
 @click.option("--secret", "secrets", multiple=True, metavar="NAME",
               help="Store this variable as a secret (repeatable).")
 @click.option("--follow", is_flag=True,
-              help="Follow the task until it is final, print its output, exit with its outcome.")
+              help="Print the task's output as it runs (states on stderr) until it is final; "
+                   "exit with its outcome.")
 @click.option("--idempotency-key", help="Retries with the same key return the same task.")
 @pass_app
 def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str, ...],
@@ -82,10 +81,8 @@ def logs(app: App, task_id: str, revision: int | None, follow: bool) -> int:
     if not follow:
         write_stdout(app.client().logs(task_id, revision))
         return Exit.SUCCEEDED
-    follower = Follower(app.client(), app.err)
-    revision = revision or follower.task(task_id)["revision"]
-    doc = follower.stream_logs(task_id, revision, write_stdout)
-    return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
+    revision = revision or Follower(app.client(), app.err).task(task_id)["revision"]
+    return follow_to_end(app, task_id, revision)
 
 
 def all_tasks(app: App, status: str | None) -> list[dict[str, Any]]:

@@ -3,8 +3,11 @@
 ``impact`` re-resolves each task snapshot with the draft (through the caller's
 ``resolve_draft``, the same merge the policy stage runs) and compares with what the
 task has now: which tasks would be rejected and why, which variables would change
-value and how many tasks and owners each change touches.  Secret values appear only
-as "changed".  The order of everything is deterministic.
+value and how many tasks and owners each change touches.  Rejections are split: a
+task the draft rejects that is not rejected today is the draft's doing ("newly
+rejected"); one rejected today already is counted apart, so an admin reads what the
+draft changes, not what was already so.  Secret values appear only as "changed".
+The order of everything is deterministic.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class TaskSnapshot:
     env: tuple[EnvVar, ...]
     facts: TaskFacts
     resolved: tuple[Resolved, ...] | None
+    rejected: bool = False  # rejected today: a draft that rejects it too changes nothing
 
 
 @dataclass
@@ -39,21 +43,32 @@ class _Group:
     fields: dict[str, Any]
     tasks: set[str] = field(default_factory=set)
     owners: set[str] = field(default_factory=set)
+    already: set[str] = field(default_factory=set)  # of the tasks, those rejected today
 
     def add(self, snapshot: TaskSnapshot) -> None:
         self.tasks.add(snapshot.id)
         self.owners.add(snapshot.owner)
+        if snapshot.rejected:
+            self.already.add(snapshot.id)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.fields, "tasks": len(self.tasks), "owners": len(self.owners),
                 "examples": sorted(self.tasks)[:EXAMPLES]}
+
+    def split(self) -> dict[str, Any]:
+        """``to_dict`` with the tasks split: rejected only by the draft, or already today
+        (the examples are the newly rejected ones first: those are the draft's doing)."""
+        newly = self.tasks - self.already
+        return {**self.to_dict(), "newly_rejected": len(newly),
+                "already_rejected": len(self.already),
+                "examples": (sorted(newly) + sorted(self.already))[:EXAMPLES]}
 
 
 def impact(snapshots: Iterable[TaskSnapshot],
            resolve_draft: Callable[[TaskSnapshot], Resolution]) -> dict[str, Any]:
     """The summary an admin reads before saving a draft policy."""
     rejected = _Group({})
-    newly_rejected, newly_accepted, unchanged = 0, 0, 0
+    newly_accepted, unchanged = 0, 0
     problems: dict[tuple[str, str], _Group] = {}
     changes: dict[tuple[Any, ...], _Group] = {}
     ordered = sorted(snapshots, key=lambda s: s.id)
@@ -61,7 +76,6 @@ def impact(snapshots: Iterable[TaskSnapshot],
         draft = resolve_draft(snapshot)
         if not draft.ok:
             rejected.add(snapshot)
-            newly_rejected += snapshot.resolved is not None
             for error in draft.errors:
                 key = (error.variable or "", error.rule)
                 problems.setdefault(key, _Group({"variable": error.variable, "rule": error.rule,
@@ -75,8 +89,8 @@ def impact(snapshots: Iterable[TaskSnapshot],
                 changes.setdefault(key, _Group(fields)).add(snapshot)
     return {
         "tasks": len(ordered),
-        "rejected": {**rejected.to_dict(), "newly": newly_rejected,
-                     "problems": [problems[k].to_dict() for k in sorted(problems)]},
+        "rejected": {**rejected.split(),
+                     "problems": [problems[k].split() for k in sorted(problems)]},
         "accepted": newly_accepted,  # tasks without a resolved env now that the draft accepts
         "changes": [changes[k].to_dict() for k in sorted(changes, key=_change_order)],
         "unchanged": unchanged,

@@ -65,7 +65,7 @@ from kubernetes.client import (
 )
 
 from shared.config import DEFAULTS
-from shared.task.workload import Workload
+from shared.task.workload import Workload, with_default_image
 
 CONTAINER_NAME = "task"
 FILES_CONTAINER = "files"  # the init container that places the task's files
@@ -92,11 +92,13 @@ _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 class ManifestSettings:
     namespace: str = DEFAULTS.kube_namespace
     backoff_limit: int = DEFAULTS.kube_backoff_limit
+    default_image: str = DEFAULTS.kube_image  # for a task that names no image
 
     @classmethod
     def from_settings(cls, settings: Any) -> ManifestSettings:
         return cls(namespace=settings.kube_namespace,
-                   backoff_limit=int(settings.kube_backoff_limit))
+                   backoff_limit=int(settings.kube_backoff_limit),
+                   default_image=settings.kube_image)
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,7 @@ def config_map(workload: Workload, settings: ManifestSettings) -> V1ConfigMap | 
 
 
 def build(workload: Workload, settings: ManifestSettings) -> Manifests:
+    workload = with_default_image(workload, settings.default_image)
     secret = secret_name(workload) if any(v.secret for v in workload.env) else None
     job = V1Job(
         api_version="batch/v1",

@@ -6,7 +6,7 @@ Built from a task record once the policy stage has resolved it; every launcher
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.config import DEFAULT_IMAGE
@@ -57,3 +57,10 @@ class Workload:
     def run_name(self) -> str:
         """One name per task revision: a second launch of it meets the first."""
         return f"taskenv-{self.task_id[:20]}-r{self.revision}"
+
+
+def with_default_image(workload: Workload, image: str) -> Workload:
+    """``workload`` in ``image`` when it names no image of its own (a launcher's default)."""
+    if workload.image == DEFAULT_IMAGE and image and image != DEFAULT_IMAGE:
+        return replace(workload, image=image)
+    return workload

@@ -275,3 +275,31 @@ def test_console_task_form_offers_the_owners_projects(
     assert '<option value="speech"' in form and '<option value="vision"' in form
     task_id = alice.create(name="t", steps="python3 train.py", project="speech")
     assert tasks.get(task_id)["project"] == "speech"
+
+
+@pytest.mark.usefixtures("projects")
+def test_impact_separates_what_the_draft_newly_rejects_from_what_is_rejected_already(
+        client: FlaskClient, users: dict[str, FlaskClient], tasks: TaskStore,
+        policies: PolicyStore, browser: Callable[..., Browser]) -> None:
+    """Three tasks rejected today for LR > 3, two accepted with LR 2 and 2.5: a draft
+    capping LR at 1 rejects five, of which only two are its doing."""
+    client.put("/api/v1/policy", json={"defaults": [], "protected": [],
+                                       "rules": [{"name": "LR", "max": 3}]})
+    made = [create(users["alice"], env=[{"name": "LR", "value": value}]).get_json()["id"]
+            for value in ("8", "9", "10", "2", "2.5", "0.5")]
+    for task_id in made:
+        run_stages(tasks, policies, task_id)
+    assert [tasks.get(t)["state"] for t in made].count(states.REJECTED) == 3
+    draft = {"defaults": [], "protected": [], "rules": [{"name": "LR", "max": 1}]}
+
+    found = client.post("/api/v1/policy/impact", json=draft).get_json()
+
+    assert (found["rejected"], found["newly_rejected"], found["already_rejected"]) == (5, 2, 3)
+    [rejection] = found["rejections"]
+    assert (rejection["tasks"], rejection["newly_rejected"],
+            rejection["already_rejected"]) == (5, 2, 3)
+    assert set(rejection["examples"][:2]) == set(made[3:5])
+    page = browser().post("/ui/policy", {"rules": '[{"name": "LR", "max": 1}]',
+                                          "on_conflict": "reject", "impact": "1"})
+    assert page.status_code == 200, page.text
+    assert "would be rejected: 2 newly (3 rejected today already)" in " ".join(page.text.split())

@@ -31,11 +31,30 @@ class Seen:
 class Answer:
     status: int
     body: Any = None  # JSON, or str for text/plain
+    headers: dict[str, str] = field(default_factory=dict)
 
-    def response(self) -> Response:
+    def response(self, request: Request) -> Response:
+        if self.status == 304:
+            return Response(status=304, headers=self.headers)
         if isinstance(self.body, str):
-            return Response(self.body, self.status, mimetype="text/plain")
-        return Response(json.dumps(self.body), self.status, mimetype="application/json")
+            return Response(self.body, self.status, mimetype="text/plain",
+                            headers=self.headers)
+        return Response(json.dumps(self.body), self.status, mimetype="application/json",
+                        headers=self.headers)
+
+
+@dataclass
+class Log(Answer):
+    """A log as it stands at this answer: with ``?offset=n``, the bytes after n and the
+    Log-Offset header, as the API answers; without, the whole text."""
+
+    def response(self, request: Request) -> Response:
+        data = str(self.body).encode()
+        if "offset" not in request.args:
+            return Response(data, self.status, mimetype="text/plain")
+        offset = int(request.args["offset"])
+        return Response(data[offset:], self.status, mimetype="text/plain",
+                        headers={"Log-Offset": str(len(data)), "Log-Skipped": "0"})
 
 
 def api_error(status: int, code: str, message: str, *problems: dict[str, Any]) -> Answer:
@@ -65,7 +84,7 @@ class FakeApi:
             answer = api_error(404, "not_found", f"no route {request.method} {path}")
         else:
             answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        return answer.response()(environ, start_response)
+        return answer.response(request)(environ, start_response)
 
 
 @contextmanager

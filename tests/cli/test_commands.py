@@ -6,11 +6,10 @@ import io
 from pathlib import Path
 from typing import Any
 
-import click
 import pytest
 from dotenv import dotenv_values
 
-from tests.cli.fake_api import Answer, FakeApi, api_error
+from tests.cli.fake_api import Answer, FakeApi, Log, api_error
 
 TASK_YAML = "name: demo\nsteps:\n  - [sh, -c, 'echo hi']\nenv:\n  - {name: LR, value: '0.01'}\n"
 PROTECTED = {"variable": "DATA_ROOT", "rule": "policy.protected",
@@ -49,7 +48,7 @@ def test_submit_follow_passes_each_state_and_prints_the_logs(api: FakeApi, run,
     accept(api)
     api.on("GET", "/tasks/t1", task("pending"), task("running"),
            task("succeeded", exit_code=0))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "hi\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "hi\n"))
 
     result = run("submit", str(task_file), "--follow")
 
@@ -58,7 +57,7 @@ def test_submit_follow_passes_each_state_and_prints_the_logs(api: FakeApi, run,
     seen_at = [result.err.index(f"revision 1: {s}") for s in ("pending", "running", "succeeded")]
     assert seen_at == sorted(seen_at)
     assert "task t1 succeeded: exit code 0" in result.err
-    assert api.requests_to("GET", "/tasks/t1/logs")[0].query == {"revision": "1"}
+    assert api.requests_to("GET", "/tasks/t1/logs")[0].query == {"revision": "1", "offset": "0"}
 
 
 @pytest.mark.parametrize(("status", "code"), [("failed", 1), ("cancelled", 3)])
@@ -66,7 +65,7 @@ def test_submit_follow_exits_with_the_outcome(api: FakeApi, run, task_file: Path
                                               status: str, code: int):
     accept(api)
     api.on("GET", "/tasks/t1", task(status, exit_code=None, reason="stopped by alice"))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "partial\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "partial\n"))
 
     result = run("submit", str(task_file), "--follow")
 
@@ -91,7 +90,7 @@ def test_follow_rides_out_a_brief_outage(api: FakeApi, run, task_file: Path):
     accept(api)
     api.on("GET", "/tasks/t1", api_error(503, "unavailable", "retry shortly"),
            task("succeeded", exit_code=0))
-    api.on("GET", "/tasks/t1/logs", Answer(200, ""))
+    api.on("GET", "/tasks/t1/logs", Log(200, ""))
 
     assert run("submit", str(task_file), "--follow").code == 0
 
@@ -102,8 +101,8 @@ def test_submit_refuses_a_name_in_both_files_before_calling_the_api(
 
     result = run("submit", str(task_file), "--env-file", str(tmp_path / ".env"))
 
-    assert result.code == 4
-    assert "LR" in result.err
+    assert result.code == 2  # a bad env, whichever check finds it
+    assert "the env was rejected" in result.err and "LR" in result.err
     assert api.seen == []
 
 
@@ -117,8 +116,8 @@ def test_logs_follow_prints_only_new_output_until_final(api: FakeApi, run):
     # The first read finds the revision to follow; then one read before each log read.
     api.on("GET", "/tasks/t1", task("running"), task("running"), task("running"),
            task("succeeded"))
-    api.on("GET", "/tasks/t1/logs", Answer(200, "a\n"), Answer(200, "a\nb\n"),
-           Answer(200, "a\nb\nc\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "a\n"), Log(200, "a\nb\n"),
+           Log(200, "a\nb\nc\n"))
 
     result = run("logs", "t1", "--follow")
 
@@ -158,7 +157,7 @@ def test_env_get_shows_sources_and_masked_secrets(api: FakeApi, run):
 def test_env_set_and_unset_send_a_patch(api: FakeApi, run, monkeypatch: pytest.MonkeyPatch):
     api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
                                                   "status": "pending", "url": "/x"}))
-    monkeypatch.setattr(click, "prompt", lambda text, hide_input: "typed-secret")
+    monkeypatch.setattr("sys.stdin", io.StringIO("typed-secret\n"))  # piped: no getpass
 
     set_result = run("env", "set", "t1", "LR=0.5", "EXPR=a=b", "--secret", "KEY")
     unset_result = run("env", "unset", "t1", "LR", "EXPR")
@@ -195,15 +194,20 @@ def test_env_diff_calls_the_revisions_endpoint_and_renders_it(api: FakeApi, run)
 
 def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi, run):
     values = {"Q": "it's \"quoted\" $HOME = # x\nline 2", "U": "ünïcode ✓"}
-    api.on("GET", "/tasks/t1", task("succeeded", resolved_env=[
-        *({"name": k, "value": v, "source": "user"} for k, v in values.items()),
-        {"name": "HF_TOKEN", "value": "********", "source": "user", "secret": True}]))
+    as_set = [*({"name": k, "value": v} for k, v in values.items()),
+              {"name": "HF_TOKEN", "value": "********", "secret": True}]
+    api.on("GET", "/tasks/t1", task("succeeded", env=as_set, resolved_env=[
+        *({**e, "source": "user"} for e in as_set),
+        {"name": "TASK_ID", "value": "t1", "source": "platform"}]))
 
     result = run("env", "export", "t1")
+    resolved = run("env", "export", "t1", "--resolved")
 
-    assert result.code == 0
+    assert result.code == resolved.code == 0
     assert "# 'HF_TOKEN' is secret and is not exported" in result.out
     assert dotenv_values(stream=io.StringIO(result.out), interpolate=False) == values
+    assert dotenv_values(stream=io.StringIO(resolved.out), interpolate=False) == {
+        **values, "TASK_ID": "t1"}
 
 
 def test_preview_shows_the_env_and_exits_2_when_it_would_be_rejected(
@@ -305,3 +309,83 @@ def test_policy_set_warns_of_each_project_policy_the_new_one_refuses(api: FakeAp
     assert "project_conflicts" not in result.out
     assert api.seen[0].body == {"defaults": [], "protected": [
         {"name": "DATA_ROOT", "value": "/data"}]}
+
+
+def test_an_env_the_api_refuses_before_storing_exits_2_like_a_rejected_task(
+        api: FakeApi, run, task_file: Path):
+    api.on("POST", "/tasks", api_error(422, "env_invalid", "the env cannot be stored", {
+        "variable": "BIG", "rule": "env.value_size", "limit": 131072,
+        "message": "BIG's value is 200000 bytes"}))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == 2
+    assert "BIG: BIG's value is 200000 bytes (env.value_size, limit 131072)" in result.err
+
+
+def test_another_refusal_of_the_api_still_exits_5(api: FakeApi, run, task_file: Path):
+    api.on("POST", "/tasks", api_error(409, "quota_exceeded", "too many unfinished tasks"))
+    assert run("submit", str(task_file)).code == 5
+
+
+def test_login_writes_nothing_when_the_server_refuses_the_token(
+        api: FakeApi, run, monkeypatch: pytest.MonkeyPatch, isolated_settings: Path):
+    api.on("GET", "/tasks", api_error(401, "unauthorized", "a valid bearer token is required"))
+    monkeypatch.delenv("TASKENV_TOKEN")
+    monkeypatch.setattr("sys.stdin", io.StringIO("tke_wrong\n"))
+
+    result = run("login")
+
+    assert result.code == 5 and "401" in result.err
+    assert not isolated_settings.exists()
+
+
+def test_login_from_a_pipe_writes_the_config_and_warns_of_nothing(
+        api: FakeApi, run, monkeypatch: pytest.MonkeyPatch, isolated_settings: Path):
+    api.on("GET", "/tasks", Answer(200, {"items": [], "next_cursor": None}))
+    monkeypatch.delenv("TASKENV_TOKEN")
+    monkeypatch.setattr("sys.stdin", io.StringIO("tke_from-a-pipe\n"))
+
+    result = run("login", "--url", api.base)  # filterwarnings=error: a warning would fail
+
+    assert result.code == 0, result.err
+    assert isolated_settings.stat().st_mode & 0o777 == 0o600
+    assert 'token = "tke_from-a-pipe"' in isolated_settings.read_text(encoding="utf-8")
+    assert api.seen[0].headers["Authorization"] == "Bearer tke_from-a-pipe"
+
+
+def test_show_prints_facts_problems_and_the_env_with_sources(api: FakeApi, run):
+    api.on("GET", "/tasks/t1", task("failed", exit_code=3, reason="step 2 exited 3",
+                                    policy_version=4, created_at="2026-12-01T15:04:05.123Z",
+                                    warnings=[{"variable": "MY_TOKEN", "rule": "secret.name",
+                                               "message": "looks secret"}],
+                                    resolved_env=[{"name": "LR", "value": "0.1",
+                                                   "source": "user"}]))
+
+    result = run("show", "t1")
+
+    assert result.code == 0
+    rows = result.out.splitlines()
+    assert any(r.startswith("status") and "failed" in r for r in rows)
+    assert any(r.startswith("outcome") and "exit code 3; step 2 exited 3" in r for r in rows)
+    assert any(r.startswith("created") and "2026-12-01" in r for r in rows)
+    assert "MY_TOKEN: looks secret (secret.name)" in result.out
+    assert any("LR" in r and "0.1" in r and "user" in r for r in rows)
+
+
+def test_follow_asks_with_the_etag_and_keeps_the_task_on_a_304(api: FakeApi, run,
+                                                               task_file: Path):
+    accept(api)
+    running = task("running")
+    running.headers = {"ETag": '"1-aaaaaaaaaaaaaaaa"'}
+    done = task("succeeded", exit_code=0)
+    done.headers = {"ETag": '"1-bbbbbbbbbbbbbbbb"'}
+    api.on("GET", "/tasks/t1", running, Answer(304, headers=running.headers), done)
+    api.on("GET", "/tasks/t1/logs", Log(200, "hi\n"))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert (result.code, result.out) == (0, "hi\n")
+    sent = [s.headers.get("If-None-Match") for s in api.requests_to("GET", "/tasks/t1")]
+    assert sent == [None, '"1-aaaaaaaaaaaaaaaa"', '"1-aaaaaaaaaaaaaaaa"']
+    assert result.err.count("revision 1: running") == 1

@@ -11,9 +11,10 @@ from cli.errors import UsageProblem
 from cli.main import main
 
 
-def write(path: Path, text: str) -> Path:
+def write(path: Path, text: str, mode: int = 0o600) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
     return path
 
 
@@ -68,3 +69,42 @@ def test_the_config_file_is_used_by_commands(
 
     assert code == 5
     assert "cannot reach http://127.0.0.1:9/api/v1/tasks" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o620, 0o606])
+def test_a_token_in_a_file_others_can_read_or_change_is_refused_like_ssh(tmp_path: Path,
+                                                                          mode: int):
+    path = write(tmp_path / "c.toml", 'token = "t"\n', mode)
+
+    with pytest.raises(UsageProblem, match=f"mode is {mode:04o}.*chmod 600"):
+        config.load(None, None, {}, path)
+
+
+def test_a_file_others_can_read_is_fine_without_a_token_or_when_the_token_comes_elsewhere(
+        tmp_path: Path):
+    only_url = write(tmp_path / "a.toml", 'url = "http://file:1"\n', 0o644)
+    with_token = write(tmp_path / "b.toml", 'token = "t"\n', 0o644)
+
+    assert config.load(None, None, {}, only_url).url == "http://file:1"
+    assert config.load(None, "flag", {}, with_token).token == "flag"
+
+
+def test_save_writes_mode_0600_in_a_0700_directory_and_reads_back(tmp_path: Path):
+    path = tmp_path / "new" / "taskenv" / "config.toml"
+    token = 'tke_"quoted"\\ ünï'
+
+    config.save(path, "http://127.0.0.1:8080", token)
+
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert config.load(None, None, {}, path) == config.Settings("http://127.0.0.1:8080", token)
+    assert [p.name for p in path.parent.iterdir()] == ["config.toml"]  # no temporary left
+
+
+def test_save_replaces_an_open_file_with_a_private_one(tmp_path: Path):
+    path = write(tmp_path / "c.toml", 'token = "old"\n', 0o644)
+
+    config.save(path, "http://x", "new")
+
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert config.load(None, None, {}, path).token == "new"

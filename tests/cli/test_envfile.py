@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cli import envfile
-from cli.errors import UsageProblem
+from cli.errors import EnvRejected, UsageProblem
 from tests.support.dotenv_values import HOSTILE_VALUES as HOSTILE
 
 
@@ -66,17 +66,17 @@ def test_reading_never_expands_or_runs_anything():
 
 
 def test_a_name_set_twice_is_an_error_naming_it_and_its_lines():
-    with pytest.raises(UsageProblem, match=r"line 3: LR is set twice \(first on line 1\)"):
+    with pytest.raises(EnvRejected, match=r"line 3: LR is set twice \(first on line 1\)"):
         envfile.parse("LR=1\nX=2\nLR=3\n", ".env")
 
 
 def test_an_unparseable_line_is_an_error_with_its_line_number():
-    with pytest.raises(UsageProblem, match=r"\.env, line 3 of the \.env text is not KEY=value"):
+    with pytest.raises(EnvRejected, match=r"\.env, line 3 of the \.env text is not KEY=value"):
         envfile.parse("A=1\n\nthis is not a statement\n", ".env")
 
 
 def test_a_name_without_value_is_an_error_naming_it():
-    with pytest.raises(UsageProblem, match="line 2: BARE has no '=' and value"):
+    with pytest.raises(EnvRejected, match="line 2: BARE has no '=' and value"):
         envfile.parse("A=1\nBARE\n", ".env")
 
 

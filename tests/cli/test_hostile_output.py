@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.cli.conftest import TOKEN
-from tests.cli.fake_api import Answer, FakeApi, api_error
+from tests.cli.fake_api import Answer, FakeApi, Log, api_error
 
 ESCAPES = ["\x1b[2J\x1b[H", "\x1b]0;pwned\x07", "\x1b[31mred", "\x9b31m", "\x07", "\x08\x08"]
 HOSTILE = "".join(ESCAPES)
@@ -75,7 +75,7 @@ def test_a_diff_with_escapes_in_names_and_sources_prints_them_inert(api: FakeApi
 
 
 def test_logs_with_escape_sequences_are_printed_inert_lines_and_tabs_kept(api: FakeApi, run):
-    api.on("GET", "/tasks/t1/logs", Answer(200, "epoch\t1\n" + HOSTILE + "\nloss 0.1\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "epoch\t1\n" + HOSTILE + "\nloss 0.1\n"))
 
     result = run("logs", "t1")
 
@@ -88,7 +88,7 @@ def test_followed_logs_and_states_with_escapes_are_printed_inert(api: FakeApi, r
     api.on("POST", "/tasks", Answer(202, {"id": "t1", "url": "/api/v1/tasks/t1",
                                           "revision": 1, "status": "pending" + HOSTILE}))
     api.on("GET", "/tasks/t1", hostile_task())
-    api.on("GET", "/tasks/t1/logs", Answer(200, "out " + HOSTILE + "\n"))
+    api.on("GET", "/tasks/t1/logs", Log(200, "out " + HOSTILE + "\n"))
 
     result = run("submit", str(task_file), "--follow")
 

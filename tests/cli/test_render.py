@@ -55,9 +55,10 @@ def test_diff_lines_show_each_change_with_its_source_and_hide_secrets():
 
 
 def test_impact_summary_lists_rejections_and_value_changes():
-    impact = {"considered": 12, "rejected": 2,
+    impact = {"considered": 12, "rejected": 5, "newly_rejected": 2, "already_rejected": 3,
               "rejections": [{"variable": "DATA_ROOT", "rule": "policy.protected",
-                              "message": "protected", "tasks": 2, "owners": 1}],
+                              "message": "protected", "tasks": 5, "newly_rejected": 2,
+                              "already_rejected": 3, "owners": 1}],
               "changes": [{"name": "NCCL_DEBUG", "old": "WARN", "new": "INFO", "tasks": 5,
                            "owners": 3},
                           {"name": "KEY", "secret": True, "old": "a", "new": "b", "tasks": 1,
@@ -66,7 +67,9 @@ def test_impact_summary_lists_rejections_and_value_changes():
 
     shown = text_of(*render.impact_parts(impact))
 
-    assert "tasks considered: 12, would be rejected: 2, would change: 3" in shown
+    assert ("tasks considered: 12, would newly be rejected: 2 (rejected today already: 3), "
+            "would change: 3") in shown
+    assert "would be rejected: 5" not in shown
     assert "DATA_ROOT" in shown and "policy.protected" in shown
     assert "WARN" in shown and "INFO" in shown
     assert "(unset)" in shown

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cli import taskfile
-from cli.errors import UsageProblem
+from cli.errors import EnvRejected, UsageProblem
 
 TASK = """\
 name: train
@@ -40,7 +40,7 @@ def test_env_file_variables_follow_the_yaml_env(tmp_path: Path):
 def test_a_name_in_both_files_is_an_error_naming_it(tmp_path: Path):
     task, env = files(tmp_path, dotenv="LR=0.1\nOTHER=1\n")
 
-    with pytest.raises(UsageProblem, match=r"set both in .*task\.yaml and in .*\.env: LR$"):
+    with pytest.raises(EnvRejected, match=r"set both in .*task\.yaml and in .*\.env: LR$"):
         taskfile.body(task, env)
 
 

@@ -1,13 +1,14 @@
 """The Kubernetes deployment (deploy/k8s): schema-valid, least privilege, settings that exist.
 
-The kustomizations use only ``resources`` and ``images``, so reading the first and
-applying the second renders what ``kubectl kustomize`` renders, without a kustomize
-binary.  KEDA's objects are custom resources the validator has no
-schema for: they are checked against what they point at instead.
+Every kustomization is rendered by kustomize itself (``kubectl kustomize``, as
+``kubectl apply -k`` would), patches and all.  KEDA's objects are custom resources the
+validator has no schema for: they are checked against what they point at instead.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import shutil
 import subprocess
 import time
@@ -34,7 +35,8 @@ OVERLAYS = {"hpa": K8S, "keda": K8S / "keda"}
 # The oldest Kubernetes minor we support and the newest the validator ships.
 KUBERNETES_VERSIONS = ("1.32.0", "1.37.0")
 CUSTOM_GROUPS = {"keda.sh"}  # custom resources: checked structurally below
-KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "images"}
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "images", "patches"}
+EXAMPLE = K8S / "overlays" / "example"  # what an operator copies and edits
 SERVICE_NS, TASK_NS = "taskenv", "taskenv-tasks"
 KUBE_API_ACCOUNTS = {"taskenv-launch", "taskenv-reconciler"}
 IMAGE = "taskenv"  # the name deploy/Dockerfile's image has in the manifests
@@ -48,25 +50,19 @@ def kustomization(directory: Path) -> Doc:
     return data
 
 
+@functools.cache
+def _rendered(directory: Path) -> str:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (1.32 or later, kustomize built in) renders the manifests"
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def render(directory: Path) -> list[Doc]:
-    """Every object ``kubectl apply -k directory`` would apply, read from ``resources``."""
-    docs: list[Doc] = []
-    for entry in kustomization(directory).get("resources", []):
-        path = (directory / entry).resolve()
-        if path.is_dir():
-            docs.extend(render(path))
-        else:
-            docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d is not None)
-    for image in kustomization(directory).get("images", []):
-        retag(docs, image)
-    return docs
-
-
-def retag(docs: list[Doc], image: Doc) -> None:
-    """Kustomize's ``images`` entry: a container image named ``name`` gets the new name/tag."""
-    for _, container in containers(docs):
-        if container["image"].split(":")[0] == image["name"]:
-            container["image"] = f"{image.get('newName', image['name'])}:{image['newTag']}"
+    """Every object ``kubectl apply -k directory`` would apply, as kustomize renders it."""
+    return [d for d in yaml.safe_load_all(_rendered(directory)) if d is not None]
 
 
 @pytest.fixture(scope="module", params=sorted(OVERLAYS))
@@ -116,8 +112,10 @@ def test_every_file_is_listed_in_its_kustomization_and_nothing_else_is_used():
     for kfile in K8S.rglob("kustomization.yaml"):
         directory = kfile.parent
         data = kustomization(directory)
-        assert set(data) <= KUSTOMIZATION_KEYS, f"{kfile}: patches/generators are not rendered"
+        assert set(data) <= KUSTOMIZATION_KEYS, f"{kfile}: {set(data) - KUSTOMIZATION_KEYS}"
         listed = {(directory / r).resolve() for r in data.get("resources", [])}
+        listed |= {(directory / p["path"]).resolve() for p in data.get("patches", [])
+                   if "path" in p}
         assert all(p.exists() for p in listed), f"{kfile} lists a missing path"
         files = {p.resolve() for p in directory.glob("*.yaml") if p.name != "kustomization.yaml"}
         assert files <= listed, f"{kfile} does not list {sorted(files - listed)}"
@@ -527,3 +525,106 @@ def test_keda_reaches_the_redis_the_stages_use_with_its_password():
         (ref,) = auth["spec"]["secretTargetRef"]
         assert ref["parameter"] == "password"
         assert named(objects, "Secret", ref["name"])["stringData"][ref["key"]] == url.password
+
+
+# --- the Role, the launcher's calls and the docs say the same ------------------------------
+
+LAUNCHER = Path(__file__).resolve().parents[2] / "workers" / "launchers" / "kubernetes.py"
+CALL = re.compile(r"self\.(batch|core)\.(create|read|list|patch|delete)_namespaced_(\w+?)\b")
+VERB = {"create": "create", "read": "get", "list": "list", "patch": "patch",
+        "delete": "delete"}
+RESOURCE = {"job": ("batch", "jobs"), "pod": ("", "pods"), "pod_log": ("", "pods/log"),
+            "secret": ("", "secrets"), "config_map": ("", "configmaps")}
+TABLE_ROW = re.compile(r"^\| `([a-z/]+)`(?: \((\w+)\))? \| ([a-z, ]+) \|", re.MULTILINE)
+
+
+def granted(objects: list[Doc]) -> dict[tuple[str, str], set[str]]:
+    return {(group, resource): set(rule["verbs"])
+            for role in of_kind(objects, "Role") for rule in role["rules"]
+            for group in rule["apiGroups"] for resource in rule["resources"]}
+
+
+def launcher_calls() -> dict[tuple[str, str], set[str]]:
+    """What workers/launchers/kubernetes.py asks the API server, as RBAC verbs: a list
+    feeds an informer, which watches too."""
+    calls: dict[tuple[str, str], set[str]] = {}
+    for _, action, kind in CALL.findall(LAUNCHER.read_text()):
+        verbs = {VERB[action]} | ({"watch"} if action == "list" else set())
+        calls.setdefault(RESOURCE[kind], set()).update(verbs)
+    return calls
+
+
+def documented(path: Path) -> dict[tuple[str, str], set[str]]:
+    rows = TABLE_ROW.findall(path.read_text())
+    assert rows, f"{path} has no permission table"
+    return {(group, resource): {v.strip() for v in verbs.split(",")}
+            for resource, group, verbs in rows}
+
+
+def test_the_role_grants_exactly_what_the_launcher_calls():
+    assert granted(render(K8S)) == launcher_calls()
+
+
+@pytest.mark.parametrize("doc", [Path("docs/kubernetes.md"), Path("deploy/k8s/README.md")])
+def test_the_documented_permissions_are_the_roles(doc: Path):
+    assert documented(K8S.parents[1] / doc) == granted(render(K8S))
+
+
+# --- the example overlay: what an operator copies -------------------------------------------
+
+def test_the_example_overlay_renders_schema_valid_objects_with_an_ingress():
+    objects = render(EXAMPLE)
+    for version in KUBERNETES_VERSIONS:
+        for doc in objects:
+            kubernetes_validate.validate(doc, version, strict=True)
+    (ingress,) = of_kind(objects, "Ingress")
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    service = named(objects, "Service", backend["name"])
+    assert backend["port"]["name"] in {p["name"] for p in service["spec"]["ports"]}
+    assert ingress["spec"]["tls"], "page cookies are Secure: the Ingress must serve TLS"
+
+
+def test_the_example_overlay_changes_only_what_an_operator_sets():
+    example, base = render(EXAMPLE), render(K8S)
+    assert not of_kind(example, "Secret"), "an apply must not overwrite the real Secrets"
+    images = {c["image"] for _, c in containers(example) if "taskenv" in c["image"]}
+    assert images == {"registry.example.com/platform/taskenv:1.0.0"}
+    config = named(example, "ConfigMap", "taskenv-config")["data"]
+    assert config == {**named(base, "ConfigMap", "taskenv-config")["data"],
+                      "TASKENV_KUBE_IMAGE": "registry.example.com/platform/train-base:2024.06"}
+    same = {"Secret", "Ingress", "ConfigMap", "Deployment"}
+    assert [d for d in example if d["kind"] not in same] == \
+        [d for d in base if d["kind"] not in same]
+
+
+def test_a_task_without_an_image_gets_one_a_cluster_can_pull():
+    for directory in (K8S, K8S / "keda", EXAMPLE):
+        image = named(render(directory), "ConfigMap", "taskenv-config")["data"][
+            "TASKENV_KUBE_IMAGE"]
+        assert not image.startswith("localhost/"), directory
+    base = yaml.safe_load((K8S / "base" / "configmap.yaml").read_text())["data"]
+    assert base["TASKENV_KUBE_IMAGE"] == Settings().kube_image
+
+
+def test_the_walkthrough_creates_the_namespace_then_the_secrets_the_pods_read():
+    readme = (K8S / "README.md").read_text()
+    namespace_at = readme.index("kubectl apply -f deploy/k8s/base/namespaces.yaml")
+    assert namespace_at < readme.index("kubectl -n taskenv create secret")
+    assert readme.index("make k8s-image") < namespace_at < readme.index("taskenv login")
+    recipe = readme[namespace_at:].split("```")[0]
+    created = {}
+    for block in recipe.split("create secret generic ")[1:]:
+        name = block.split()[0]
+        created[name] = set(re.findall(r"--from-literal=([A-Za-z_.]+)=", block))
+    placeholders = {s["metadata"]["name"]: set(s["stringData"])
+                    for s in of_kind(render(K8S), "Secret")}
+    assert created == placeholders
+    read = {ref["secretRef"]["name"] for _, c in containers(render(EXAMPLE))
+            for ref in c.get("envFrom", []) if "secretRef" in ref}
+    assert read <= set(created)
+
+
+def test_the_makefile_builds_and_pushes_the_image_in_one_target():
+    makefile = (K8S.parents[1] / "Makefile").read_text()
+    target = makefile[makefile.index("\nk8s-image:"):].split("\n\n")[0]
+    assert "deploy/image/build-taskenv.sh" in target and "podman push" in target

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,11 +35,14 @@ env:
 DOTENV = "# from the .env file\nNOTE='$(HOME) stays ${HOME}'\n"
 
 
-def taskenv(stack: Stack, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+def taskenv(stack: Stack, token: str, *args: str,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(stack.work_dir),
            "TASKENV_URL": stack.base, "TASKENV_TOKEN": token}
-    return subprocess.run([str(TASKENV), *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    result = subprocess.run([str(TASKENV), *args], env=env, capture_output=True, text=True,
+                            timeout=120, check=False, input=stdin)
+    assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +102,7 @@ def test_env_set_makes_revision_2_and_export_reads_back(stack: Stack, user: str,
 
     assert result.returncode == 0, result.stderr
     assert stack.wait(succeeded_task, revision=2)["status"] == "succeeded"
-    exported = taskenv(stack, user, "env", "export", succeeded_task)
+    exported = taskenv(stack, user, "env", "export", succeeded_task, "--resolved")
     values = dotenv_values(stream=io.StringIO(exported.stdout), interpolate=False)
     assert values["LR"] == "0.5"
     assert values["NOTE"] == "$(HOME) stays ${HOME}"
@@ -152,3 +157,195 @@ files:
     result = taskenv(stack, user, "submit", str(tmp_path / "task.yaml"), "--follow")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "train read: prepared lr=0.02 env: 0.02" in result.stdout
+
+
+# --- the whole CLI, as a user walks it ------------------------------------------------------
+
+def as_user(home: Path, *args: str, stdin: str | None = None,
+            **env: str) -> subprocess.CompletedProcess[str]:
+    """``taskenv`` with no token in its environment: only what ``login`` wrote."""
+    result = subprocess.run([str(TASKENV), *args], capture_output=True, text=True,
+                            timeout=120, check=False, input=stdin,
+                            env={"PATH": "/usr/bin:/bin", "HOME": str(home), **env})
+    assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def task_id_in(stderr: str) -> str:
+    return stderr.split("task ", 1)[1].split()[0]
+
+
+def test_login_checks_the_token_and_writes_a_private_config_that_commands_use(
+        stack: Stack, user: str, tmp_path: Path):
+    config_file = tmp_path / ".config" / "taskenv" / "config.toml"
+
+    refused = as_user(tmp_path, "login", "--url", stack.base, stdin="tke_wrong\n")
+    assert refused.returncode == 5 and "401" in refused.stderr
+    assert not config_file.exists()
+
+    logged_in = as_user(tmp_path, "login", "--url", stack.base, stdin=user + "\n")
+    assert logged_in.returncode == 0, logged_in.stderr
+    assert config_file.stat().st_mode & 0o777 == 0o600
+    assert config_file.parent.stat().st_mode & 0o777 == 0o700
+    assert user not in logged_in.stdout + logged_in.stderr
+    assert as_user(tmp_path, "tasks").returncode == 0
+
+    config_file.chmod(0o644)
+    open_file = as_user(tmp_path, "tasks")
+    assert open_file.returncode == 4
+    assert "chmod 600" in open_file.stderr and user not in open_file.stderr
+
+
+def test_submit_follow_prints_output_while_the_task_runs(stack: Stack, user: str,
+                                                         tmp_path: Path):
+    (tmp_path / "task.yaml").write_text(
+        "name: streams\nsteps:\n  - [sh, -c, 'echo first line; sleep 4; echo last line']\n",
+        encoding="utf-8")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TASKENV_URL": stack.base,
+           "TASKENV_TOKEN": user}
+    began = time.monotonic()
+    with subprocess.Popen([str(TASKENV), "submit", str(tmp_path / "task.yaml"), "--follow"],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as follower:
+        assert follower.stdout is not None and follower.stderr is not None
+        before = []  # the launcher's own notes come first
+        while not before or before[-1] not in ("first line\n", ""):
+            before.append(follower.stdout.readline())
+        first_at = time.monotonic() - began
+        rest = follower.stdout.read()
+        ended_at = time.monotonic() - began
+        err = follower.stderr.read()
+    assert before[-1] == "first line\n", before
+    assert follower.returncode == 0, err
+    assert rest.endswith("last line\n") and "first line" not in rest
+    assert ended_at - first_at > 2.5, (first_at, ended_at)  # shown while the step slept
+    assert "running" in err and "succeeded" in err
+
+
+def test_show_then_cancel_a_running_task(stack: Stack, user: str, tmp_path: Path):
+    (tmp_path / "task.yaml").write_text(
+        "name: lifecycle\nsteps: [[sleep, '300']]\n"
+        "env: [{name: LR, value: '0.1'}, {name: API_KEY, value: hunter2-secret}]\n",
+        encoding="utf-8")
+    submitted = taskenv(stack, user, "submit", str(tmp_path / "task.yaml"),
+                        "--secret", "API_KEY")
+    task_id = submitted.stdout.strip()
+    deadline = time.monotonic() + 60
+    while stack.task(task_id)["status"] != "running":
+        assert time.monotonic() < deadline, stack.task(task_id)
+        time.sleep(0.2)
+
+    shown = taskenv(stack, user, "show", task_id)
+    assert shown.returncode == 0, shown.stderr
+    rows = shown.stdout.splitlines()
+    assert any(r.startswith("status") and "running" in r for r in rows)
+    assert any(r.startswith("revision") and "1" in r for r in rows)
+    assert any("LR" in r and "0.1" in r and "user" in r for r in rows)
+    assert any("NCCL_DEBUG" in r and "WARN" in r and "default" in r for r in rows)
+    assert any("API_KEY" in r and "********" in r for r in rows)
+    assert "hunter2-secret" not in shown.stdout
+
+    cancelled = taskenv(stack, user, "cancel", task_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert stack.wait(task_id)["status"] == "cancelled"
+
+    assert "cancelled" in taskenv(stack, user, "show", task_id).stdout
+
+
+def test_rerun_follow_and_the_revision_history(stack: Stack, user: str, succeeded_task: str):
+    stack.wait(succeeded_task, revision=2)  # made by the env set test
+    rerun = taskenv(stack, user, "rerun", succeeded_task, "--revision", "1", "--pin",
+                    "--follow")
+    listed = taskenv(stack, user, "revisions", succeeded_task)
+    diff = taskenv(stack, user, "diff", succeeded_task, "1", "3")
+
+    assert rerun.returncode == 0, rerun.stderr
+    assert "step sees|LR=0.01|" in rerun.stdout  # revision 1's values, pinned
+    assert listed.returncode == 0 and diff.returncode == 0
+    assert "rerun of 1 (pinned)" in listed.stdout and "patch" in listed.stdout, listed.stdout
+    assert "~ TASK_ENV_REVISION: 1 -> 3  [platform]" in diff.stdout
+    assert "LR" not in diff.stdout  # pinned to revision 1's value
+
+
+def test_a_bad_env_exits_2_whichever_check_catches_it(stack: Stack, user: str,
+                                                      tmp_path: Path):
+    def submit(env_yaml: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "t.yaml").write_text(f"name: bad\nsteps: [[\"true\"]]\nenv: {env_yaml}\n",
+                                         encoding="utf-8")
+        return taskenv(stack, user, "submit", str(tmp_path / "t.yaml"), "--follow", *extra)
+
+    (tmp_path / "dup.env").write_text("LR=1\n", encoding="utf-8")
+    by_cli = submit("[{name: LR, value: '2'}]", "--env-file", str(tmp_path / "dup.env"))
+    by_api = submit(f"[{{name: BIG, value: '{'x' * 200_000}'}}]")
+    by_validation = submit("[{name: 1BAD, value: x}]")
+    by_policy = submit("[{name: DATA_ROOT, value: /mine}]")
+
+    for result, named in ((by_cli, "LR"), (by_api, "BIG"), (by_validation, "1BAD"),
+                          (by_policy, "DATA_ROOT")):
+        assert result.returncode == 2, (named, result.stderr)
+        assert named in result.stderr
+
+
+def test_policy_get_json_goes_back_through_impact_and_set(stack: Stack, tmp_path: Path):
+    stack.set_policy({**POLICY, "rules": [{"name": "BATCH", "max": 512,
+                                           "description": "fits in memory"}]})
+    got = taskenv(stack, stack.admin_token, "policy", "get", "--json")
+    (tmp_path / "p.json").write_text(got.stdout, encoding="utf-8")
+    shown = taskenv(stack, stack.admin_token, "policy", "get")
+    impact = taskenv(stack, stack.admin_token, "policy", "impact", str(tmp_path / "p.json"))
+    saved = taskenv(stack, stack.admin_token, "policy", "set", str(tmp_path / "p.json"))
+
+    assert got.returncode == shown.returncode == 0
+    assert '"scope": "platform"' in got.stdout  # the server's field, ignored on the way back
+    assert impact.returncode == 0, impact.stderr
+    assert "would newly be rejected: 0" in impact.stdout
+    assert saved.returncode == 0, saved.stderr
+    rows = shown.stdout.splitlines()
+    assert any("BATCH" in r and "value <= 512" in r and "fits in memory" in r for r in rows)
+    assert stack.call("GET", "/api/v1/policy").json()["rules"][0]["name"] == "BATCH"
+
+
+def test_impact_counts_apart_what_a_draft_newly_rejects(stack: Stack, user: str,
+                                                        tmp_path: Path):
+    stack.set_policy({**POLICY, "rules": [{"name": "EPOCHS", "max": 30}]})
+    made = [stack.create({"name": "epochs", "steps": [["true"]],
+                          "env": [{"name": "EPOCHS", "value": v}]}, token=user)["id"]
+            for v in ("40", "50", "60", "20", "25")]
+    for task_id in made:
+        stack.wait(task_id)
+    draft = {**POLICY, "rules": [{"name": "EPOCHS", "max": 10}]}
+    (tmp_path / "draft.json").write_text(json.dumps(draft), encoding="utf-8")
+    try:
+        impact = taskenv(stack, stack.admin_token, "policy", "impact",
+                         str(tmp_path / "draft.json"))
+        as_json = taskenv(stack, stack.admin_token, "policy", "impact",
+                          str(tmp_path / "draft.json"), "--json")
+    finally:
+        stack.set_policy(POLICY)
+
+    assert impact.returncode == as_json.returncode == 0, impact.stderr
+    # the tasks other tests had rejected count among those rejected today already
+    assert "would newly be rejected: 2 (rejected today already: " in impact.stdout
+    [epochs] = [r for r in json.loads(as_json.stdout)["rejections"] if r["variable"] == "EPOCHS"]
+    assert (epochs["tasks"], epochs["newly_rejected"], epochs["already_rejected"]) == (5, 2, 3)
+    assert any("EPOCHS" in r and "rule.max" in r for r in impact.stdout.splitlines())
+
+
+def test_env_export_by_default_is_what_env_file_takes_back(stack: Stack, user: str,
+                                                            tmp_path: Path):
+    (tmp_path / "t.yaml").write_text(TASK_YAML, encoding="utf-8")
+    (tmp_path / ".env").write_text(DOTENV, encoding="utf-8")
+    first = taskenv(stack, user, "submit", str(tmp_path / "t.yaml"), "--env-file",
+                    str(tmp_path / ".env"), "--follow")
+    exported = taskenv(stack, user, "env", "export", task_id_in(first.stderr))
+    (tmp_path / "again.env").write_text(exported.stdout, encoding="utf-8")
+    (tmp_path / "bare.yaml").write_text(TASK_YAML.split("env:")[0], encoding="utf-8")
+
+    again = taskenv(stack, user, "submit", str(tmp_path / "bare.yaml"), "--env-file",
+                    str(tmp_path / "again.env"), "--follow")
+
+    assert first.returncode == exported.returncode == 0
+    values = dotenv_values(stream=io.StringIO(exported.stdout), interpolate=False)
+    assert values == {"LR": "0.01", "NOTE": "$(HOME) stays ${HOME}"}  # no default, no TASK_ID
+    assert again.returncode == 0, again.stderr
+    assert "step sees|LR=0.01|NOTE=$(HOME) stays ${HOME}|NCCL_DEBUG=WARN" in again.stdout

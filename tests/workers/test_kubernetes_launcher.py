@@ -7,6 +7,7 @@ and bodies (Status objects, 409 AlreadyExists, 429 with Retry-After, 5xx).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import time
 import uuid
@@ -18,7 +19,7 @@ import pytest
 from kubernetes.client import Configuration
 from kubernetes.config import ConfigException
 
-from shared.config import Settings
+from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import Resolved
 from shared.task.manifest import job_name, secret_name
@@ -511,3 +512,28 @@ def test_a_task_s_files_go_in_a_configmap_its_job_owns_and_cancel_deletes(api, l
     launcher.cancel(job)
     assert api.requests_to("DELETE", f"{CONFIGMAPS}/{files_name(job)}")
     assert api.stored("configmap", NS) == []
+
+
+def test_a_task_that_names_no_image_gets_the_kubernetes_default_image(api):
+    """Never the local runtime image (localhost/...), which no cluster can pull."""
+    settings = Settings(launcher="kubernetes", kube_namespace=NS,
+                        kube_image="registry.example.com/train/base:2.1")
+    launcher = KubernetesLauncher(settings, make_api_client(Configuration(host=api.url)))
+    try:
+        unnamed = dataclasses.replace(workload(task_id="a" * 32, secret=False),
+                                      image=DEFAULT_IMAGE)
+        named = workload(task_id="b" * 32, secret=False)
+        for w in (unnamed, named):
+            launcher.launch(w, RecordingHooks().hooks)
+    finally:
+        launcher.api.close()
+
+    images = {job["metadata"]["name"]: job["spec"]["template"]["spec"]["containers"][0]["image"]
+              for job in api.stored("job", NS)}
+    assert images == {job_name(unnamed): "registry.example.com/train/base:2.1",
+                      job_name(named): "train:1"}
+
+
+def test_the_kubernetes_default_image_is_one_a_cluster_can_pull():
+    assert not Settings().kube_image.startswith("localhost/")
+    assert Settings.from_env({"TASKENV_KUBE_IMAGE": "r.example/x:1"}).kube_image == "r.example/x:1"

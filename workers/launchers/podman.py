@@ -38,7 +38,6 @@ a shell.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import logging
 import os
@@ -53,10 +52,10 @@ from typing import Any
 
 import yaml
 
-from shared.config import DEFAULT_IMAGE, Settings
+from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.task import manifest
-from shared.task.workload import Workload
+from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.kube_watch import SELECTOR
 
@@ -156,9 +155,7 @@ class PodmanLauncher:
 
     def with_image(self, workload: Workload) -> Workload:
         """A task without an image of its own runs in the configured podman image."""
-        if workload.image == DEFAULT_IMAGE and self.image != DEFAULT_IMAGE:
-            return dataclasses.replace(workload, image=self.image)
-        return workload
+        return with_default_image(workload, self.image)
 
     def pod_manifest(self, workload: Workload, secret_name: str | None) -> dict[str, Any]:
         """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""

@@ -18,11 +18,12 @@ def snapshot(task_id: str, owner: str, env: dict[str, str], gpus: int = 0,
              policy: Policy | None = CURRENT) -> TaskSnapshot:
     user = tuple(EnvVar(n, v) for n, v in env.items())
     facts = TaskFacts(gpus=gpus)
-    resolved = None
+    resolved, rejected = None, False
     if policy is not None:
         now = resolve_layers(user, [policy], platform_env(task_id, "t", 1, policy.version), facts)
         resolved = tuple(now.variables) if now.ok else None
-    return TaskSnapshot(task_id, owner, user, facts, resolved)
+        rejected = not now.ok
+    return TaskSnapshot(task_id, owner, user, facts, resolved, rejected)
 
 
 def with_draft(draft: Policy) -> Any:
@@ -50,7 +51,8 @@ TASKS = [
 
 def test_rejections_are_counted_with_their_variables_and_rules() -> None:
     got = impact(TASKS, with_draft(DRAFT))["rejected"]
-    assert (got["tasks"], got["owners"], got["newly"]) == (2, 2, 2)
+    assert (got["tasks"], got["owners"]) == (2, 2)
+    assert (got["newly_rejected"], got["already_rejected"]) == (2, 0)
     assert got["examples"] == ["t2", "t3"]
     assert [(p["variable"], p["rule"], p["tasks"], p["owners"]) for p in got["problems"]] == [
         ("LR", "rule.max", 2, 2), ("SEED", "policy.protected", 1, 1)]
@@ -91,7 +93,28 @@ def test_a_task_without_a_resolution_now_is_counted_when_the_draft_accepts_it() 
     broken = snapshot("t8", "dan", {"LR": "7"}, policy=None)
     got = impact([waiting, broken], with_draft(DRAFT))
     assert got["accepted"] == 1 and got["rejected"]["tasks"] == 1
-    assert got["rejected"]["newly"] == 0 and got["changes"] == []
+    assert got["rejected"]["newly_rejected"] == 1 and got["changes"] == []
+
+
+STRICT_NOW = Policy.from_dict({"version": 1, "rules": [{"name": "LR", "max": 3}]})
+
+
+def test_tasks_rejected_today_are_counted_apart_from_those_the_draft_newly_rejects() -> None:
+    """Five tasks the draft rejects, three of them rejected today already: the draft's
+    doing is two."""
+    tasks = [snapshot(f"old{n}", "erin", {"LR": "8"}, policy=STRICT_NOW) for n in range(3)]
+    tasks += [snapshot("new1", "bob", {"LR": "2"}, policy=STRICT_NOW),
+              snapshot("new2", "carol", {"LR": "2.5"}, policy=STRICT_NOW),
+              snapshot("fine", "carol", {"LR": "0.5"}, policy=STRICT_NOW)]
+    draft = Policy.from_dict({"version": 2, "rules": [{"name": "LR", "max": 1}]})
+
+    got = impact(tasks, with_draft(draft))["rejected"]
+
+    assert (got["tasks"], got["newly_rejected"], got["already_rejected"]) == (5, 2, 3)
+    assert got["examples"][:2] == ["new1", "new2"]  # the draft's doing first
+    [problem] = got["problems"]
+    assert (problem["variable"], problem["tasks"], problem["newly_rejected"],
+            problem["already_rejected"]) == ("LR", 5, 2, 3)
 
 
 def test_removed_variables_and_platform_variables() -> None:

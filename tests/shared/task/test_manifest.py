@@ -104,8 +104,8 @@ SETTINGS = ManifestSettings(namespace="training", backoff_limit=0)
 
 
 def test_settings_come_from_the_service_settings():
-    settings = Settings(kube_namespace="ml", kube_backoff_limit=2)
-    assert ManifestSettings.from_settings(settings) == ManifestSettings("ml", 2)
+    settings = Settings(kube_namespace="ml", kube_backoff_limit=2, kube_image="r.example/t:1")
+    assert ManifestSettings.from_settings(settings) == ManifestSettings("ml", 2, "r.example/t:1")
 
 
 def test_the_job_is_valid_batch_v1_that_never_restarts():
