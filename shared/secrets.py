@@ -9,9 +9,12 @@ put a new key first, keep the old ones, run ``python -m api.cli rotate-secrets``
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
@@ -23,6 +26,10 @@ REDACTED = "[secret]"
 MIN_SECRET_LENGTH = 8
 # Lines of a multi-line secret at least this long are hidden on their own too.
 MIN_LINE_REDACTED = MIN_SECRET_LENGTH
+# A secret (or line of one) at least this long is hidden in its encoded forms too.  At 8
+# characters the shortest form, the base64 of the value less its first two bytes, is 8
+# characters of base64 that only that value gives: ordinary output is not garbled.
+MIN_ENCODED = MIN_SECRET_LENGTH
 
 
 class Cipher:
@@ -94,8 +101,8 @@ def blanked(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {**out, "value": "" if secret else (out.get("value") or ""), "secret": secret}
 
 
-def redaction_targets(secrets: Iterable[str]) -> list[str]:
-    """The strings output must never show: every secret value, longest first.
+def secret_forms(secrets: Iterable[str]) -> set[str]:
+    """Every secret value, and each long enough line of a multi-line one.
 
     A multi-line value (a PEM key) is hidden whole wherever it appears; each of its
     lines of at least :data:`MIN_LINE_REDACTED` characters is hidden too, so a script
@@ -105,14 +112,55 @@ def redaction_targets(secrets: Iterable[str]) -> list[str]:
     only come from records written before that rule, and a mangled log is better
     than a shown secret.
     """
-    targets: set[str] = set()
+    forms: set[str] = set()
     for value in secrets:
         if value:
-            targets.add(value)
-        if "\n" in value:
-            targets |= {line for line in value.replace("\r", "").split("\n")
-                        if len(line) >= MIN_LINE_REDACTED}
-    return sorted(targets, key=len, reverse=True)
+            forms.add(value)
+        if "\n" in value or "\r" in value:
+            forms |= {line for line in re.split(r"\r?\n|\r", value)
+                      if len(line) >= MIN_LINE_REDACTED}
+    return forms
+
+
+def encodings(value: str) -> set[str]:
+    """The encoded forms of one secret that output must not show either, as GitHub
+    Actions' runner masks them: base64 at each of the three byte offsets a value can
+    start at inside an encoded text (``base64("user:" + password)``), standard and
+    URL-safe alphabets; URL encoding (``%20`` and ``+`` for a space); the inside of a
+    JSON string (ASCII-escaped or not).  Only for values of at least
+    :data:`MIN_ENCODED` characters; forms equal to the value are left out.
+    """
+    if len(value) < MIN_ENCODED:
+        return set()
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = {_url(value, plus) for plus in (False, True)}
+    forms |= {json.dumps(value, ensure_ascii=ascii)[1:-1] for ascii in (True, False)}
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.add(_base64_core(raw[shift:], encode))
+    return {f for f in forms if f and f != value}
+
+
+def _url(value: str, plus: bool) -> str:
+    return quote_plus(value, safe="") if plus else quote(value, safe="")
+
+
+def _base64_core(raw: bytes, encode: Any) -> str:
+    """The base64 characters that depend on ``raw`` alone: the ones the bytes after it
+    share (the last, partial one, and padding) are cut, so the form is found inside
+    any longer encoded text that has ``raw`` at a 3-byte boundary."""
+    whole = len(raw) * 8 // 6
+    return str(encode(raw).decode()[:whole])
+
+
+def redaction_targets(secrets: Iterable[str]) -> list[str]:
+    """The strings output must never show, longest first: every form of every secret
+    (:func:`secret_forms`) and the encodings of each (:func:`encodings`)."""
+    forms = secret_forms(secrets)
+    targets = set(forms)
+    for form in forms:
+        targets |= encodings(form)
+    return sorted(targets, key=lambda t: (-len(t), t))
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

@@ -59,3 +59,38 @@ def test_a_secret_too_short_to_hide_is_refused_at_once(stack: Stack):
     assert resp.status_code == 422, resp.text
     assert [(p["rule"], p["variable"], p["limit"]) for p in resp.json()["errors"]] == [
         ("secret.too_short", "PIN", 8)]
+
+
+# Prints the secret the ways a step gets it past an exact match: base64 after prefixes of
+# each length, URL-encoded, inside a JSON document of the env.
+PRINT_ENCODED = """
+import base64, json, os, urllib.parse
+value = os.environ["API_PASSWORD"]
+for prefix in ("", "u:", "user:"):
+    print("b64", base64.b64encode((prefix + value).encode()).decode(), flush=True)
+print("url", urllib.parse.quote(value, safe=""), flush=True)
+print("json", json.dumps({"API_PASSWORD": value}), flush=True)
+print("done", flush=True)
+"""
+ENCODABLE = 'pa"ss/w0rd +&é\\tail-0123'
+
+
+def test_a_secret_printed_encoded_never_reaches_the_logs(stack: Stack):
+    import base64
+    import json
+    import urllib.parse
+
+    alice = stack.new_token("alice")
+    task = stack.create({"name": "prints-encoded", "steps": [["python3", "-c", PRINT_ENCODED]],
+                         "env": [{"name": "API_PASSWORD", "value": ENCODABLE, "secret": True}]},
+                        token=alice)
+    doc = stack.wait(task["id"])
+    logs = stack.call("GET", task["url"] + "/logs", token=alice).text
+
+    assert doc["status"] == "succeeded", doc
+    assert logs.endswith("done\n") and logs.count("[secret]") >= 5, logs
+    shown = [base64.b64encode(ENCODABLE.encode()).decode()[:12],
+             urllib.parse.quote(ENCODABLE, safe=""), json.dumps(ENCODABLE)[1:-1], ENCODABLE,
+             base64.b64encode(ENCODABLE.encode()[2:]).decode()[4:16]]
+    for form in shown:
+        assert form not in logs, f"{form!r} leaked into the logs"

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import urllib.parse
 
+from typing import Any
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.secrets import REDACTED, StreamRedactor, redact, redaction_targets
+from shared.secrets import (
+    MIN_ENCODED,
+    REDACTED,
+    StreamRedactor,
+    encodings,
+    redact,
+    redaction_targets,
+    secret_forms,
+)
 
 PEM = ("-----BEGIN PRIVATE KEY-----\n"
        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7\n"
@@ -41,8 +55,7 @@ def test_each_long_line_of_a_multi_line_secret_is_hidden_on_its_own() -> None:
 
 
 def test_short_lines_of_a_multi_line_secret_are_not_targets() -> None:
-    targets = redaction_targets(["abcdefghij\nxy\n"])
-    assert targets == ["abcdefghij\nxy\n", "abcdefghij"]
+    assert secret_forms(["abcdefghij\nxy\n"]) == {"abcdefghij\nxy\n", "abcdefghij"}
 
 
 def test_output_without_a_secret_prefix_is_not_held_back() -> None:
@@ -86,3 +99,89 @@ def test_streaming_gives_exactly_what_redacting_the_whole_text_gives(
     assert streamed(text, secrets, size) == whole
     for secret in secrets:
         assert secret not in streamed(text, secrets, size).replace(REDACTED, "\0")
+
+
+# --- encoded forms, as a step would print them to get a secret past an exact match -------
+
+HOSTILE = 'p@ss w0rd/+"\\é?&=\u00e9-long'
+
+
+def _b64_inside(prefix: bytes, secret: str, suffix: bytes = b"\n") -> str:
+    return base64.b64encode(prefix + secret.encode() + suffix).decode()
+
+
+@pytest.mark.parametrize("prefix", [b"", b"u:", b"user:", b"ab", b"a", b"abc:"])
+def test_base64_of_a_secret_after_any_prefix_is_hidden(prefix: bytes) -> None:
+    """``echo -n "user:$PASSWORD" | base64``: the secret starts at byte 0, 1 or 2 of a
+    base64 group, and something follows it; each alignment is caught."""
+    printed = _b64_inside(prefix, HOSTILE)
+    out = redact(f"auth: {printed}\n", [HOSTILE])
+    assert REDACTED in out
+    middle = base64.b64encode(HOSTILE.encode()[3:-3]).decode()[4:-4]
+    assert middle not in out
+
+
+def test_base64_url_safe_form_is_hidden() -> None:
+    secret = "\xff\xfe?>?>?>secret-value"
+    printed = base64.urlsafe_b64encode(secret.encode()).decode()
+    assert printed not in redact(printed, [secret])
+    assert REDACTED in redact(printed, [secret])
+
+
+@pytest.mark.parametrize("encode", [
+    lambda s: urllib.parse.quote(s, safe=""),
+    lambda s: urllib.parse.quote_plus(s),
+    lambda s: json.dumps(s)[1:-1],
+    lambda s: json.dumps(s, ensure_ascii=False)[1:-1],
+    lambda s: base64.b64encode(s.encode()).decode(),
+])
+def test_each_encoding_the_runner_masks_is_hidden(encode: Any) -> None:
+    printed = encode(HOSTILE)
+    assert printed != HOSTILE
+    out = redact(f"x={printed};", [HOSTILE])
+    assert out.startswith("x=") and HOSTILE not in out
+    assert printed not in out
+
+
+def test_json_dump_of_an_env_shows_no_secret() -> None:
+    """``python -c 'import json,os; print(json.dumps(dict(os.environ)))'``."""
+    secret = 'line "one"\nline two\\tail'
+    out = redact(json.dumps({"TOKEN": secret, "OTHER": "x"}), [secret])
+    assert "line two" not in out and "one" not in out.replace("OTHER", "")
+
+
+def test_each_line_of_a_multi_line_secret_is_hidden_encoded_too() -> None:
+    line = PEM.splitlines()[1]
+    printed = base64.b64encode(line.encode()).decode()
+    assert printed not in redact(printed, [PEM])
+
+
+def test_short_secrets_have_no_encoded_forms_so_ordinary_output_stays() -> None:
+    """Under the minimum an encoding (``YWJj`` for ``abc``) is too short to be told from
+    ordinary text: only the exact value is hidden."""
+    assert encodings("abc") == set()
+    assert encodings("x" * (MIN_ENCODED - 1)) == set()
+    assert redact("YWJj and abc", ["abc"]) == f"YWJj and {REDACTED}"
+    assert all(len(form) >= MIN_ENCODED for form in encodings("a" * MIN_ENCODED))
+
+
+def test_ordinary_training_output_is_untouched() -> None:
+    log = "epoch 1/10 loss=0.3412 lr=0.01 step 100 data=/data/set?x=1&y=2\n" * 5
+    assert redact(log, ["hf_abcdefghijklmnop", "s3cr3t-passw0rd"]) == log
+
+
+@given(secret=st.text(min_size=MIN_ENCODED, max_size=24).filter(lambda s: "\x00" not in s),
+       prefix=st.binary(max_size=5), size=st.integers(1, 7))
+def test_streamed_base64_with_any_prefix_never_shows_the_secret(
+        secret: str, prefix: bytes, size: int) -> None:
+    try:
+        raw = secret.encode()
+    except UnicodeEncodeError:
+        return
+    text = "out " + base64.b64encode(prefix + raw + b"!").decode() + " end"
+    shift = -len(prefix) % 3  # the secret's first byte that starts a base64 group
+    aligned = raw[shift:]
+    form = base64.b64encode(aligned).decode()[:len(aligned) * 8 // 6]
+    out = streamed(text, [secret], size)
+    assert form not in out
+    assert REDACTED in out
