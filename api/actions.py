@@ -341,7 +341,8 @@ def resolved_now(svc: Services, doc: Doc) -> Doc:
     if state == states.REJECTED:
         raise EnvInvalid("the task's env is not valid",
                          [Problem(**e) for e in checked["errors"]])
-    state, decided = decide_policy({**doc, **checked}, policy, project=project)
+    state, decided = decide_policy({**doc, **checked}, policy, project=project,
+                                   hooks=svc.hooks)
     if state == states.REJECTED:
         raise PolicyConflict("the policy refuses the task's env",
                              [Problem(**e) for e in decided["errors"]])
@@ -365,7 +366,7 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
                if owner is not None else data.get("project"))
     task = {"project": project, "resources": data.get("resources"), "image": data.get("image")}
     shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
-                               svc.policies.project(project))
+                               svc.policies.project(project), svc.hooks)
     file_problems = check_files(svc, data.get("files") or [], data["env"])
     if file_problems:  # every problem at once: the files' join the env's
         errors = [Problem(**e) for e in shown["errors"] if e["rule"] != "errors.truncated"]

@@ -83,6 +83,10 @@ class Settings:
     quota_creates_per_minute: int = 300
     quota_unfinished_tasks: int = 500
     quota_revisions_per_task: int = 500
+    # Start-up hook variables (BASH_ENV, LD_*, PYTHONWARNINGS, ...) only the platform's
+    # policy may give a value: "default" is the documented list in shared.policy.hooks;
+    # add names or FAMILY* after a comma, take a default one out with -NAME.
+    startup_hooks: str = "default"
 
     @classmethod
     def from_env(

@@ -28,6 +28,7 @@ from shared.access.tokens import AuthFailures, TokenStore
 from shared.config import Settings, process_settings
 from shared.env.envlist import Limits
 from shared.keys import Keys
+from shared.policy.hooks import StartupHooks
 from shared.policy.store import PolicyStore
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
@@ -58,6 +59,11 @@ class Services:
     quotas: QuotaCounter
     send: SendToStage
     enqueue: Enqueue
+
+    @functools.cached_property
+    def hooks(self) -> StartupHooks:
+        """The start-up hook names only the platform's policy may give a value."""
+        return StartupHooks.from_setting(self.settings.startup_hooks)
 
     @functools.cached_property
     def launcher(self) -> Launcher:

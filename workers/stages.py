@@ -19,6 +19,7 @@ from shared.policy.store import PolicyStore
 from shared.secrets import StreamRedactor
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
+from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from shared.types import RESTART
@@ -52,13 +53,15 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int,
     return True
 
 
-def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int) -> bool:
+def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int,
+                 hooks: StartupHooks = DEFAULT_HOOKS) -> bool:
     """Resolve with the platform's current policy and, for a task in a project, the
-    project's current one (``policies`` is the platform's store, which reaches both)."""
+    project's current one (``policies`` is the platform's store, which reaches both);
+    a project's value for a start-up hook name (``hooks``) is withheld."""
     policy = policies.current()
     doc = _advance(tasks, task_id, revision, states.VALIDATED,
                    lambda doc: decide_policy(doc, policy, _rerun_of(tasks, doc),
-                                             policies.project(doc.get("project"))))
+                                             policies.project(doc.get("project")), hooks))
     if doc is None:
         _skip("policy", task_id, revision)
         return False

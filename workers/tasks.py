@@ -56,7 +56,7 @@ def validate(task_id: str, revision: int) -> None:
 @app.task(name="taskenv.policy", base=StageTask, time_limit=120)
 def apply_policy(task_id: str, revision: int) -> None:
     ctx = current()
-    if stages.apply_policy(ctx.tasks, ctx.policies, task_id, revision):
+    if stages.apply_policy(ctx.tasks, ctx.policies, task_id, revision, ctx.hooks):
         launch.delay(task_id, revision)
 
 

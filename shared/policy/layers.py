@@ -16,16 +16,19 @@ from typing import Any
 from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
 from shared.policy.conditions import may_overlap
+from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, injection_problems
 from shared.policy.model import Default, Policy, Protected, check_policy, values_against_rules
 from shared.policy.rules import Rule, valid_rules, value_problems
 from shared.secrets import MASK
 
 
 def check_layer(project_data: Mapping[str, Any], platform: Policy,
-                limits: Limits) -> list[Problem]:
-    """Every reason a project policy cannot be saved under the platform's ``platform``."""
+                limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS) -> list[Problem]:
+    """Every reason a project policy cannot be saved under the platform's ``platform``;
+    ``hooks``: the start-up hook names only the platform may give a value."""
     rules = valid_rules(project_data.get("rules"))
     problems = check_policy(project_data, limits)
+    problems += injection_problems(project_data, hooks)
     problems += _platform_protected_names(project_data, platform)
     problems += values_against_rules(project_data, platform.rules, "the platform's")
     problems += [p for rule_index, rule in enumerate(rules)
@@ -52,13 +55,14 @@ class ProjectConflict:
 
 
 def project_conflicts(projects: Mapping[str, Policy], platform: Policy,
-                      limits: Limits) -> list[ProjectConflict]:
+                      limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS
+                      ) -> list[ProjectConflict]:
     """Each project whose current policy ``check_layer`` would refuse under ``platform``,
     by name.  One check per project, whatever the number of tasks."""
     found: list[ProjectConflict] = []
     for name in sorted(projects):
         policy = projects[name]
-        problems = check_layer(policy.to_dict(), platform, limits)
+        problems = check_layer(policy.to_dict(), platform, limits, hooks)
         if problems:
             found.append(ProjectConflict(name, policy.version, tuple(problems)))
     return found

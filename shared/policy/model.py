@@ -10,13 +10,14 @@ the policy worker call the same function, so they can never disagree.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.env import envlist
 from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
+from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, withheld_warning
 from shared.policy.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
 from shared.secrets import MASK
 from shared.types import DROP, ON_CONFLICT, REJECT, OnConflict
@@ -327,11 +328,16 @@ def resolve(user_env: Iterable[EnvVar], policy: Policy, platform: Iterable[EnvVa
 
 
 def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
-                   platform: Iterable[EnvVar], task: TaskFacts) -> Resolution:
+                   platform: Iterable[EnvVar], task: TaskFacts,
+                   hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
     """Merge the layers' defaults and protected values, the task's own list and the platform
-    variables, then check every layer's rules.  ``layers`` go highest scope first."""
+    variables, then check every layer's rules.  ``layers`` go highest scope first.
+
+    A project layer never gives a start-up hook variable (``hooks``) a value, even a
+    version stored before such policies were refused: see :func:`_without_hooks`."""
     result = Resolution(policy_version=layers[0].version if layers else 0,
                         versions={layer.scope: layer.version for layer in layers})
+    layers = [_without_hooks(layer, hooks, task, result) for layer in layers]
     platform = list(platform)
     protected = _active(layers, task, protected=True)
     defaults = _active(layers, task, protected=False)
@@ -358,6 +364,27 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
     for layer in layers:
         result.errors += check_rules(result.variables, layer.rules, task, _scope_name(layer))
     return result
+
+
+def _without_hooks(layer: Policy, hooks: StartupHooks, task: TaskFacts,
+                   result: Resolution) -> Policy:
+    """A project layer as it may apply: its defaults of start-up hook names left out, its
+    protected values of them made reservations (members still cannot set the name), each
+    one that would have reached this task reported as a warning.  Versions are immutable,
+    so this is done where they are used, not where they are stored."""
+    if layer.scope == PLATFORM_SCOPE:
+        return layer
+    defaults = tuple(d for d in layer.defaults if hooks.match(d.name) is None)
+    protected = tuple(replace(p, value=None, secret=False)
+                      if p.value is not None and hooks.match(p.name) else p
+                      for p in layer.protected)
+    if len(defaults) == len(layer.defaults) and protected == layer.protected:
+        return layer
+    withheld = [e for e in (*layer.defaults, *layer.protected)
+                if e.value is not None and hooks.match(e.name) and applies(e.when, task)]
+    result.warnings += [withheld_warning(e.name, layer.scope, layer.version,
+                                         hooks.why(e.name) or "") for e in withheld]
+    return replace(layer, defaults=defaults, protected=protected)
 
 
 def _active(layers: Sequence[Policy], task: TaskFacts, protected: bool) -> dict[str, list[_Entry]]:

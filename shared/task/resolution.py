@@ -15,6 +15,7 @@ from shared.env import envlist
 from shared.env.envlist import Limits
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts
+from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.policy.model import Policy, Resolution, platform_env, resolve_layers
 from shared.task import revisions, states
 
@@ -57,12 +58,13 @@ def policy_problems(doc: dict[str, Any], policy: Policy, project: Policy | None,
 
 
 def decide_policy(doc: dict[str, Any], policy: Policy,
-                  earlier: dict[str, Any] | None = None, project: Policy | None = None
-                  ) -> Decision:
+                  earlier: dict[str, Any] | None = None, project: Policy | None = None,
+                  hooks: StartupHooks = DEFAULT_HOOKS) -> Decision:
     """``earlier``: the revision a rerun started from; its resolved env is compared with
     this one's, variable by variable (the drift report).  ``project``: the current policy
-    of the task's project, the layer under the platform's ``policy``."""
-    result = _resolution(doc, policy, project)
+    of the task's project, the layer under the platform's ``policy``; ``hooks``: the
+    start-up hook names only the platform's policy may give a value."""
+    result = _resolution(doc, policy, project, hooks)
     state, decided = _policy_decision(doc, policy, result)
     if earlier is not None and earlier.get("resolved") is not None:
         decided["drift"] = revisions.drift(earlier["resolved"],
@@ -73,7 +75,8 @@ def decide_policy(doc: dict[str, Any], policy: Policy,
 
 def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits,
             task: Mapping[str, Any] | None = None,
-            project: Policy | None = None) -> dict[str, Any]:
+            project: Policy | None = None,
+            hooks: StartupHooks = DEFAULT_HOOKS) -> dict[str, Any]:
     """What a new task with this env would get: both stages' decisions, nothing stored.
 
     ``task`` holds the facts conditions look at (``project``, ``resources``, ``image``);
@@ -91,7 +94,7 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
         return {"ok": False, **shown, "variables": [], "warnings": [],
                 "errors": checked["errors"]}
     doc.update(checked)
-    result = _resolution(doc, policy, project)
+    result = _resolution(doc, policy, project, hooks)
     state, decided = _policy_decision(doc, policy, result)
     return {"ok": state == states.RESOLVED, **shown,
             "variables": [v.to_dict() for v in result.variables],
@@ -99,13 +102,13 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
 
 
 def draft_resolution(doc: dict[str, Any], policy: Policy, project: Policy | None,
-                     limits: Limits) -> Resolution:
+                     limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
     """What both stages would make of the record's env under these policies (a draft's
     impact): a validation problem rejects it as the validation stage would."""
     problems = envlist.validate(doc["env"], limits)
     if problems:
         return Resolution(policy.version, errors=problems)
-    return _resolution(doc, policy, project)
+    return _resolution(doc, policy, project, hooks)
 
 
 def not_applied(layers: Sequence[Policy], task: TaskFacts) -> list[dict[str, Any]]:
@@ -130,11 +133,11 @@ def _layers(policy: Policy, project: Policy | None) -> list[Policy]:
     return [policy] if project is None else [policy, project]
 
 
-def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = None
-                ) -> Resolution:
+def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = None,
+                hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
     return resolve_layers(envlist.parse(doc["env"]), _layers(policy, project),
                           platform_env(doc["id"], doc["name"], doc["revision"], policy.version),
-                          facts_of(doc))
+                          facts_of(doc), hooks)
 
 
 def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution) -> Decision:
