@@ -15,11 +15,11 @@ from typing import Any
 
 from shared.env.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
+from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.policy.store import PolicyStore
 from shared.secrets import StreamRedactor
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
-from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from shared.types import RESTART

@@ -5,10 +5,16 @@ text into bindings and nothing more: no ``${VAR}`` expansion (that lives in
 python-dotenv's loader, which is not called), no command substitution.  A value
 arrives exactly as it is written between its quotes.
 
-Exporting writes every value double-quoted with python-dotenv's escapes (``\\``,
-``\"``, ``\n``, ``\r``, ``\t``...), so any text reads back unchanged, newlines, carriage
-returns, ``$``, ``#``, ``=`` and non-ASCII included, even from a file opened in text
-mode (which would turn a raw carriage return into a line end).
+Exporting must be inert when a shell sources the file (``set -a; . ./task.env``), as
+people do with .env files: every value is written single-quoted, the one quoting in
+which a POSIX shell expands nothing (no ``$(...)``, backticks, ``$VAR``), and which
+python-dotenv reads back literally too (with interpolation off, as the header says).
+A value the two cannot both read exactly is left out, with a comment naming it, as a
+secret is: one holding a single quote (a shell cannot write it inside single quotes), a
+backslash (python-dotenv decodes ``\\\\`` and ``\\'`` there, a shell does not) or a
+carriage return (a file read in text mode turns it into a line end).  A name a shell
+cannot assign (not ``^[A-Za-z_][A-Za-z0-9_]*$``, such as a Kubernetes-style name) is
+left out the same way: sourcing its line would run it as a command.
 """
 
 from __future__ import annotations
@@ -23,11 +29,10 @@ from dotenv.parser import Original, parse_stream
 from shared.errors import Problem
 
 FIELD = "env_file"
-PLAIN_KEY = re.compile(r"[^=#\s'\"]+")
-# The escapes python-dotenv decodes inside double quotes; everything else stays literal.
-DOUBLE_QUOTE_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t",
-                        "\a": "\\a", "\b": "\\b", "\f": "\\f", "\v": "\\v"}
-
+# What a shell accepts on the left of an assignment.
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Characters no single-quoted value reads the same in python-dotenv and in a shell.
+UNQUOTABLE = {"'": "a single quote", "\\": "a backslash", "\r": "a carriage return"}
 
 def parse(text: str) -> tuple[list[dict[str, Any]], list[Problem]]:
     """``KEY=value`` bindings as env entries, and every line that is not one."""
@@ -68,24 +73,6 @@ def combine(env: list[dict[str, Any]], from_file: list[dict[str, Any]]) -> list[
             for e in from_file if e["name"] in in_env]
 
 
-def quote(value: str) -> str:
-    return '"' + "".join(DOUBLE_QUOTE_ESCAPES.get(c, c) for c in value) + '"'
-
-
-def key(name: str) -> str | None:
-    """A name as python-dotenv reads it: bare when it can be, else single-quoted.
-
-    Kubernetes-style names may hold spaces or ``#``: python-dotenv reads a quoted key
-    verbatim.  A name holding a single quote, or a lone surrogate (not text in any
-    file; the validation stage refuses it), has no dotenv form: None.
-    """
-    if not encodable(name):
-        return None
-    if PLAIN_KEY.fullmatch(name) and not name.startswith("export"):
-        return name
-    return None if "'" in name else f"'{name}'"
-
-
 def encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -95,15 +82,29 @@ def encodable(text: str) -> bool:
 
 
 def export(entries: Iterable[Mapping[str, Any]], header: str = "") -> str:
-    """dotenv text that parses back to the same values; secrets are named, not written."""
+    """dotenv text that python-dotenv reads back to the same values and that a shell
+    sources without running anything; what cannot be both is named in a comment, never
+    written (secrets, and the values and names :func:`left_out` explains)."""
     lines = [f"# {line}" for line in header.splitlines()]
     for entry in entries:
-        name = key(str(entry["name"]))
-        if entry.get("secret"):
-            lines.append(f"# {entry['name']!r} is secret and is not exported")
-        elif name is None:
-            lines.append(f"# {entry['name']!r} has no .env form (a quote or a lone "
-                         "surrogate in its name)")
+        name, value = str(entry["name"]), str(entry.get("value", ""))
+        why = "it is secret" if entry.get("secret") else left_out(name, value)
+        if why:
+            # repr() escapes a line end, so a name cannot end the comment early.
+            lines.append(f"# {name!r} is not exported: {why}")
         else:
-            lines.append(f"{name}={quote(str(entry['value']))}")
+            lines.append(f"{name}='{value}'")
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def left_out(name: str, value: str) -> str | None:
+    """Why a variable has no line both python-dotenv and a shell read exactly, or None."""
+    if not encodable(name) or not SHELL_NAME.fullmatch(name):
+        return "a shell cannot assign this name"
+    if not encodable(value):
+        return "its value is not text (a lone surrogate)"
+    held = [what for char, what in UNQUOTABLE.items() if char in value]
+    if held:
+        return (f"its value holds {' and '.join(held)}, which python-dotenv and a shell "
+                "would not read the same; set it through the API")
+    return None

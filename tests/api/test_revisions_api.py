@@ -16,6 +16,7 @@ from shared.policy.store import PolicyStore
 from shared.secrets import MASK
 from shared.store.tasks import TaskStore
 from shared.task import states
+from tests.support.dotenv_values import EXPORTED_VALUES, LEFT_OUT
 from tests.support.dotenv_values import HOSTILE_VALUES as HOSTILE
 from workers import outcomes, stages
 
@@ -260,9 +261,9 @@ def test_pinning_a_revision_that_was_never_resolved_is_a_conflict(
 
 def test_hostile_values_round_trip_through_env_file_and_the_dotenv_export(
         client: FlaskClient, tasks: TaskStore, policies: PolicyStore) -> None:
-    text = envfile.export([{"name": k, "value": v} for k, v in HOSTILE.items()])
-    task_id = create(client, env_file=text,
-                     env=[{"name": "TOKEN", "value": SECRET, "secret": True}])
+    text = envfile.export([{"name": k, "value": v} for k, v in EXPORTED_VALUES.items()])
+    task_id = create(client, env=[{"name": k, "value": HOSTILE[k]} for k in LEFT_OUT]
+                     + [{"name": "TOKEN", "value": SECRET, "secret": True}], env_file=text)
     resolve(tasks, policies, task_id, 1)
 
     for query in ("", "&resolved=true"):
@@ -272,8 +273,11 @@ def test_hostile_values_round_trip_through_env_file_and_the_dotenv_export(
         entries, problems = envfile.parse(exported)
         values = {e["name"]: e["value"] for e in entries}
         assert problems == [] and SECRET not in exported
-        assert {k: values[k] for k in HOSTILE} == HOSTILE
-        assert "TOKEN" not in values and "'TOKEN' is secret" in exported
+        assert {k: values[k] for k in EXPORTED_VALUES} == EXPORTED_VALUES
+        assert not LEFT_OUT & set(values) and "TOKEN" not in values
+        assert "'TOKEN' is not exported: it is secret" in exported
+        for name in LEFT_OUT:
+            assert f"{name!r} is not exported: its value holds" in exported
 
 
 def test_plain_get_env_answers_both_envs_masked(client: FlaskClient) -> None:

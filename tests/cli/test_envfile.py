@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from cli import envfile
 from cli.errors import EnvRejected, UsageProblem
+from tests.support.dotenv_values import EXPORTED_VALUES, LEFT_OUT, sourced
 from tests.support.dotenv_values import HOSTILE_VALUES as HOSTILE
 
 
@@ -19,18 +20,21 @@ def as_variables(values: dict[str, str]) -> list[dict[str, object]]:
     return [{"name": k, "value": v, "source": "user"} for k, v in values.items()]
 
 
-def test_exported_hostile_values_parse_back_identically_from_a_stream():
+def test_exported_hostile_values_parse_back_identically_from_a_stream(tmp_path: Path):
     text = envfile.export(as_variables(HOSTILE), "task t1 revision 1")
 
-    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == HOSTILE
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == EXPORTED_VALUES
+    assert sourced(text, tmp_path) == EXPORTED_VALUES  # and a shell sets the same
+    for name in LEFT_OUT:
+        assert f"# {name!r} is not exported: its value holds" in text
 
 
 def test_exported_hostile_values_parse_back_identically_from_a_file(tmp_path: Path):
     path = tmp_path / "task.env"
     path.write_text(envfile.export(as_variables(HOSTILE), "t"), encoding="utf-8")
 
-    assert dotenv_values(path, interpolate=False) == HOSTILE
-    assert envfile.load(path) == HOSTILE  # and our own reader agrees
+    assert dotenv_values(path, interpolate=False) == EXPORTED_VALUES
+    assert envfile.load(path) == EXPORTED_VALUES  # and our own reader agrees
 
 
 @given(st.dictionaries(
@@ -40,22 +44,24 @@ def test_exported_hostile_values_parse_back_identically_from_a_file(tmp_path: Pa
 def test_any_value_round_trips(values: dict[str, str]):
     text = envfile.export(as_variables(values), "t")
 
-    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == values
+    exportable = {k: v for k, v in values.items() if not any(c in v for c in "'\\\r")}
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == exportable
 
 
 def test_secrets_are_left_out_with_a_comment_naming_them():
     text = envfile.export([{"name": "HF_TOKEN", "value": "********", "secret": True},
                            {"name": "LR", "value": "0.01"}], "t")
 
-    assert "# 'HF_TOKEN' is secret and is not exported" in text
+    assert "# 'HF_TOKEN' is not exported: it is secret" in text
     assert "********" not in text
     assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {"LR": "0.01"}
 
 
-def test_a_name_dotenv_cannot_hold_unquoted_is_single_quoted():
+def test_a_name_a_shell_cannot_assign_is_named_not_written():
     text = envfile.export([{"name": "has space#x", "value": "v"}], "t")
 
-    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {"has space#x": "v"}
+    assert dotenv_values(stream=io.StringIO(text), interpolate=False) == {}
+    assert "# 'has space#x' is not exported: a shell cannot assign this name" in text
 
 
 def test_reading_never_expands_or_runs_anything():

@@ -6,7 +6,6 @@ import base64
 import json
 import re
 import urllib.parse
-
 from typing import Any
 
 import pytest
