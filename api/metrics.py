@@ -6,8 +6,10 @@ line written while the request is answered and returned in the response's
 ``X-Request-ID`` header, so a user's report can be matched to the API's log.
 
 ``/metrics`` needs no token, as ``/healthz`` does not: it shows counts and timings
-by route, state, stage and queue, never a task id, a user or a value.  It is served
-on the API's own address; put it behind the same network policy as the API.
+by route, state, stage and queue, never a task id, a user, a project or a value.  With
+an admin's bearer token the same scrape also splits task transitions by project (a
+tenant's name is not for anyone who can reach the port).  It is served on the API's
+own address; put it behind the same network policy as the API.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import uuid
 
 from flask import Blueprint, Flask, Response, g, request
 
+from api import auth
 from api.context import svc
 from shared import logs, metrics
 from workers.queues import QUEUES
@@ -76,4 +79,16 @@ def init_app(app: Flask) -> None:
 def scrape() -> Response:
     services = svc()
     depth = metrics.QueueDepth(services.redis, services.keys, QUEUES)
-    return Response(metrics.exposition(depth), mimetype="text/plain; version=0.0.4")
+    return Response(metrics.exposition(depth, tenants=_by_an_admin()),
+                    mimetype="text/plain; version=0.0.4")
+
+
+def _by_an_admin() -> bool:
+    """An admin's bearer token came with the scrape; without one it is anonymous.  A wrong
+    token counts as a failed authentication, as anywhere else (so this is no way around
+    the guessing budget), and the scrape gets the anonymous view."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    found = auth.identify(token.strip())
+    return bool(found is not None and found.is_admin)

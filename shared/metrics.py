@@ -15,7 +15,9 @@ when scraped.
 Labels are bounded: a route is the Flask endpoint, never the path; a stage, state,
 launcher, reason, action or queue comes from a fixed set in the code; a project is
 named only if the project store knows it, else ``other``.  A task id or a variable
-name is never a label.
+name is never a label.  Project names are tenants' names: a scrape without an admin's
+token (and every worker's or reconciler's own port, which has no tokens) gets the
+samples summed over ``project`` (:class:`WithoutTenants`), never a project's name.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from prometheus_client import (
     multiprocess,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from shared.keys import Keys
@@ -127,22 +129,71 @@ class QueueDepth(Collector):
         yield family
 
 
-def exposition(*extra: Collector) -> bytes:
-    """The text a scrape gets: every process's samples (or this one's), then ``extra``."""
+# Labels that name a tenant: shown only to a scrape an admin's token makes.
+TENANT_LABELS = frozenset({"project"})
+
+
+class WithoutTenants(Collector):
+    """Another collector's samples with the tenant labels dropped and the samples that
+    then share their labels summed: totals by state stay right, no project is named."""
+
+    def __init__(self, source: Collector) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.source.collect():
+            if not any(TENANT_LABELS & set(s.labels) for s in family.samples):
+                yield family
+                continue
+            summed: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                labels = tuple(sorted((k, v) for k, v in sample.labels.items()
+                                      if k not in TENANT_LABELS))
+                key = (sample.name, labels)
+                summed[key] = summed.get(key, 0.0) + sample.value
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            for (name, labels), total in summed.items():
+                out.add_sample(name, dict(labels), total)
+            yield out
+
+
+def _gathered(*extra: Collector) -> CollectorRegistry:
+    """Every process's samples (or this one's), then ``extra``, in one registry."""
     registry = CollectorRegistry()
     if multiprocess_mode():
         multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(_Everything(REGISTRY))
     for collector in extra:
         registry.register(collector)
-    text = generate_latest(registry)
-    return text if multiprocess_mode() else generate_latest(REGISTRY) + text
+    return registry
+
+
+class _Everything(Collector):
+    """A registry as one collector (prometheus-client registers collectors, not registries)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.registry.collect())
+
+
+def exposition(*extra: Collector, tenants: bool = False) -> bytes:
+    """The text a scrape gets: every process's samples (or this one's), then ``extra``;
+    project names only with ``tenants`` (an admin's scrape)."""
+    registry = _gathered(*extra)
+    if tenants:
+        return generate_latest(registry)
+    shown = CollectorRegistry()
+    shown.register(WithoutTenants(_Everything(registry)))
+    return generate_latest(shown)
 
 
 def serve(port: int, host: str) -> None:
-    """Serve this process's directory of samples on ``host:port`` (a worker, the reconciler)."""
-    registry = REGISTRY
-    if multiprocess_mode():
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+    """Serve this process's directory of samples on ``host:port`` (a worker, the reconciler):
+    without tokens there, so without tenant names."""
+    registry = CollectorRegistry()
+    registry.register(WithoutTenants(_Everything(_gathered())))
     start_http_server(port, addr=host, registry=registry)
     log.info("metrics on :%d/metrics", port)

@@ -10,6 +10,7 @@ import io
 import json
 import logging
 import uuid
+from typing import Any
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -132,3 +133,33 @@ def test_every_api_line_carries_the_request_id(app: Flask) -> None:
     access = [line for line in lines if line["logger"] == "taskenv.api.access"]
     assert access and all(line["request_id"] == "trace-me" for line in access)
     assert access[-1]["message"].startswith("GET tasks.Tasks 200 ")
+
+
+def test_an_anonymous_scrape_names_no_project_an_admins_does(
+        app: Flask, client: FlaskClient) -> None:
+    """Project names are tenants' names: a scrape anyone who reaches the port can make
+    shows the transitions summed over projects; an admin's token shows them split."""
+    made = client.post("/api/v1/projects", json={"name": "secret-merger-team", "members": [],
+                                                 "maintainers": []})
+    assert made.status_code == 201
+    metrics.task_entered("running", "secret-merger-team", lambda name: True)
+    anonymous = app.test_client().get("/metrics").get_data(as_text=True)
+    assert "secret-merger-team" not in anonymous and 'project="' not in anonymous
+    families = {f.name: f for f in text_string_to_metric_families(anonymous)}
+    running = [s.value for s in families["taskenv_task_transitions"].samples
+               if s.labels.get("state") == "running" and s.name.endswith("_total")]
+    assert running and running[0] >= 1
+    user = app.test_client().get("/metrics", headers={"Authorization": "Bearer nope-nope"})
+    assert "secret-merger-team" not in user.get_data(as_text=True)
+    admin = app.test_client().get("/metrics", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert 'project="secret-merger-team"' in admin.get_data(as_text=True)
+
+
+def test_a_user_token_gets_the_anonymous_view(
+        app: Flask, client: FlaskClient, client_for: Any) -> None:
+    client.post("/api/v1/projects", json={"name": "vision-x", "members": [], "maintainers": []})
+    metrics.task_entered("pending", "vision-x", lambda name: True)
+    token = client.post("/api/v1/tokens", json={"owner": "mallory", "role": "user"}).get_json()
+    scraped = app.test_client().get("/metrics", headers={
+        "Authorization": f"Bearer {token['token']}"}).get_data(as_text=True)
+    assert "vision-x" not in scraped
