@@ -248,7 +248,9 @@ def test_taskenv_containers_run_the_dockerfile_image_with_the_settings(objects):
         if container["image"].split(":")[0] != IMAGE:
             continue
         sources = [next(iter(s.values()))["name"] for s in container["envFrom"]]
-        assert sources == ["taskenv-config", "taskenv-settings"], workload["metadata"]["name"]
+        api_only = ["taskenv-api"] if workload["metadata"]["name"] == "taskenv-api" else []
+        assert sources == ["taskenv-config", "taskenv-settings", *api_only], \
+            workload["metadata"]["name"]
     names = {w["metadata"]["name"] for w, c in containers(objects)
              if c["image"].split(":")[0] == IMAGE}
     assert names == {"taskenv-api", "taskenv-reconciler"} | {f"taskenv-{q}" for q in QUEUES}
@@ -262,7 +264,8 @@ def setting_names() -> set[str]:
 
 def test_every_configmap_and_settings_secret_key_is_a_real_setting(objects):
     config = named(objects, "ConfigMap", "taskenv-config")["data"]
-    secret = named(objects, "Secret", "taskenv-settings")["stringData"]
+    secret = {**named(objects, "Secret", "taskenv-settings")["stringData"],
+              **named(objects, "Secret", "taskenv-api")["stringData"]}
     assert set(config) - setting_names() == set()
     assert set(secret) - setting_names() == set()
     assert not set(config) & set(secret), "a setting defined twice"
@@ -273,8 +276,9 @@ def test_every_configmap_and_settings_secret_key_is_a_real_setting(objects):
 
 def test_the_secrets_hold_the_secret_settings_and_nothing_secret_is_in_the_configmap(objects):
     secret = named(objects, "Secret", "taskenv-settings")["stringData"]
-    assert set(secret) == {"TASKENV_SECRET_KEYS", "TASKENV_ADMIN_TOKEN",
-                           "TASKENV_SESSION_SECRET", "TASKENV_REDIS_URL"}
+    assert set(secret) == {"TASKENV_SECRET_KEYS", "TASKENV_REDIS_URL"}
+    api_only = named(objects, "Secret", "taskenv-api")["stringData"]
+    assert set(api_only) == {"TASKENV_ADMIN_TOKEN", "TASKENV_SESSION_SECRET"}
     config = named(objects, "ConfigMap", "taskenv-config")["data"]
     assert not any(word in key for key in config for word in ("SECRET", "TOKEN", "PASSWORD"))
     assert "TASKENV_REDIS_URL" not in config  # it carries the password
@@ -628,3 +632,19 @@ def test_the_makefile_builds_and_pushes_the_image_in_one_target():
     makefile = (K8S.parents[1] / "Makefile").read_text()
     target = makefile[makefile.index("\nk8s-image:"):].split("\n\n")[0]
     assert "deploy/image/build-taskenv.sh" in target and "podman push" in target
+
+
+def test_each_deployment_gets_only_the_secrets_it_uses(objects):
+    """The admin token and session secret reach the API alone: a worker (the launch worker
+    runs users' steps) or the reconciler never holds them, by envFrom, env or volume."""
+    for workload, spec in pod_templates(objects):
+        name = workload["metadata"]["name"]
+        used = {source["secretRef"]["name"] for c in spec["containers"]
+                for source in c.get("envFrom", []) if "secretRef" in source}
+        used |= {e["valueFrom"]["secretKeyRef"]["name"] for c in spec["containers"]
+                 for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+        used |= {v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+        if name == "taskenv-api":
+            assert "taskenv-api" in used
+        else:
+            assert "taskenv-api" not in used, name
