@@ -47,6 +47,7 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
     data.pop("env_file", None)
     project = svc.projects.for_task(actor, data.get("project"))
     refuse_unstorable(svc, in_project(dict(data), project))
+    svc.room.check()  # new work stops short of maxmemory: running tasks keep their room
     fresh = records.new_task(data, actor)
     fresh["digest"] = records.request_digest(data, digest_keys(svc)[0])
     fresh.setdefault("id", uuid.uuid4().hex)  # the audit entry, written with it, names it
@@ -136,6 +137,7 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
     """
     doc = task_to_change(svc, task_id, scope)  # before anything else
     check_match(doc, if_match)
+    svc.room.check()
     if files is not None and apply == NEXT_RUN:
         raise BadRequest("files take effect with a new revision: send them with "
                          "apply: restart, not next-run")
@@ -300,6 +302,7 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
     stage reports what drifted from that revision.
     """
     current = task_to_change(svc, task_id, scope)
+    svc.room.check()
     base = revision or current["revision"]
     earlier = svc.tasks.revision(task_id, base)
     env = _pinned(svc, earlier, current.get("project")) if pin else earlier["env"]

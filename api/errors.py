@@ -28,11 +28,13 @@ from shared.errors import (
     QuotaExceeded,
     SecretsUnavailable,
     StateConflict,
+    StoreFull,
     TaskenvError,
     TooManyRequests,
     TransientError,
     Unauthorized,
 )
+from shared.store.room import RETRY_AFTER, full
 
 # Most specific class first; an error answers the status of the nearest class listed.
 STATUS: dict[type[TaskenvError], int] = {
@@ -49,6 +51,7 @@ STATUS: dict[type[TaskenvError], int] = {
     PreconditionFailed: 412,
     TooManyRequests: 429,
     LaunchFailed: 500,
+    StoreFull: 503,
     TransientError: 503,
     TaskenvError: 500,
 }
@@ -66,9 +69,11 @@ def body(code: str, message: str, problems: list[Problem] | None = None) -> dict
 
 
 def headers_for(error: TaskenvError) -> dict[str, str]:
-    """``Retry-After`` on a 429 whose wait is known."""
+    """``Retry-After`` on a 429 whose wait is known, and on a full store."""
     if isinstance(error, TooManyRequests) and error.retry_after is not None:
         return {"Retry-After": str(error.retry_after)}
+    if isinstance(error, StoreFull):
+        return {"Retry-After": str(RETRY_AFTER)}
     return {}
 
 
@@ -110,6 +115,8 @@ class TaskenvApi(Api):
 
     def handle_redis_error(self, error: redis.RedisError) -> Any:
         # Safe to retry: with the same Idempotency-Key a retry never makes a second task.
+        if isinstance(error, redis.exceptions.OutOfMemoryError):
+            return self.handle_taskenv_error(full(None, 0))
         return (jsonify(body("unavailable", "the task store is unavailable; retry shortly")),
                 503, {"Retry-After": "1"})
 

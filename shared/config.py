@@ -83,6 +83,11 @@ class Settings:
     quota_creates_per_minute: int = 300
     quota_unfinished_tasks: int = 500
     quota_revisions_per_task: int = 500
+    # Redis runs with a maxmemory: new work (creations, changes, reruns) is refused with
+    # 503 store_full once it uses all but this share of it, kept for running tasks.
+    redis_reserve_percent: float = 10
+    # A worker retries a state write Redis refuses as out of memory this long.
+    redis_full_patience_seconds: int = 900
     # Start-up hook variables (BASH_ENV, LD_*, PYTHONWARNINGS, ...) only the platform's
     # policy may give a value: "default" is the documented list in shared.policy.hooks;
     # add names or FAMILY* after a comma, take a default one out with -NAME.

@@ -128,6 +128,13 @@ class TransientError(TaskenvError):
     code = "unavailable"
 
 
+class StoreFull(TransientError):
+    """Redis holds as much as it may (its ``maxmemory``, less the room kept for running
+    tasks): nothing new is stored until space is freed."""
+
+    code = "store_full"
+
+
 class LaunchFailed(PermanentError):
     """The backend refused the workload for a reason a retry cannot fix."""
 

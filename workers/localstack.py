@@ -80,6 +80,10 @@ def kept_secret(path: Path, make: Callable[[], str]) -> str:
 # (64 by default): a stored task takes about a quarter less.  The Redis 6.2 name
 # of the setting; Redis 7 reads it too.
 COMPACT_HASHES = ("--hash-max-ziplist-value", "1024")
+# Every Redis taskenv starts has a ceiling: with noeviction, past it Redis refuses to
+# grow and taskenv answers 503 store_full (shared/store/room.py) instead of the machine
+# running out of memory.  TASKENV_REDIS_MAXMEMORY sets it for `make run`.
+DEFAULT_MAXMEMORY = "1gb"
 
 
 @dataclass
@@ -96,6 +100,7 @@ class RedisServer:
     appendonly: bool = False
     binary: str | None = None
     password: str | None = field(default=None, repr=False)
+    maxmemory: str = DEFAULT_MAXMEMORY
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -117,7 +122,8 @@ class RedisServer:
         write_private(config, f"requirepass {self.password}\n" if self.password else "")
         args = [binary, str(config), "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--save", "",
-                "--maxmemory-policy", "noeviction", *COMPACT_HASHES,
+                "--maxmemory", self.maxmemory, "--maxmemory-policy", "noeviction",
+                *COMPACT_HASHES,
                 "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", "everysec"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
@@ -236,7 +242,8 @@ def local_redis(directory: Path) -> RedisServer:
     keeps every task and policy, and a password kept in ``directory/redis.password``."""
     directory.mkdir(parents=True, exist_ok=True)
     password = kept_secret(directory / "redis.password", lambda: secrets.token_hex(32))
-    return RedisServer((directory / "redis").resolve(), appendonly=True, password=password)
+    return RedisServer((directory / "redis").resolve(), appendonly=True, password=password,
+                       maxmemory=os.environ.get("TASKENV_REDIS_MAXMEMORY") or DEFAULT_MAXMEMORY)
 
 
 def metrics_env(directory: Path) -> dict[str, str]:

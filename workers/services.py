@@ -32,6 +32,7 @@ from shared.policy.hooks import StartupHooks
 from shared.policy.store import PolicyStore
 from shared.redis_conn import connect, warn_if_evicting
 from shared.secrets import Cipher
+from shared.store.room import Room
 from shared.store.tasks import TaskStore
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class Services:
     enqueue: Enqueue
 
     @functools.cached_property
+    def room(self) -> Room:
+        """Whether Redis has room for new work (its maxmemory less the reserve)."""
+        return Room(self.redis, self.settings.redis_reserve_percent)
+
+    @functools.cached_property
     def hooks(self) -> StartupHooks:
         """The start-up hook names only the platform's policy may give a value."""
         return StartupHooks.from_setting(self.settings.startup_hooks)
@@ -73,8 +79,11 @@ class Services:
 
 
 def build_services(settings: Settings, redis_client: RedisClient | None = None,
-                   enqueue: Enqueue | None = None) -> Services:
-    """Tests hand in a Redis client (fakeredis) and an enqueue spy."""
+                   enqueue: Enqueue | None = None, patient: bool = False) -> Services:
+    """Tests hand in a Redis client (fakeredis) and an enqueue spy.
+
+    ``patient``: a worker's, whose state writes wait for room when Redis is full (an
+    outcome must land); the API's answer at once instead (503 ``store_full``)."""
     client = redis_client
     if client is None:
         client = connect(settings.redis_url, settings.redis_master_name)
@@ -84,7 +93,8 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
     send = stage_sender(settings)
     return Services(
         settings=settings, redis=client, keys=Keys(prefix),
-        tasks=TaskStore(client, prefix, cipher, settings.retention_days * 86400),
+        tasks=TaskStore(client, prefix, cipher, settings.retention_days * 86400,
+                        patience=settings.redis_full_patience_seconds if patient else 0),
         policies=PolicyStore(client, prefix, cipher),
         projects=ProjectStore(client, prefix),
         tokens=TokenStore(client, prefix),
@@ -111,4 +121,4 @@ def stage_sender(settings: Settings) -> SendToStage:
 @functools.cache
 def current() -> Services:
     """This worker process's services, built on first use."""
-    return build_services(process_settings())
+    return build_services(process_settings(), patient=True)

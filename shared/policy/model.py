@@ -380,7 +380,8 @@ def _without_hooks(layer: Policy, hooks: StartupHooks, task: TaskFacts,
                       for p in layer.protected)
     if len(defaults) == len(layer.defaults) and protected == layer.protected:
         return layer
-    withheld = [e for e in (*layer.defaults, *layer.protected)
+    entries: list[Default | Protected] = [*layer.defaults, *layer.protected]
+    withheld = [e for e in entries
                 if e.value is not None and hooks.match(e.name) and applies(e.when, task)]
     result.warnings += [withheld_warning(e.name, layer.scope, layer.version,
                                          hooks.why(e.name) or "") for e in withheld]

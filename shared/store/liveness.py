@@ -29,7 +29,15 @@ class Liveness:
         pipe = self.r.pipeline(transaction=False)
         for task_id, revision in launches:
             pipe.set(self.keys.beat(task_id, revision), "1", ex=ttl)
-        pipe.execute()
+        try:
+            pipe.execute()
+        except redis.exceptions.OutOfMemoryError:
+            # Redis is full and refuses SET; EXPIRE, which needs no memory, it allows:
+            # a heartbeat that already exists lives on, so no running task looks dead.
+            pipe = self.r.pipeline(transaction=False)
+            for task_id, revision in launches:
+                pipe.expire(self.keys.beat(task_id, revision), ttl)
+            pipe.execute()
 
     def claim_requeue(self, task_id: str, revision: int, state: str, ttl: int) -> bool:
         """True at most once per ``ttl`` seconds for one task revision in one state."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 import uuid
 import zlib
@@ -35,8 +36,10 @@ from shared.store.insights import KEEP_SECONDS, Insights, day_of
 from shared.store.legacy import legacy_env_lists, legacy_split
 from shared.store.liveness import Liveness
 from shared.store.logtail import LogTail
+from shared.store.room import patiently
 from shared.task import records, states
 
+log = logging.getLogger(__name__)
 # A record as the store reads and writes it: its fields are ``shared.types.TaskRecord``'s.
 # Kept a plain dict here: the scripts' results, partial changes and older layouts pass
 # through the same functions, and a TypedDict is not a dict[str, Any] to mypy.
@@ -148,11 +151,15 @@ class TaskStore:
     LOG_LIMIT = 1024 * 1024  # bytes kept per revision; the tail is what matters
 
     def __init__(self, client: redis.Redis, prefix: str = "taskenv",
-                 cipher: Cipher | None = None, retention_seconds: float = 0) -> None:
+                 cipher: Cipher | None = None, retention_seconds: float = 0,
+                 patience: float = 0) -> None:
         self.r = client
         self.keys = Keys(prefix)
         self.cipher = cipher
         self.retention = retention_seconds  # 0: finished tasks are kept forever
+        # How long a state write waits for room when Redis is full (a worker's outcome
+        # must land); 0: an out-of-memory reply is raised at once (the API's).
+        self.patience = patience
         self._create = client.register_script(scripts.CREATE)
         self._update = client.register_script(scripts.UPDATE)
         self._read = client.register_script(scripts.READ)
@@ -277,13 +284,13 @@ class TaskStore:
         k = self.keys
         expires = now + self.retention if self.retention and new_state in states.FINAL else 0
         event = {"at": now, "revision": revision, "state": new_state}
-        found = self._move(
+        found = patiently(lambda: self._move(
             keys=[k.task(task_id), k.expiry(), k.insights_states(day_of(now))],
             args=[_json(revision), new_state, ",".join(sorted(allowed)),
                   ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
                   k.index(), k.insights_project_stem(day_of(now)),
                   KEEP_SECONDS, _json(event), task_id, "1" if read else "0",
-                  *_pairs(changes)])
+                  *_pairs(changes)]), self.patience, f"task {task_id} r{revision} -> {new_state}")
         if not found:
             raise NotFound(f"no task {task_id}")
         if int(found[0]) == 2:  # an old layout: converted, then moved as any other
@@ -333,12 +340,13 @@ class TaskStore:
         task_fields, rev_fields = self._split(new, changed)
         k = self.keys
         insights = self._insights_keys(new.get("project")) if counted else ["", ""]
-        return bool(self._update(
+        return bool(patiently(lambda: self._update(
             keys=[k.task(task_id), k.revision(task_id, new["revision"]),
                   k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
                   k.index(owner, state), k.expiry(), *insights],
             args=[v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
-                  KEEP_SECONDS, *_pairs(task_fields), *_pairs(rev_fields)]))
+                  KEEP_SECONDS, *_pairs(task_fields), *_pairs(rev_fields)]),
+            self.patience, f"task {task_id} r{new['revision']} -> {state}"))
 
     def _expiry_change(self, old_state: str, new: Doc) -> float | str:
         """When a task that ends now expires; "leave" when it leaves a final state (a new
@@ -624,9 +632,18 @@ class TaskStore:
 
     # --- logs ---------------------------------------------------------------------------
 
-    def append_log(self, task_id: str, revision: int, text: str) -> None:
-        """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept."""
-        self.logs.append(task_id, revision, text, self.LOG_LIMIT)
+    def append_log(self, task_id: str, revision: int, text: str) -> bool:
+        """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept.
+
+        False when Redis is full: the output is dropped (and said so in the worker's
+        log), so the room left goes to the task's state and outcome, which must land."""
+        try:
+            self.logs.append(task_id, revision, text, self.LOG_LIMIT)
+        except redis.exceptions.OutOfMemoryError:
+            log.warning("Redis is full (maxmemory): %d characters of task %s r%s's output "
+                        "were not stored", len(text), task_id, revision)
+            return False
+        return True
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ DOMAIN_ERRORS = [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
     ("SecretsUnavailable", 422), ("BadRequest", 400), ("Unauthorized", 401),
     ("Forbidden", 403), ("NotFound", 404), ("StateConflict", 409),
     ("TooManyRequests", 429), ("LaunchFailed", 500), ("TransientError", 503),
-    ("PermanentError", 500), ("TaskenvError", 500)])
+    ("StoreFull", 503), ("PermanentError", 500), ("TaskenvError", 500)])
 def test_each_domain_error_answers_its_status(name: str, status: int) -> None:
     assert status_for(getattr(errors, name)("why")) == status
 
@@ -39,3 +40,20 @@ def test_a_subclass_answers_its_nearest_listed_class() -> None:
 
     assert status_for(TokenNotFound("no such token")) == 404
     assert status_for(Refused("no")) == 500
+
+
+def test_a_full_store_is_a_503_naming_it_and_stores_nothing(
+        app: Any, client: Any, tasks: Any) -> None:
+    """Past the reserve, a creation, a change and a rerun are refused alike; an
+    out-of-memory reply from Redis itself answers the same."""
+    from shared.store.room import Memory
+    from workers.services import Services
+
+    services: Services = app.extensions["taskenv"]
+    services.room._seen = (float("inf"), Memory(99, 100))  # read "now", forever
+    refused = client.post("/api/v1/tasks", json={"name": "t", "steps": [["true"]], "env": []})
+    assert refused.status_code == 503
+    assert refused.get_json()["code"] == "store_full"
+    assert "maxmemory" in refused.get_json()["message"]
+    assert refused.headers["Retry-After"] == "30"
+    assert tasks.all_ids() == []
