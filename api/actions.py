@@ -170,7 +170,7 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
         svc.quotas.check_revision(doc)
         return _next_revision(doc, env, actor, action, extra)
 
-    new = svc.tasks.update(task_id, change)
+    new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
     assert new is not None  # ``change`` never declines: it returns a revision or raises
     _audit_revision(svc, actor, action, new, set_, unset)
     svc.enqueue(new["id"], new["revision"])
@@ -218,7 +218,7 @@ def _keep_for_next_run(svc: Services, task_id: str, actor: str, set_: list[Doc],
         check_match(doc, if_match)
         return {**doc, "next_env": _patched(svc, doc, set_, unset, action)}
 
-    doc = svc.tasks.update(task_id, change)
+    doc = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
     assert doc is not None
     _audit_revision(svc, actor, action, doc, set_, unset, apply=NEXT_RUN)
     return doc
@@ -243,7 +243,7 @@ def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[s
             raise StateConflict(f"task {task_id} changed while it was being restarted")
         return _next_revision(current, env, actor, "task.restart", extra, apply=RESTART)
 
-    new = svc.tasks.update(task_id, change)
+    new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
     assert new is not None
     _audit_revision(svc, actor, action, new, set_, unset, apply=RESTART)
     svc.send("cancel", task_id, old["revision"])

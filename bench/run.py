@@ -148,8 +148,10 @@ def store_growth_phase(procs: Processes, client: redis.Redis, template: dict[str
     say("  a state change at 1 and 200 revisions; memory with and without retention")
     out["transition"] = store_growth.transition_cost(client, samples=20 if args.quick else 50)
     out["retention"] = store_growth.retention_memory(client, template, args.retained)
+    out["revision_bytes"] = store_growth.revision_bytes(client)
     say("\n".join(f"  {line}" for line in store_growth.lines(out["transition"],
                                                              out["retention"])))
+    say(f"  {store_growth.revision_line(out['revision_bytes'])}")
     say("  reconciler backend calls per pass, 10 vs 10,000 running Jobs (contract server)")
     out["reconciler"] = reconcile_cost.phase(client, args.quick)
     return out

@@ -10,10 +10,18 @@
   once by one with retention off; ``expire_finished`` runs in both; what each leaves
   in Redis (``INFO memory`` ``used_memory``), each in a database of its own, empty
   at the start.
+* :func:`revision_bytes`: what one revision adds to Redis when a user changes one
+  variable of a big env (the review's 8 x 120 KiB values): ``used_memory`` per revision,
+  each revision resolved as the policy stage writes it.  Revisions share unchanged long
+  values (``shared/store/pool.py``), so this is about the one value changed, not the env.
+
+``python -m bench.store_growth`` prints the last figure on a redis-server of its own.
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import statistics
 import time
 from typing import Any
@@ -161,6 +169,58 @@ def retention_memory(client: redis.Redis, template: Doc, n: int = 20_000) -> dic
             "limit": RETAINED_FRACTION}
 
 
+def revision_bytes(client: redis.Redis, revisions: int = 10, variables: int = 8,
+                   size: int = 120 * 1024) -> dict[str, Any]:
+    """Bytes each new revision adds when one of ``variables`` values of ``size`` changes."""
+    store = TaskStore(client, "growth-revisions")
+    # Random text: values that deflate to nothing (``"A" * size``) would hide what is stored.
+    env = [{"name": f"V{i}", "value": _noise(size)} for i in range(variables)]
+    doc, _ = store.create(records.new_task({"name": "big", "steps": [["true"]], "env": env},
+                                           "bench"))
+    task_id = doc["id"]
+    _resolved(store, task_id)
+    before = _used(client)
+    for n in range(revisions):
+        store.move(task_id, n + 1, states.RESOLVED, states.CANCELLED)
+
+        def change(d: Doc, n: int = n) -> Doc:
+            new_env = [dict(e) for e in d["env"]]
+            new_env[0]["value"] = _noise(size)
+            return records.new_revision(d, new_env, "bench", "patch")
+        store.update(task_id, change)
+        _resolved(store, task_id)
+    per_revision = (_used(client) - before) / revisions
+    env_bytes = variables * size
+    return {"variables": variables, "value_bytes": size, "env_bytes": env_bytes,
+            "revisions": revisions, "bytes_per_revision": per_revision,
+            "share_of_env": per_revision / env_bytes}
+
+
+def _noise(size: int) -> str:
+    return base64.b64encode(os.urandom(size * 3 // 4)).decode()[:size]
+
+
+def _resolved(store: TaskStore, task_id: str) -> None:
+    """The validation and policy stages' writes: the resolved env holds every value."""
+    revision = store.get(task_id)["revision"]
+    store.transition(task_id, revision, states.PENDING, states.VALIDATED, warnings=[])
+    store.advance(task_id, revision, states.VALIDATED, lambda d: (states.RESOLVED, {
+        "resolved": [{"name": e["name"], "value": e["value"], "source": "user",
+                      "overrode": [], "secret": False} for e in d["env"]],
+        "policy_version": 0}))
+
+
+def _used(client: redis.Redis) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
+def revision_line(result: dict[str, Any]) -> str:
+    return (f"a revision changing 1 of {result['variables']} values of "
+            f"{result['value_bytes'] // 1024} KiB adds {result['bytes_per_revision'] / 1024:.0f}"
+            f" KiB to Redis ({result['share_of_env']:.0%} of the "
+            f"{result['env_bytes'] / 2**20:.2f} MiB env)")
+
+
 def lines(transition: dict[str, Any], retention: dict[str, Any]) -> list[str]:
     small, large = transition["rows"]
     off, now = retention["retention_off"], retention["retention_0"]
@@ -173,3 +233,21 @@ def lines(transition: dict[str, Any], retention: dict[str, Any]) -> list[str]:
         f"with retention off, {now['bytes_left'] / 2**20:.2f} MiB with retention 0 "
         f"({now['expired']:,} expired; x{retention['ratio']:.3f})",
     ]
+
+
+def main() -> None:
+    import tempfile
+    from pathlib import Path
+
+    from workers.localstack import RedisServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = RedisServer(Path(tmp)).start()
+        try:
+            print(revision_line(revision_bytes(redis.Redis.from_url(server.url))))
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -10,6 +10,7 @@ secret value: tokens appear only as their SHA-256 digest.
 from __future__ import annotations
 
 REVISION_SUFFIX = ":rev:"
+VALUES_SUFFIX = ":vals"
 
 
 class Keys:
@@ -29,6 +30,12 @@ class Keys:
         :data:`REVISION_SUFFIX` (a script cannot call Python), so both stay in step.
         """
         return f"{self.task(task_id)}{REVISION_SUFFIX}{revision}"
+
+    def values(self, task_id: str) -> str:
+        """The task's value pool (a hash): long values its revisions share, by an id
+        drawn at random when the value is first stored, never derived from the value.
+        The store's scripts build it from the task's key and :data:`VALUES_SUFFIX`."""
+        return f"{self.task(task_id)}{VALUES_SUFFIX}"
 
     def log(self, task_id: str, revision: int) -> str:
         return f"{self.task(task_id)}:log:{revision}"
@@ -135,6 +142,11 @@ class Keys:
         return f"{self.prefix}:token-sessions:{token_id}"
 
     # --- quotas --------------------------------------------------------------------------
+
+    def quota_bytes(self, subject: str = "user:") -> str:
+        """Bytes a subject's task records take in Redis (a counter kept by the store's
+        scripts); without a name after ``user:``, the stem the move script completes."""
+        return f"{self.prefix}:quota:bytes:{subject}"
 
     def quota_creates(self, subject: str, window: int) -> str:
         """Tasks a subject (``user:<owner>``) created in one minute window (a counter)."""

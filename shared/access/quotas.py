@@ -4,17 +4,23 @@ A subject is who a quota counts for: ``user:<owner>`` today.  The decisions belo
 take the subject and its counts, not a user, so a project (``project:<name>``)
 can get quotas of its own by counting its tasks the same way.
 
-Three quotas, each off when set to 0 (``Settings.quota_*``):
+Four quotas, each off when set to 0 (``Settings.quota_*``):
 
 * creations per clock minute: over it the API answers 429 with ``Retry-After``
   (the seconds left in the minute);
 * tasks not yet finished (any state but succeeded, failed, rejected, cancelled),
   counted with one ZCARD per state on the owner's per-state indexes, O(1) each;
-* revisions per task.
+* revisions per task;
+* stored bytes: what the subject's task records take in Redis (every revision's env,
+  resolved env and outcome, and the values they share), kept as a counter by the
+  store's Lua scripts (``shared.store.scripts``), which measure every write they make:
+  it always equals a recount (:meth:`shared.store.tasks.TaskStore.recount_bytes`), and
+  drops to 0 once the subject's tasks have expired.  Logs are bounded on their own
+  (1 MiB per revision) and not counted here.
 
-The last two answer 409.  Each refusal is a :class:`Problem` naming the rule
+The last three answer 409.  Each refusal is a :class:`Problem` naming the rule
 (``quota.creates_per_minute``, ``quota.unfinished_tasks``,
-``quota.revisions_per_task``) and the limit.
+``quota.revisions_per_task``, ``quota.stored_bytes``) and the limit.
 
 A creation is counted and judged inside the script that stores the task
 (:class:`CreateBudget` hands it the keys and limits): concurrent creations cannot
@@ -51,12 +57,14 @@ class Quotas:
     creates_per_minute: int = DEFAULTS.quota_creates_per_minute
     unfinished_tasks: int = DEFAULTS.quota_unfinished_tasks
     revisions_per_task: int = DEFAULTS.quota_revisions_per_task
+    stored_bytes: int = DEFAULTS.quota_stored_bytes
 
     @classmethod
     def from_settings(cls, settings: Any) -> Quotas:
         return cls(creates_per_minute=settings.quota_creates_per_minute,
                    unfinished_tasks=settings.quota_unfinished_tasks,
-                   revisions_per_task=settings.quota_revisions_per_task)
+                   revisions_per_task=settings.quota_revisions_per_task,
+                   stored_bytes=settings.quota_stored_bytes)
 
 
 def user(owner: str) -> str:
@@ -97,6 +105,26 @@ def over_revisions(quotas: Quotas, task_id: str, revisions: int) -> Problem | No
                            "allowed per task: create a new task instead")
 
 
+def over_bytes(quotas: Quotas, subject: str, stored: int, adding: int) -> Problem | None:
+    """``stored``: the bytes the subject's task records take; ``adding``: what the write
+    would add."""
+    limit = quotas.stored_bytes
+    if not limit or adding <= 0 or stored + adding <= limit:
+        return None
+    return Problem(rule="quota.stored_bytes", limit=limit,
+                   message=f"{subject}'s tasks take {stored} bytes in the task store and this "
+                           f"would add {adding}, over the limit of {limit} bytes: use smaller "
+                           "values, or wait for finished tasks to expire")
+
+
+def refuse_bytes(quotas: Quotas, subject: str, stored: int, adding: int) -> None:
+    """Raise the refusal for the counts the store's script found over the limit."""
+    problem = over_bytes(quotas, subject, stored, adding)
+    if problem is None:
+        raise AssertionError(f"refused within quota: {stored} stored, {adding} more")
+    raise QuotaExceeded(problem.message, [problem])
+
+
 def seconds_left(now: float) -> int:
     """Seconds until the next minute window begins, at least 1."""
     return max(1, math.ceil(WINDOW - now % WINDOW))
@@ -116,6 +144,9 @@ class CreateBudget:
     now: float
     rate_key: str = ""
     unfinished_keys: tuple[str, ...] = ()
+
+    def refuse_bytes(self, stored: int, adding: int) -> None:
+        refuse_bytes(self.quotas, self.subject, stored, adding)
 
     def refuse(self, created: int, unfinished: int) -> None:
         """Raise the refusal for the counts the script found over a limit."""
@@ -146,6 +177,10 @@ class QuotaCounter:
         unfinished = tuple(self.keys.index(owner, state) for state in UNFINISHED) \
             if q.unfinished_tasks else ()
         return CreateBudget(q, subject, now, rate_key, unfinished)
+
+    def stored(self, owner: str) -> int:
+        """The bytes ``owner``'s task records take, as the store's scripts count them."""
+        return int(self.r.get(self.keys.quota_bytes(user(owner))) or 0)
 
     def check_revision(self, doc: Mapping[str, Any]) -> None:
         """Raise if a new revision of ``doc`` would take it, or its owner, over a quota.

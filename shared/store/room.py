@@ -73,8 +73,17 @@ class Room:
     def memory(self) -> Memory:
         now = self.clock()
         if self._seen is None or now - self._seen[0] >= self.every:
-            self._seen = (now, Memory.of(self.client.info("memory")))  # type: ignore[arg-type]
+            self._seen = (now, self._read())
         return self._seen[1]
+
+    def _read(self) -> Memory:
+        try:
+            return Memory.of(self.client.info("memory"))  # type: ignore[arg-type]
+        except redis.ResponseError:  # INFO refused (a restricted service): no reserve kept
+            if self._seen is None:
+                log.warning("Redis refuses INFO: no room is kept for running tasks; "
+                            "new work is refused only when Redis itself is full")
+            return Memory(0, 0)
 
     def check(self) -> None:
         """Raise :class:`StoreFull` when new work would eat into the reserve."""

@@ -26,16 +26,17 @@ import redis
 
 from shared import metrics
 from shared.access.quotas import WINDOW as QUOTA_WINDOW
-from shared.access.quotas import CreateBudget, Quotas
+from shared.access.quotas import CreateBudget, Quotas, refuse_bytes, user
 from shared.errors import NotFound
-from shared.keys import REVISION_SUFFIX, Keys
+from shared.keys import REVISION_SUFFIX, VALUES_SUFFIX, Keys
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
-from shared.store import scripts
+from shared.store import pool, scripts
 from shared.store.insights import KEEP_SECONDS, Insights, day_of
 from shared.store.legacy import legacy_env_lists, legacy_split
 from shared.store.liveness import Liveness
 from shared.store.logtail import LogTail
+from shared.store.pool import Known
 from shared.store.room import patiently
 from shared.task import records, states
 
@@ -61,7 +62,7 @@ REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
-    "next_env", "files",
+    "next_env", "files", "refs",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
@@ -110,6 +111,10 @@ def _unpacked(name: str, value: Any) -> Any:
     if name in PACKED_FIELDS and isinstance(value, dict) and set(value) == {"z"}:
         return json.loads(zlib.decompress(base64.b64decode(value["z"])))
     return value
+
+
+def _flat(mapping: dict[str, str]) -> list[str]:
+    return [x for pair in mapping.items() for x in pair]
 
 
 def _pairs(fields: Doc) -> list[Any]:
@@ -165,6 +170,7 @@ class TaskStore:
         self._read = client.register_script(scripts.READ)
         self._delete = client.register_script(scripts.DELETE)
         self._move = client.register_script(scripts.MOVE)
+        self._write = client.register_script(scripts.WRITE)
         self.logs = LogTail(client, prefix)
         self.liveness = Liveness(client, prefix)
         self.insights = Insights(client, prefix)
@@ -183,6 +189,8 @@ class TaskStore:
         doc.setdefault("id", uuid.uuid4().hex)
         idem = self.keys.idempotency(doc["owner"], idempotency_key) if idempotency_key else ""
         answer = self._create(*self._create_call(doc, idem, audit, budget))
+        if int(answer[0]) == -2 and budget is not None:
+            budget.refuse_bytes(int(answer[1]), int(answer[2]))
         if int(answer[0]) < 0 and budget is not None:
             budget.refuse(int(answer[1]), int(answer[2]))
         if not int(answer[0]):
@@ -213,19 +221,22 @@ class TaskStore:
                      budget: CreateBudget | None = None) -> tuple[list[str], list[Any]]:
         task_id, owner, state = doc["id"], doc["owner"], doc["state"]
         k = self.keys
-        task_fields, rev_fields = self._split(doc, set(doc))
+        task_fields, rev_fields, pool = self._split(doc, set(doc))
         project = doc.get("project")
         stream, entry, stream_length = audit if audit else ("", {}, 0)
         keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
                 k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
                 k.project_index(project) if project else "", *self._insights_keys(project),
-                stream, budget.rate_key if budget else "",
+                stream, k.values(task_id), k.quota_bytes(user(owner)),
+                budget.rate_key if budget else "",
                 *(budget.unfinished_keys if budget else ())]
-        q = budget.quotas if budget else Quotas(0, 0, 0)
+        q = budget.quotas if budget else Quotas(0, 0, 0, 0)
+        revision_pairs = _pairs(rev_fields)
         args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields), state, KEEP_SECONDS,
                 stream_length, 2 * len(entry), q.creates_per_minute, 2 * QUOTA_WINDOW,
-                q.unfinished_tasks, *(x for pair in entry.items() for x in pair),
-                *_pairs(task_fields), *_pairs(rev_fields)]
+                q.unfinished_tasks, q.stored_bytes, len(revision_pairs) // 2,
+                *(x for pair in entry.items() for x in pair),
+                *_pairs(task_fields), *revision_pairs, *_flat(pool)]
         return keys, args
 
     def _insights_keys(self, project: str | None) -> list[str]:
@@ -234,13 +245,17 @@ class TaskStore:
         return [self.keys.insights_states(today),
                 self.keys.insights_states(today, project) if project else ""]
 
-    def update(self, task_id: str, change: Callable[[Doc], Doc | None]) -> Doc | None:
+    def update(self, task_id: str, change: Callable[[Doc], Doc | None],
+               budget: Quotas | None = None) -> Doc | None:
         """Apply ``change`` atomically; it returns the new doc, or None to leave it be.
 
-        Only the fields ``change`` altered are written.
+        Only the fields ``change`` altered are written; a long value the current revision
+        already stores is shared, not stored again.  ``budget``: the owner's quotas, for a
+        change a user makes; its stored bytes are judged in the write itself (a refusal
+        raises and writes nothing).  A stage's write is never refused.
         """
         while True:
-            v, doc = self._fetch(task_id)
+            v, doc, known = self._load(task_id)
             before = {name: json.dumps(value) for name, value in doc.items()}
             old_state = doc["state"]
             new = change(doc)
@@ -251,7 +266,8 @@ class TaskStore:
             # counted like every other state entered, or the insights would see it enter
             # validated without ever having been pending.
             made = "revision" in changed
-            if self._commit(v, old_state, new, changed, counted=made):
+            if self._commit(v, old_state, new, changed, counted=made, known=known,
+                            budget=budget):
                 if made:
                     self._entered(new["state"], new.get("project"))
                 return new
@@ -290,7 +306,8 @@ class TaskStore:
                   ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
                   k.index(), k.insights_project_stem(day_of(now)),
                   KEEP_SECONDS, _json(event), task_id, "1" if read else "0",
-                  *_pairs(changes)]), self.patience, f"task {task_id} r{revision} -> {new_state}")
+                  k.quota_bytes(), VALUES_SUFFIX, *_pairs(changes)]),
+            self.patience, f"task {task_id} r{revision} -> {new_state}")
         if not found:
             raise NotFound(f"no task {task_id}")
         if int(found[0]) == 2:  # an old layout: converted, then moved as any other
@@ -300,7 +317,7 @@ class TaskStore:
             return None
         project = as_text(found[1]) if len(found) > 1 and found[1] else None
         self._entered(new_state, project)
-        return self._record(found[2], found[3])[1] if read else {}
+        return self._record(found[2], found[3], found[4])[1] if read else {}
 
     def advance(self, task_id: str, revision: int, expected: str | set[str],
                 decide: Callable[[Doc], tuple[str, dict[str, Any]]]) -> Doc | None:
@@ -310,7 +327,7 @@ class TaskStore:
         """
         allowed = {expected} if isinstance(expected, str) else expected
         while True:
-            v, doc = self._fetch(task_id)
+            v, doc, known = self._load(task_id)
             if doc["revision"] != revision or doc["state"] not in allowed:
                 return None
             old_state = doc["state"]
@@ -320,7 +337,8 @@ class TaskStore:
             doc.update(changes, state=new_state)
             doc["events"] = [*doc.get("events", []),
                              {"at": time.time(), "revision": revision, "state": new_state}]
-            if self._commit(v, old_state, doc, {*changes, "state", "events"}, counted=True):
+            if self._commit(v, old_state, doc, {*changes, "state", "events"}, counted=True,
+                            known=known):
                 self._entered(new_state, doc.get("project"))
                 return doc
 
@@ -330,23 +348,34 @@ class TaskStore:
                              lambda name: bool(self.r.sismember(self.keys.projects(), name)))
 
     def _commit(self, v: str, old_state: str, new: Doc, changed: set[str],
-                counted: bool = False) -> bool:
-        """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``."""
+                counted: bool = False, known: Known | None = None,
+                budget: Quotas | None = None) -> bool:
+        """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``.
+
+        ``known``: the long values the task's pool holds for the revision read (shared
+        when unchanged); ``budget``: judge the owner's stored bytes (a user's change)."""
         task_id, owner, state = new["id"], new["owner"], new["state"]
         new["updated_at"] = time.time()
         changed = changed | {"updated_at"}
         if "revision" in changed:  # a new revision: its hash is written whole
             changed |= REVISION_FIELDS & set(new)
-        task_fields, rev_fields = self._split(new, changed)
+        task_fields, rev_fields, pool = self._split(new, changed, known)
         k = self.keys
         insights = self._insights_keys(new.get("project")) if counted else ["", ""]
-        return bool(patiently(lambda: self._update(
+        revision_pairs = _pairs(rev_fields)
+        answer = patiently(lambda: self._update(
             keys=[k.task(task_id), k.revision(task_id, new["revision"]),
                   k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
-                  k.index(owner, state), k.expiry(), *insights],
+                  k.index(owner, state), k.expiry(), *insights, k.values(task_id),
+                  k.quota_bytes(user(owner))],
             args=[v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
-                  KEEP_SECONDS, *_pairs(task_fields), *_pairs(rev_fields)]),
-            self.patience, f"task {task_id} r{new['revision']} -> {state}"))
+                  KEEP_SECONDS, budget.stored_bytes if budget else 0,
+                  len(revision_pairs) // 2, REVISION_SUFFIX, *_pairs(task_fields),
+                  *revision_pairs, *_flat(pool)]),
+            self.patience, f"task {task_id} r{new['revision']} -> {state}")
+        if isinstance(answer, list) and budget is not None:  # {-2, stored, growth}
+            refuse_bytes(budget, user(owner), int(answer[1]), int(answer[2]))
+        return bool(answer)
 
     def _expiry_change(self, old_state: str, new: Doc) -> float | str:
         """When a task that ends now expires; "leave" when it leaves a final state (a new
@@ -355,27 +384,55 @@ class TaskStore:
             return new["updated_at"] + self.retention if self.retention else 0
         return "leave" if old_state in states.FINAL else 0
 
-    def _split(self, doc: Doc, names: set[str]) -> tuple[Doc, Doc]:
-        """The task's fields and the revision's, among ``names``; secrets sealed."""
+    def _split(self, doc: Doc, names: set[str], known: Known | None = None
+               ) -> tuple[Doc, Doc, dict[str, str]]:
+        """The task's fields and the revision's, among ``names``, secrets sealed, and the
+        new values of the task's pool they refer to (see :mod:`shared.store.pool`)."""
         if "env" in names:  # the stored resolved env leans on the env: written with it
             names = names | {"resolved"}
         task = {n: doc[n] for n in names if n in doc and n not in REVISION_FIELDS}
         rev = {n: doc[n] for n in names if n in doc and (n in REVISION_FIELDS or
                                                          n in SHARED_FIELDS)}
+        lists = {n: doc.get(n) for n in SEALED_FIELDS}
+        written = {n for n in SEALED_FIELDS if n in rev}
+        pooled = pool.share(lists, written, known or {}, self._pool_value)
+        for name in written:
+            rev[name] = pooled.lists[name]
+        if written:
+            rev["refs"] = pooled.refs
         for name in SEALED_FIELDS:
-            if any(e.get("secret") for e in rev.get(name) or []):
+            if any(e.get("secret") and "value" in e for e in rev.get(name) or []):
                 rev[name] = [dict(e) for e in rev[name]]  # the caller keeps clear values
                 seal_entries(rev[name], self.cipher)
         if rev.get("resolved"):
             rev["resolved"] = records.compact_resolved(rev["resolved"], doc.get("env"))
-        return task, rev
+        return task, rev, pooled.new
 
-    def _opened(self, rev: Doc) -> None:
-        """A revision's fields as read, made whole in place: resolved env, secrets opened."""
+    def _pool_value(self, value: str, secret: bool) -> str:
+        """A value as the pool stores it: ``{"v": value}``, a secret's ``{"s": sealed}``."""
+        if not secret:
+            plain = _json({"v": value})
+            packed = _packed(plain)  # deflated when that is shorter: text often is
+            return packed if len(packed) < len(plain) else plain
+        entry = [{"name": "", "value": value, "secret": True}]
+        seal_entries(entry, self.cipher)
+        return _json({"s": entry[0]["sealed"]})
+
+    def _opened(self, rev: Doc, values: list[Any] | None = None) -> Known:
+        """A revision's fields as read, made whole in place: pooled values put back,
+        resolved env expanded, secrets opened.  ``values``: the pool's values for the
+        revision's ``refs``, in order.  Returns what the pool holds for it, to share."""
+        refs = rev.pop("refs", None) or []
+        stored = dict(zip(refs, (_unpacked("env", json.loads(v)) if v is not None else None
+                                 for v in values or []), strict=False))
+        put_back = pool.restore(rev.get("env"), stored) + pool.restore(rev.get("next_env"),
+                                                                      stored)
         if rev.get("resolved"):
             rev["resolved"] = records.expand_resolved(rev["resolved"], rev.get("env"))
+            put_back += pool.restore(rev["resolved"], stored)
         for name in SEALED_FIELDS:
             open_entries(rev.get(name), self.cipher)
+        return pool.known(put_back)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -399,21 +456,31 @@ class TaskStore:
 
     def _fetch(self, task_id: str) -> tuple[str, Doc]:
         """The write counter and the whole current record, in one round trip."""
-        found = self._read(keys=[self.keys.task(task_id)], args=[REVISION_SUFFIX])
+        v, doc, _ = self._load(task_id)
+        return v, doc
+
+    def _load(self, task_id: str) -> tuple[str, Doc, Known]:
+        """:meth:`_fetch`, with the long values the task's pool holds for the revision."""
+        found = self._read(keys=[self.keys.task(task_id)], args=[REVISION_SUFFIX,
+                                                                 VALUES_SUFFIX])
         if not found:
             raise NotFound(f"no task {task_id}")
         if b"doc" in found[0] or "doc" in found[0]:  # from before revisions had own keys
             self._migrate(task_id)
-            return self._fetch(task_id)
-        return self._record(found[0], found[1])
+            return self._load(task_id)
+        return self._record(found[0], found[1], found[2])
 
-    def _record(self, task_fields: list[Any], rev_fields: list[Any]) -> tuple[str, Doc]:
-        """The write counter and the record, from the two hashes' fields as read."""
+    def _record(self, task_fields: list[Any], rev_fields: list[Any],
+                values: list[Any] | None = None) -> tuple[str, Doc, Known]:
+        """The write counter, the record and what its pool holds, from the two hashes'
+        fields and the pool's values as read."""
         task, rev = _decoded(task_fields), _decoded(rev_fields)
         v = task.pop("v")
         task.pop("seq", None)
-        self._opened(rev)
-        return v, {**rev, **task}
+        task.pop("bytes", None)
+        known = self._opened(rev, [as_text(x) if x is not None else None
+                                   for x in values or []])
+        return v, {**rev, **task}, known
 
     def _migrate(self, task_id: str) -> None:
         """Rewrite a one-JSON-document record in today's layout, once, under WATCH.
@@ -434,11 +501,15 @@ class TaskStore:
                 current, past = legacy_split(doc)
                 pipe.multi()
                 pipe.hdel(key, "doc")
-                task_fields, rev_fields = self._split(current, set(current))
+                task_fields, _, _ = self._split(current, set(current))
                 pipe.hset(key, mapping={"v": int(as_text(v)) + 1, **_encoded(task_fields)})
                 for rev in [*past, current]:
+                    _, rev_fields, values = self._split(rev, set(rev))
                     pipe.hset(self.keys.revision(task_id, rev["revision"]),
-                              mapping=_encoded(self._split(rev, set(rev))[1]))
+                              mapping=_encoded(rev_fields))
+                    if values:
+                        pool_values: dict[Any, Any] = dict(values)
+                        pipe.hset(self.keys.values(task_id), mapping=pool_values)
                 pipe.execute()
             except redis.WatchError:
                 return  # it changed under us: the caller reads it again
@@ -449,7 +520,10 @@ class TaskStore:
         if not raw:
             raise NotFound(f"task {task_id} has no revision {revision}")
         rev = _decoded([x for pair in raw.items() for x in pair])  # type: ignore[union-attr]
-        self._opened(rev)
+        refs = rev.get("refs") or []
+        values = self.r.hmget(self.keys.values(task_id), refs) if refs else []
+        self._opened(rev, [as_text(x) if x is not None else None
+                           for x in values])  # type: ignore[union-attr]
         return {**rev, "revision": revision}
 
     def revisions(self, task_id: str, count: int) -> list[Doc]:
@@ -498,12 +572,15 @@ class TaskStore:
         Each revision is rewritten under WATCH, so a stage writing it meanwhile is
         never overwritten: the reseal reads it again.
         """
-        last = self._fetch(task_id)[1]["revision"]  # converts a record of the old layout
+        doc = self._fetch(task_id)[1]  # converts a record of the old layout
+        last, counted = int(doc["revision"]), [self.keys.task(task_id),
+                                               self.keys.quota_bytes(user(doc["owner"]))]
         for n in range(1, last + 1):
-            self._reseal_revision(self.keys.revision(task_id, n))
-        return int(last)
+            self._reseal_revision(self.keys.revision(task_id, n), counted)
+        self._reseal_pool(self.keys.values(task_id), counted)
+        return last
 
-    def _reseal_revision(self, key: str) -> None:
+    def _reseal_revision(self, key: str, counted: list[str]) -> None:
         with self.r.pipeline() as pipe:
             while True:
                 try:
@@ -514,12 +591,26 @@ class TaskStore:
                         in zip(SEALED_FIELDS, raw, strict=True)  # type: ignore[arg-type]
                         if value is not None})
                     pipe.multi()
-                    if sealed:
-                        pipe.hset(key, mapping=_encoded(sealed))
+                    if sealed:  # counted: a deflated list's length may change
+                        self._write(keys=[key, *counted], args=_pairs(sealed), client=pipe)
                     pipe.execute()
                     return
                 except redis.WatchError:
                     continue
+
+    def _reseal_pool(self, key: str, counted: list[str]) -> None:
+        """The pool's sealed values, sealed again.  A pool value never changes otherwise
+        (a changed value gets a new id), so no other writer can race this one."""
+        stored: Any = self.r.hgetall(key)
+        again = {}
+        for ref, raw in stored.items():
+            value = json.loads(raw)
+            if "s" in value:
+                entry = [{"name": "", "sealed": value["s"], "secret": True}]
+                open_entries(entry, self.cipher)
+                again[as_text(ref)] = self._pool_value(entry[0]["value"], True)
+        if again:
+            self._write(keys=[key, *counted], args=_flat(again))
 
     def _resealed(self, stored: Doc) -> Doc:
         """Of a revision's stored lists, those holding a secret, sealed again."""
@@ -534,6 +625,32 @@ class TaskStore:
             seal_entries(entries, self.cipher)
             out[name] = records.compact_resolved(entries, env) if name == "resolved" else entries
         return out
+
+    # --- stored bytes ----------------------------------------------------------------------
+
+    def stored_bytes(self, owner: str) -> int:
+        """What ``owner``'s task records take, as the scripts count it (O(1))."""
+        return int(self.r.get(self.keys.quota_bytes(user(owner))) or 0)
+
+    def recount_bytes(self, owner: str) -> int:
+        """What ``owner``'s counted task records take, measured field by field: what
+        :meth:`stored_bytes` must always equal.  Costs every record: for checks only."""
+        total = 0
+        for task_id in (as_text(t) for t in self.r.zrange(self.keys.index(owner), 0, -1)):
+            task: Any = self.r.hgetall(self.keys.task(task_id))
+            fields = {as_text(k): as_text(v) for k, v in task.items()}
+            if "bytes" not in fields:
+                continue  # stored before counting began and not touched since
+            last = int(json.loads(fields["revision"]))
+            hashes = [fields, self._strings(self.keys.values(task_id))]
+            hashes += [self._strings(self.keys.revision(task_id, n)) for n in range(1, last + 1)]
+            total += sum(len(k.encode()) + len(v.encode()) for h in hashes
+                         for k, v in h.items() if k not in ("v", "seq", "bytes"))
+        return total
+
+    def _strings(self, key: str) -> dict[str, str]:
+        found: Any = self.r.hgetall(key)
+        return {as_text(k): as_text(v) for k, v in found.items()}
 
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""
@@ -627,8 +744,9 @@ class TaskStore:
         own = [key for n in range(1, last + 1) for key in (
             k.revision(task_id, n), k.log(task_id, n), k.log_cut(task_id, n),
             k.beat(task_id, n), k.suspect(task_id, n))]
-        return int(self._delete(keys=[k.expiry(), *indexes, k.task(task_id), *own],
-                                args=[v, task_id, len(indexes)]))
+        return int(self._delete(keys=[k.expiry(), *indexes, k.task(task_id), k.values(task_id),
+                                      *own],
+                                args=[v, task_id, len(indexes), k.quota_bytes(user(owner))]))
 
     # --- logs ---------------------------------------------------------------------------
 

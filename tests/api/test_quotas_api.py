@@ -217,3 +217,33 @@ def test_a_policy_secret_default_shorter_than_eight_is_refused(
         {"name": "DB_PASSWORD", "value": "pw", "secret": True}], "protected": []})
     assert refused.status_code == 422
     assert rules(refused) == [("secret.too_short", 8)]
+
+
+# --- stored bytes ----------------------------------------------------------------------------
+
+BIG_ENV = [{"name": f"V{i}", "value": chr(65 + i) * 120 * 1024} for i in range(8)]
+
+
+def test_a_user_filling_redis_gets_409_naming_the_bytes_quota_and_others_are_untouched(
+        app_with: Callable[..., Flask], redis_client: fakeredis.FakeRedis) -> None:
+    """The review's attack: forty creations of 8 x 120 KiB values, then changes."""
+    limit = 4 * 1024 * 1024
+    app = app_with(quota_stored_bytes=limit, quota_creates_per_minute=0)
+    mallory, bob = user(app, "mallory"), user(app, "bob")
+    answers = [mallory.post(TASKS, json=body(env=BIG_ENV)) for _ in range(40)]
+    accepted = [a for a in answers if a.status_code == 202]
+    refused = [a for a in answers if a.status_code == 409]
+    assert len(accepted) == 4 and len(refused) == 36
+    assert rules(refused[0]) == [("quota.stored_bytes", limit)]
+    assert "mallory" in refused[0].get_json()["message"]
+    tasks: TaskStore = app.extensions["taskenv"].tasks
+    assert tasks.stored_bytes("mallory") == tasks.recount_bytes("mallory") <= limit
+    # A change that would pass the limit is refused the same way, and writes nothing.
+    first = accepted[0].get_json()["id"]
+    tasks.move(first, 1, states.PENDING, states.CANCELLED)
+    grown = mallory.patch(f"{TASKS}/{first}/env", json={"set": [
+        {"name": f"V{i}", "value": "z" * 120 * 1024} for i in range(3)]})
+    assert grown.status_code == 409 and rules(grown) == [("quota.stored_bytes", limit)]
+    assert tasks.get(first)["revision"] == 1
+    # Another user's quota is their own.
+    assert bob.post(TASKS, json=body(env=BIG_ENV)).status_code == 202

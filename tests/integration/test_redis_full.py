@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.stack import Stack, running_stack
+from tests.support.stack import Stack, running_stack
 from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.integration
