@@ -33,7 +33,7 @@ POOL_OVER = 256  # characters: shorter values are stored where they are used
 
 @dataclass
 class Shared:
-    lists: dict[str, list[Entry]] = field(default_factory=dict)
+    lists: dict[str, list[Entry]] = field(default_factory=dict)  # those not None
     refs: list[str] = field(default_factory=list)  # every id the revision's lists use
     new: dict[str, str] = field(default_factory=dict)  # id -> stored value, to write
 
@@ -58,7 +58,9 @@ def share(lists: Mapping[str, list[Entry] | None], written: set[str], known: Kno
     seen: Known = {key: list(pairs) for key, pairs in known.items()}
     refs: set[str] = set()
     for name in sorted(written):
-        out.lists[name] = [_shared(e, seen, out, refs, stored_as) for e in lists[name] or []]
+        entries = lists[name]
+        if entries is not None:  # None (not resolved yet) stays None
+            out.lists[name] = [_shared(e, seen, out, refs, stored_as) for e in entries]
     for name in set(lists) - written:  # already stored: the ids it uses, as known
         for entry in lists[name] or []:
             value = entry.get("value")

@@ -393,20 +393,20 @@ class TaskStore:
         task = {n: doc[n] for n in names if n in doc and n not in REVISION_FIELDS}
         rev = {n: doc[n] for n in names if n in doc and (n in REVISION_FIELDS or
                                                          n in SHARED_FIELDS)}
-        lists = {n: doc.get(n) for n in SEALED_FIELDS}
         written = {n for n in SEALED_FIELDS if n in rev}
-        pooled = pool.share(lists, written, known or {}, self._pool_value)
-        for name in written:
-            rev[name] = pooled.lists[name]
-        if written:
-            rev["refs"] = pooled.refs
+        new_values: dict[str, str] = {}
+        if written:  # a state change alone writes no list: nothing to share
+            lists = {n: doc.get(n) for n in SEALED_FIELDS}
+            pooled = pool.share(lists, written, known or {}, self._pool_value)
+            rev.update(pooled.lists, refs=pooled.refs)
+            new_values = pooled.new
         for name in SEALED_FIELDS:
             if any(e.get("secret") and "value" in e for e in rev.get(name) or []):
                 rev[name] = [dict(e) for e in rev[name]]  # the caller keeps clear values
                 seal_entries(rev[name], self.cipher)
         if rev.get("resolved"):
             rev["resolved"] = records.compact_resolved(rev["resolved"], doc.get("env"))
-        return task, rev, pooled.new
+        return task, rev, new_values
 
     def _pool_value(self, value: str, secret: bool) -> str:
         """A value as the pool stores it: ``{"v": value}``, a secret's ``{"s": sealed}``."""
