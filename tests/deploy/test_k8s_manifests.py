@@ -344,6 +344,13 @@ def test_redis_gets_its_settings_and_password_from_mounted_files(objects):
     assert settings["appendonly"] == "yes" and settings["appendfsync"] == "everysec"
     assert settings["maxmemory-policy"] == "noeviction"
     assert settings["hash-max-ziplist-value"] == "1024"
+    # A ceiling Redis reaches before the container's memory limit kills it: taskenv then
+    # answers 503 store_full instead of losing Redis.
+    (redis_container,) = [c for w, c in containers(objects)
+                          if w["metadata"]["name"] == "taskenv-redis"]
+    limit = redis_container["resources"]["limits"]["memory"]
+    assert settings["maxmemory"].endswith("mb") and limit.endswith("Gi")
+    assert 0 < int(settings["maxmemory"][:-2]) * 2**20 <= 0.8 * int(limit[:-2]) * 2**30
     assert settings["dir"] == "/data" and "requirepass" not in settings
     password = named(objects, "Secret", "taskenv-redis")["stringData"]["password"]
     assert auth == f"requirepass {password}"

@@ -138,3 +138,24 @@ def test_new_work_is_refused_while_accepted_tasks_finish_and_nothing_is_lost(
                        json={"name": "after", "steps": [["true"]], "env": []})
     assert again.status_code == 202, again.text
     assert stack.wait(again.json()["id"])["status"] == "succeeded"
+
+
+def test_the_redis_make_run_starts_has_a_ceiling_and_never_evicts(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from workers.localstack import DEFAULT_MAXMEMORY, local_redis
+
+    monkeypatch.delenv("TASKENV_REDIS_MAXMEMORY", raising=False)
+    server = local_redis(tmp_path).start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        assert DEFAULT_MAXMEMORY == "1gb"
+        assert client.config_get("maxmemory")["maxmemory"] == str(2**30)
+        assert client.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+    finally:
+        server.stop()
+    monkeypatch.setenv("TASKENV_REDIS_MAXMEMORY", "64mb")
+    server = local_redis(tmp_path / "other").start()
+    try:
+        assert redis.Redis.from_url(server.url).config_get("maxmemory")["maxmemory"] == \
+            str(64 * 2**20)
+    finally:
+        server.stop()
