@@ -183,8 +183,14 @@ class StreamRedactor:
         targets = redaction_targets(secrets)
         # Alternatives are tried in order: the longest wins where several start at one spot.
         self._pattern = re.compile("|".join(map(re.escape, targets))) if targets else None
-        self._targets = targets
-        self._firsts = {t[0] for t in targets}
+        # Targets by their first one and first two characters: a position is checked only
+        # against those that could start there (base64 forms start with any letter or
+        # digit; checking all would cost every target at every position).
+        self._by_first: dict[str, list[str]] = {}
+        self._by_two: dict[str, list[str]] = {}
+        for target in targets:
+            self._by_first.setdefault(target[0], []).append(target)
+            self._by_two.setdefault(target[:2], []).append(target)
         self._keep = max((len(t) for t in targets), default=1) - 1
         self._pending = ""
 
@@ -213,9 +219,14 @@ class StreamRedactor:
 
     def _hold_from(self, buffer: str, start: int) -> int:
         """The first position from ``start`` where a secret starts or may start."""
+        last = len(buffer) - 1
         for at in range(start, len(buffer)):
-            if buffer[at] in self._firsts and any(
-                    _agree(buffer, at, target) for target in self._targets):
+            if at == last:  # one character left: any target it begins
+                return at if buffer[at] in self._by_first else len(buffer)
+            candidates = self._by_two.get(buffer[at:at + 2])
+            if candidates and any(_agree(buffer, at, target) for target in candidates):
+                return at
+            if buffer[at] in self._by_two:  # a one-character target (an old record's)
                 return at
         return len(buffer)
 
