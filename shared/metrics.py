@@ -17,7 +17,8 @@ launcher, reason, action or queue comes from a fixed set in the code; a project 
 named only if the project store knows it, else ``other``.  A task id or a variable
 name is never a label.  Project names are tenants' names: a scrape without an admin's
 token (and every worker's or reconciler's own port, which has no tokens) gets the
-samples summed over ``project`` (:class:`WithoutTenants`), never a project's name.
+samples summed over ``project`` (``project=""``, :class:`WithoutTenants`), never a
+project's name.
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ TENANT_LABELS = frozenset({"project"})
 
 
 class WithoutTenants(Collector):
-    """Another collector's samples with the tenant labels dropped and the samples that
-    then share their labels summed: totals by state stay right, no project is named."""
+    """Another collector's samples with the tenant labels emptied (``project=""``, so
+    the series keep their shape) and the samples that then share their labels summed:
+    totals by state stay right, no project is named."""
 
     def __init__(self, source: Collector) -> None:
         self.source = source
@@ -147,8 +149,8 @@ class WithoutTenants(Collector):
                 continue
             summed: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
             for sample in family.samples:
-                labels = tuple(sorted((k, v) for k, v in sample.labels.items()
-                                      if k not in TENANT_LABELS))
+                labels = tuple(sorted((k, "" if k in TENANT_LABELS else v)
+                                      for k, v in sample.labels.items()))
                 key = (sample.name, labels)
                 summed[key] = summed.get(key, 0.0) + sample.value
             out = Metric(family.name, family.documentation, family.type, family.unit)
