@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from tests.shared.test_store_bytes import (
+from tests.shared.store.test_store_bytes import (
     BIG,
     agree,
     big_env,
