@@ -8,6 +8,8 @@ names, a listing of the largest summaries; and short secrets are refused.
 from __future__ import annotations
 
 import json
+import random
+import string
 from collections.abc import Callable
 from typing import Any
 
@@ -221,7 +223,9 @@ def test_a_policy_secret_default_shorter_than_eight_is_refused(
 
 # --- stored bytes ----------------------------------------------------------------------------
 
-BIG_ENV = [{"name": f"V{i}", "value": chr(65 + i) * 120 * 1024} for i in range(8)]
+# Random text: repeated characters would be stored deflated, in a few bytes.
+BIG_ENV = [{"name": f"V{i}", "value": "".join(random.Random(i).choices(
+    string.ascii_letters + string.digits, k=120 * 1024))} for i in range(8)]
 
 
 def test_a_user_filling_redis_gets_409_naming_the_bytes_quota_and_others_are_untouched(
@@ -242,7 +246,7 @@ def test_a_user_filling_redis_gets_409_naming_the_bytes_quota_and_others_are_unt
     first = accepted[0].get_json()["id"]
     tasks.move(first, 1, states.PENDING, states.CANCELLED)
     grown = mallory.patch(f"{TASKS}/{first}/env", json={"set": [
-        {"name": f"V{i}", "value": "z" * 120 * 1024} for i in range(3)]})
+        {"name": f"V{i}", "value": BIG_ENV[i]["value"][::-1]} for i in range(3)]})
     assert grown.status_code == 409 and rules(grown) == [("quota.stored_bytes", limit)]
     assert tasks.get(first)["revision"] == 1
     # Another user's quota is their own.
