@@ -78,10 +78,26 @@ def load(url: str | None, token: str | None, environ: Mapping[str, str],
     if token is None and from_file.get("token"):
         check_private(path)
         token = from_file["token"]
-    return Settings(
-        url=url or environ.get(URL_VARIABLE) or from_file.get("url") or DEFAULT_URL,
-        token=token,
-    )
+    url = url or environ.get(URL_VARIABLE)
+    if url is None and from_file.get("url"):
+        check_unchangeable(path)  # the token, from wherever, goes where the file says
+        url = from_file["url"]
+    return Settings(url=url or DEFAULT_URL, token=token)
+
+
+def check_unchangeable(path: Path) -> None:
+    """Refuse a server address from a file others may change, or that another user owns
+    (ssh's rule for its config): whoever can edit it can send the token to their server."""
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    mode = stat.S_IMODE(st.st_mode)
+    foreign = os.name == "posix" and st.st_uid not in (os.getuid(), 0)
+    if mode & 0o022 or foreign:
+        why = "belongs to another user" if foreign else f"has mode {mode:04o}: others can change it"
+        raise UsageProblem(f"the config file {path} names the server your token is sent to "
+                           f"and {why}.  Run `chmod 600 {path}` (as its owner) to use it")
 
 
 def save(path: Path, url: str, token: str) -> None:

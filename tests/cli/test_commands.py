@@ -193,7 +193,8 @@ def test_env_diff_calls_the_revisions_endpoint_and_renders_it(api: FakeApi, run)
 
 
 def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi, run):
-    values = {"Q": "it's \"quoted\" $HOME = # x\nline 2", "U": "ünïcode ✓"}
+    values = {"Q": "\"quoted\" $HOME $(id) = # x\nline 2", "U": "ünïcode ✓",
+              "APOSTROPHE": "it's"}
     as_set = [*({"name": k, "value": v} for k, v in values.items()),
               {"name": "HF_TOKEN", "value": "********", "secret": True}]
     api.on("GET", "/tasks/t1", task("succeeded", env=as_set, resolved_env=[
@@ -204,7 +205,9 @@ def test_env_export_writes_dotenv_that_reads_back_and_skips_secrets(api: FakeApi
     resolved = run("env", "export", "t1", "--resolved")
 
     assert result.code == resolved.code == 0
-    assert "# 'HF_TOKEN' is secret and is not exported" in result.out
+    assert "# 'HF_TOKEN' is not exported: it is secret" in result.out
+    assert "# 'APOSTROPHE' is not exported: its value holds a single quote" in result.out
+    del values["APOSTROPHE"]
     assert dotenv_values(stream=io.StringIO(result.out), interpolate=False) == values
     assert dotenv_values(stream=io.StringIO(resolved.out), interpolate=False) == {
         **values, "TASK_ID": "t1"}

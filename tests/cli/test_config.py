@@ -89,6 +89,31 @@ def test_a_file_others_can_read_is_fine_without_a_token_or_when_the_token_comes_
     assert config.load(None, "flag", {}, with_token).token == "flag"
 
 
+@pytest.mark.parametrize("mode", [0o622, 0o646, 0o660, 0o602])
+def test_a_server_address_others_can_change_is_refused_whatever_carries_the_token(
+        tmp_path: Path, mode: int):
+    """Whoever can edit the file can send a token from the environment to their server."""
+    path = write(tmp_path / "c.toml", 'url = "http://attacker.invalid:1"\n', mode)
+
+    with pytest.raises(UsageProblem, match=f"mode {mode:04o}: others can change it.*chmod 600"):
+        config.load(None, None, {"TASKENV_TOKEN": "tke_from_env"}, path)
+    # A flag or the environment naming the server does not read the file's address.
+    assert config.load("http://flag:2", None, {}, path).url == "http://flag:2"
+
+
+def test_the_cli_refuses_it_and_sends_nothing(capsys: pytest.CaptureFixture[str],
+                                              isolated_settings: Path,
+                                              monkeypatch: pytest.MonkeyPatch):
+    write(isolated_settings, 'url = "http://127.0.0.1:9"\n', 0o666)
+    monkeypatch.setenv("TASKENV_TOKEN", "tke_secret_from_env")
+
+    code = main(["tasks"])
+
+    err = capsys.readouterr().err
+    assert code == 4 and "others can change it" in err
+    assert "tke_secret_from_env" not in err and "cannot reach" not in err
+
+
 def test_save_writes_mode_0600_in_a_0700_directory_and_reads_back(tmp_path: Path):
     path = tmp_path / "new" / "taskenv" / "config.toml"
     token = 'tke_"quoted"\\ ünï'
