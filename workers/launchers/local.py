@@ -32,7 +32,9 @@ from typing import Any
 from shared.config import Settings
 from shared.errors import LaunchFailed
 from shared.task.files import TaskFile, path_problem
+from shared.task.limits import Maxima, limits_for
 from shared.task.workload import Workload
+from workers.launchers import containment
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 
@@ -49,7 +51,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
-                   "heartbeat_seconds", "step_timeout_seconds")
+                   "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -71,6 +73,9 @@ class LocalLauncher:
         self.root = Path(settings.work_dir).resolve()
         self.settings = settings
         self.bwrap = sandbox_binary(settings.local_sandbox)
+        self.maxima = Maxima.from_settings(settings)
+        self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
+        self._reported: set[Path] = set()  # finished run dirs the last changes() reported
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
@@ -83,10 +88,17 @@ class LocalLauncher:
             raise LaunchFailed(str(exc)) from exc
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
-        pid = self._start_runner(run_dir, runner_spec(self.settings, workload, home, self.bwrap))
+        spec = runner_spec(self.settings, workload, home, self.bwrap)
+        limits = limits_for(resources_doc(workload), self.maxima)
+        if self.bwrap:
+            spec["plan"] = containment.plan_for(limits, self.settings, self.abilities).to_doc()
+            spec["cgroup_name"] = cgroup_name(workload)
+        pid = self._start_runner(run_dir, spec)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
-        hooks.log(f"local: started the steps {how}\n")
+        hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
+        for problem in self.not_enforced:
+            hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
         hooks.started()
         return Outcome("running")
 
@@ -123,8 +135,37 @@ class LocalLauncher:
         self.reap()
 
     def changes(self) -> list[Change]:
-        """Nothing to report: each runner records its own outcome in the task."""
-        return []
+        """The revisions whose runner has ended, with the outcome each left on the host.
+
+        Each runner records its own outcome in the task; this is what the reconciler
+        needs when Redis lost that write.  A run directory reported by the previous call
+        has had its outcome applied since (or found already recorded), so it is removed
+        now, with any cgroup its runner left: nothing of a finished revision outlives
+        the reconciler's look at it.  Costs what finished since, never what runs.
+        """
+        for run_dir in self._reported:
+            self.forget(run_dir)
+        found: list[Change] = []
+        self._reported = set()
+        for outcome_file in self.root.glob(f"*/r*/{OUTCOME_FILE}"):
+            run_dir = outcome_file.parent
+            outcome = read_outcome_file(run_dir)
+            if outcome is None or runner_alive(run_dir):
+                continue
+            task_id, revision = run_dir.parent.name, int(run_dir.name[1:])
+            found.append(Change(task_id, revision, outcome))
+            self._reported.add(run_dir)
+        return found
+
+    def forget(self, run_dir: Path) -> None:
+        """Remove a finished revision's directory and whatever its runner left behind."""
+        revision = run_dir.name[1:]
+        containment.remove_leftovers(self.settings, f"taskenv-{run_dir.parent.name}-r{revision}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            run_dir.parent.rmdir()  # the task's directory, once its last revision is gone
+        except OSError:
+            pass
 
     def seen(self, workload: Workload) -> Outcome | None:
         """A look at the runner's pid file and /proc: as cheap as a cache, so no cache.
@@ -179,6 +220,36 @@ def sandbox_binary(mode: str) -> str | None:
             f"launcher (TASKENV_LAUNCHER); TASKENV_LOCAL_SANDBOX={UNSAFE} runs steps "
             "unsandboxed, for development only")
     return found
+
+
+def containment_abilities(settings: Settings, bwrap: str | None
+                          ) -> tuple[containment.Abilities, list[str]]:
+    """What this host can enforce around a sandboxed step; refuses, in ``enforce`` mode,
+    a host that cannot enforce it all (see ``docs/launchers.md``)."""
+    mode = settings.local_containment
+    if mode not in containment.MODES:
+        raise ValueError(f"TASKENV_LOCAL_CONTAINMENT must be one of "
+                         f"{', '.join(containment.MODES)}, not {mode!r}")
+    if bwrap is None:
+        return containment.Abilities(False, False, False), ["no sandbox at all"]
+    abilities, problems = containment.host_abilities(settings)
+    if problems and mode == containment.ENFORCE:
+        raise SandboxUnavailable(
+            "the local launcher cannot contain steps on this host: " + "; ".join(problems)
+            + f" (TASKENV_LOCAL_CONTAINMENT={containment.WARN} runs them anyway, saying so)")
+    if problems:
+        log.warning("TASKENV_LOCAL_CONTAINMENT=warn: local steps run with these limits NOT "
+                    "enforced: %s", "; ".join(problems))
+    return abilities, problems
+
+
+def cgroup_name(workload: Workload) -> str:
+    return f"taskenv-{workload.task_id}-r{workload.revision}"
+
+
+def resources_doc(workload: Workload) -> dict[str, Any]:
+    res = workload.resources
+    return {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus}
 
 
 def step_env(workload: Workload, home: str) -> dict[str, str]:
