@@ -10,9 +10,10 @@ waiting.  Every launcher builds its limits from :func:`limits_for`.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -99,6 +100,8 @@ class Maxima:
     file_bytes: int
     tmp_bytes: int
     home_bytes: int
+    cpu_from: str = "the platform's maximum (TASKENV_TASK_MAX_CPU)"
+    memory_from: str = "the platform's maximum (TASKENV_TASK_MAX_MEMORY)"
 
     @classmethod
     def from_settings(cls, settings: Any) -> Maxima:
@@ -115,9 +118,13 @@ class Maxima:
 
     def within(self, cpu: int | None = None, memory: int | None = None) -> Maxima:
         """These maxima, lowered to what one host has (the local launcher's case)."""
-        return Maxima(**{**self.__dict__,
-                         "max_cpu": min(self.max_cpu, cpu or self.max_cpu),
-                         "max_memory": min(self.max_memory, memory or self.max_memory)})
+        host = "what one host of the local launcher has"
+        changes: dict[str, Any] = {}
+        if cpu and cpu < self.max_cpu:
+            changes.update(max_cpu=cpu, cpu_from=host)
+        if memory and memory < self.max_memory:
+            changes.update(max_memory=memory, memory_from=host)
+        return replace(self, **changes)
 
 
 def resource_problems(resources: Mapping[str, Any] | None, maxima: Maxima) -> list[Problem]:
@@ -128,12 +135,14 @@ def resource_problems(resources: Mapping[str, Any] | None, maxima: Maxima) -> li
     memory = _parsed(res.get("memory"), parse_bytes, "resources.memory", problems)
     if cpu is not None and not 0 < cpu <= maxima.max_cpu:
         problems.append(Problem("resource_limit", f"resources.cpu asks for {show_cpu(cpu)} "
-                                f"cores; a task may have from 1m to {show_cpu(maxima.max_cpu)}",
+                                f"cores; a task may have from 1m to {show_cpu(maxima.max_cpu)}, "
+                                f"{maxima.cpu_from}",
                                 field="resources.cpu", limit=maxima.max_cpu))
     if memory is not None and not MIN_MEMORY <= memory <= maxima.max_memory:
         problems.append(Problem(
             "resource_limit", f"resources.memory asks for {show_bytes(memory)}; a task may "
-            f"have from {show_bytes(MIN_MEMORY)} to {show_bytes(maxima.max_memory)}",
+            f"have from {show_bytes(MIN_MEMORY)} to {show_bytes(maxima.max_memory)}, "
+            f"{maxima.memory_from}",
             field="resources.memory", limit=maxima.max_memory))
     gpus = int(res.get("gpus") or 0)
     if gpus > maxima.max_gpus:
@@ -167,3 +176,25 @@ def limits_for(resources: Mapping[str, Any] | None, maxima: Maxima) -> Limits:
                   open_files=maxima.open_files, file_bytes=maxima.file_bytes,
                   tmp_bytes=min(maxima.tmp_bytes, memory),
                   home_bytes=min(maxima.home_bytes, memory))
+
+
+def host_capacity(settings: Any) -> tuple[int, int]:
+    """Cores (in millicpu) and memory one host of the local launcher has: the settings,
+    or this machine."""
+    cpu = parse_millicpu(settings.local_host_cpu) if settings.local_host_cpu \
+        else (os.cpu_count() or 1) * 1000
+    if settings.local_host_memory:
+        return cpu, parse_bytes(settings.local_host_memory)
+    with open("/proc/meminfo") as meminfo:
+        total_kib = int(meminfo.readline().split()[1])  # MemTotal is the first line
+    return cpu, total_kib * 1024
+
+
+def platform_maxima(settings: Any) -> Maxima:
+    """The maxima a new task is judged against: the platform's, and, where the local
+    launcher runs tasks, no more than one of its hosts has."""
+    maxima = Maxima.from_settings(settings)
+    if settings.launcher == "local":
+        cpu, memory = host_capacity(settings)
+        maxima = maxima.within(cpu=cpu, memory=memory)
+    return maxima
