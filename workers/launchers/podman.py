@@ -161,7 +161,8 @@ class PodmanLauncher:
         """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""
         job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
         template = job["spec"]["template"]["metadata"]
-        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name))
+        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name,
+                                                  self.manifest_settings.limits(workload)))
         for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             expand_container(container)
         metadata = {"name": workload.run_name, "labels": template.get("labels", {}),
