@@ -110,6 +110,8 @@ class Settings:
     local_host_memory: str = ""
     # Local tasks running at once on one host; the others wait in order (0: no cap).
     local_max_running: int = 4
+    # The host's name for its run slots; empty: this machine's hostname.
+    local_host_name: str = ""
     # Output a revision's log keeps; past it the rest is dropped, saying so.
     log_max_bytes: int = 1024 * 1024  # at most TaskStore.LOG_LIMIT
 

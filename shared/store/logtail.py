@@ -180,3 +180,15 @@ class OutputCap:
         """What the task's record says."""
         return (f"output cut: {self.dropped} bytes were dropped, past the log's limit of "
                 f"{self.limit} bytes")
+
+
+def log_budget(limit: int, store_limit: int) -> int:
+    """What one revision's output may take of its log: the setting, within what the store
+    keeps, less the room the launcher's own lines need."""
+    return max(0, min(limit or store_limit, store_limit) - RESERVED)
+
+
+def head_only_note(kept: int) -> str:
+    """Said where a backend's log was read only up to the budget."""
+    return (f"\ntaskenv: output cut: the log keeps the first {kept} bytes of this output; "
+            "the rest was not read\n")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from shared.errors import Problem
+from shared.errors import Problem, ResourcesInvalid
 
 BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -169,6 +169,11 @@ def limits_for(resources: Mapping[str, Any] | None, maxima: Maxima) -> Limits:
     lowered is clamped to it rather than run without limits.
     """
     res = resources or {}
+    problems = resource_problems(res, replace(maxima, max_cpu=10**12, max_memory=2**62,
+                                              max_gpus=10**6))
+    if problems:  # stored before quantities were checked: refuse, never run unlimited
+        raise ResourcesInvalid("the task's resources cannot be had",
+                               [p for p in problems if p.rule == "resource_quantity"] or problems)
     cpu = parse_millicpu(str(res["cpu"])) if res.get("cpu") else maxima.default_cpu
     memory = parse_bytes(str(res["memory"])) if res.get("memory") else maxima.default_memory
     return Limits(millicpu=min(cpu, maxima.max_cpu), memory_bytes=min(memory, maxima.max_memory),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shared.task.limits import Limits
-from workers.launchers.containment.cgroups import CgroupUnavailable, Cgroups, own_cgroups
+from workers.launchers.containment.cgroups import Cgroups, CgroupUnavailable, own_cgroups
 
 LIMITS = Limits(millicpu=1500, memory_bytes=64 << 20, gpus=0, pids=128, open_files=256,
                 file_bytes=1 << 30, tmp_bytes=16 << 20, home_bytes=32 << 20)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from shared.config import DEFAULT_IMAGE, Settings
-from shared.errors import LaunchFailed, TransientError
+from shared.errors import LaunchFailed, PermanentError, TransientError
 from shared.task import manifest
 from shared.task.workload import Resources, Workload
 from tests.support.podman import env_dumps, podman
@@ -40,11 +40,12 @@ def runtime_added(workload: Workload) -> dict[str, str]:
     """What a task sees besides its resolved env, and who adds it.
 
     Found by running the image with an empty env (test_runtime_adds_only_these): podman
-    sets HOSTNAME (the pod's name) and HOME (root's, from the image's /etc/passwd); the
+    sets HOSTNAME (the pod's name) and HOME (that of the step's user, nobody, from the
+    image's /etc/passwd: the step never runs as root); the
     image sets PATH; the /bin/sh that runs the steps in order exports PWD (the image's
     WORKDIR) and SHLVL.  Unlike ``podman run``, ``kube play`` adds no TERM or container.
     """
-    return {"HOSTNAME": workload.run_name, "HOME": "/root", "PATH": IMAGE_PATH,
+    return {"HOSTNAME": workload.run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH,
             "PWD": "/work", "SHLVL": "1"}
 
 
@@ -330,8 +331,9 @@ def test_bad_manifest_fails_permanently_and_leaves_nothing(launcher: PodmanLaunc
                                                            make_workload):
     workload = make_workload([["true"]], resources=Resources(memory="lots"))
 
-    with pytest.raises(LaunchFailed, match="quantities"):
+    with pytest.raises(PermanentError, match="resources") as refused:
         launcher.launch(workload, RecordingHooks().hooks)
+    assert [p.field for p in refused.value.problems] == ["resources.memory"]
 
     assert pods_and_containers(workload) == ([], [])
 

@@ -18,7 +18,8 @@ SECRET = "hunter2-very-secret-token"
 
 
 def job() -> Workload:
-    return Workload("t1", 1, "n", (("true",),), (Resolved("TOKEN", SECRET, "user", secret=True),), 0)
+    secret = Resolved("TOKEN", SECRET, "user", secret=True)
+    return Workload("t1", 1, "n", (("true",),), (secret,), 0)
 
 
 def pipe_through(data: bytes, write: object) -> None:

@@ -22,21 +22,26 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
+from shared.redis_conn import connect
+from shared.store.slots import HostSlots
+from shared.store.tasks import TaskStore
 from shared.task.files import TaskFile, path_problem
 from shared.task.limits import Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers import containment
-from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
+from workers.run_slots import admit_waiting
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
-                   "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes")
+                   "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes",
+                   "local_max_running", "local_host_name", "stuck_after_seconds",
+                   "visibility_timeout_seconds")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -76,6 +83,7 @@ class LocalLauncher:
         self.maxima = Maxima.from_settings(settings)
         self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
         self._reported: set[Path] = set()  # finished run dirs the last changes() reported
+        self._slots: HostSlots | None = None
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
@@ -86,6 +94,7 @@ class LocalLauncher:
             workdir_inside(workload.workdir)
         except BadWorkdir as exc:
             raise LaunchFailed(str(exc)) from exc
+        self.take_slot(workload)
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
         spec = runner_spec(self.settings, workload, home, self.bwrap)
@@ -101,6 +110,29 @@ class LocalLauncher:
             hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
         hooks.started()
         return Outcome("running")
+
+    @property
+    def slots(self) -> HostSlots:
+        """This host's run slots, in Redis (connected on first use)."""
+        if self._slots is None:
+            self._slots = host_slots(self.settings,
+                                     connect(self.settings.redis_url,
+                                             self.settings.redis_master_name))
+        return self._slots
+
+    def take_slot(self, workload: Workload) -> None:
+        """Hold one of the host's run slots, or raise :class:`WaitForSlot`."""
+        if self.settings.local_max_running <= 0:
+            return
+        slots, task_id, revision = self.slots, workload.task_id, workload.revision
+        if not slots.acquire(task_id, revision, time.time()):
+            raise WaitForSlot(slots.host, slots.cap, lambda: slots.join(task_id, revision))
+
+    def admit_waiting(self, tasks: TaskStore, send: Callable[[str, str, int], None]) -> int:
+        """The reconciler's turn at the host's queue: slots freed by runners that died."""
+        if self.settings.local_max_running <= 0:
+            return 0
+        return admit_waiting(tasks, self.slots, send, reserve_seconds(self.settings))
 
     def observe(self, workload: Workload) -> Outcome | None:
         """``running`` while the runner lives, then the outcome it left; None if it left none.
@@ -220,6 +252,18 @@ def sandbox_binary(mode: str) -> str | None:
             f"launcher (TASKENV_LAUNCHER); TASKENV_LOCAL_SANDBOX={UNSAFE} runs steps "
             "unsandboxed, for development only")
     return found
+
+
+def host_slots(settings: Any, client: Any) -> HostSlots:
+    """The run slots of this host (``local_host_name``, or the machine's hostname)."""
+    host = settings.local_host_name or socket.gethostname()
+    lease = max(30.0, 3.0 * int(settings.heartbeat_seconds))
+    return HostSlots(client, settings.key_prefix, host, int(settings.local_max_running), lease)
+
+
+def reserve_seconds(settings: Any) -> float:
+    """How long a slot given to a waiting revision is kept for its launch to arrive."""
+    return float(settings.stuck_after_seconds) + 3.0 * int(settings.heartbeat_seconds)
 
 
 def containment_abilities(settings: Settings, bwrap: str | None

@@ -21,6 +21,7 @@ the rest is dropped, and the log and the record say how much.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import logging
 import os
@@ -28,9 +29,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import redis
 
 from shared import logs
 from shared.config import Settings
@@ -42,9 +46,11 @@ from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.containment import Jail, Plan
-from workers.launchers.local import write_outcome_file
+from workers.launchers.local import host_slots, reserve_seconds, write_outcome_file
 from workers.launchers.sandbox import bwrap_argv
 from workers.outcomes import patiently, record_outcome
+from workers.run_slots import admit_waiting
+from workers.services import stage_sender
 
 log = logging.getLogger("taskenv.local_runner")
 
@@ -223,6 +229,37 @@ def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
                    f"{outcome.reason}; {note}" if outcome.reason else note)
 
 
+@contextlib.contextmanager
+def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload) -> Iterator[None]:
+    """Renew the revision's run-slot lease while the steps run; at the end give the slot
+    back and hand it (and any other free one) to the oldest waiting revisions."""
+    config = Settings(**settings)
+    if config.local_max_running <= 0:
+        yield
+        return
+    slots = host_slots(config, tasks.r)
+    task_id, revision = workload.task_id, workload.revision
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(config.heartbeat_seconds):
+            try:
+                slots.renew(task_id, revision, time.time())
+            except redis.RedisError as exc:
+                log.warning("run slot lease not renewed (%s): trying again", exc)
+
+    renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
+        patiently(lambda: admit_waiting(tasks, slots, stage_sender(config),
+                                        reserve_seconds(config)), OUTCOME_PATIENCE)
+
+
 def main() -> int:
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
     spec = json.loads(sys.stdin.read())
@@ -238,20 +275,22 @@ def main() -> int:
     signal.signal(signal.SIGTERM, runner.cancel)  # before any step starts
     tasks = store_for(spec["settings"])
     task_id, revision = runner.workload.task_id, runner.workload.revision
-    with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
-        write_log = LogWriter(tasks, runner.workload, int(spec["settings"]["log_max_bytes"]))
-        try:
-            outcome = contained_run(runner, write_log, mounts_failed)
-        finally:
-            write_log.flush()
-        outcome = with_dropped(outcome, write_log)
-        # On the host first: a write Redis acknowledged can still be lost (a crash within
-        # its fsync interval), and the reconciler then reads the outcome from here.
-        write_outcome_file(runner.home.parent, outcome)
-        run_dir = runner.home.parent
-        recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
-                                                    outcome.exit_code, outcome.reason),
-                             OUTCOME_PATIENCE, wanted=run_dir.exists)
+    # The run slot goes back once the outcome is recorded (or given up on).
+    with holding_slot(tasks, spec["settings"], runner.workload):
+        with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
+            write_log = LogWriter(tasks, runner.workload, int(spec["settings"]["log_max_bytes"]))
+            try:
+                outcome = contained_run(runner, write_log, mounts_failed)
+            finally:
+                write_log.flush()
+            outcome = with_dropped(outcome, write_log)
+            # On the host first: a write Redis acknowledged can still be lost (a crash within
+            # its fsync interval), and the reconciler then reads the outcome from here.
+            write_outcome_file(runner.home.parent, outcome)
+            run_dir = runner.home.parent
+            recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
+                                                        outcome.exit_code, outcome.reason),
+                                 OUTCOME_PATIENCE, wanted=run_dir.exists)
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1

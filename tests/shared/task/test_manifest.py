@@ -18,6 +18,7 @@ import pytest
 from shared.config import Settings
 from shared.policy.model import Resolved
 from shared.task import manifest
+from shared.task.limits import Maxima
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     GPU_RESOURCE,
@@ -34,7 +35,6 @@ from shared.task.manifest import (
     secret_name,
     to_dict,
 )
-from shared.task.limits import Maxima
 from shared.task.workload import Resources, Workload
 
 # The oldest Kubernetes minor we support and the newest the validator ships.
