@@ -257,7 +257,7 @@ def sandbox_binary(mode: str) -> str | None:
 def host_slots(settings: Any, client: Any) -> HostSlots:
     """The run slots of this host (``local_host_name``, or the machine's hostname)."""
     host = settings.local_host_name or socket.gethostname()
-    lease = max(30.0, 3.0 * int(settings.heartbeat_seconds))
+    lease = 3.0 * int(settings.heartbeat_seconds)  # three missed renewals: the runner is gone
     return HostSlots(client, settings.key_prefix, host, int(settings.local_max_running), lease)
 
 
