@@ -36,7 +36,7 @@ from shared.redis_conn import connect
 from shared.store.slots import HostSlots
 from shared.store.tasks import TaskStore
 from shared.task.files import TaskFile, path_problem
-from shared.task.limits import Maxima, limits_for
+from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers import containment
 from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
@@ -97,11 +97,9 @@ class LocalLauncher:
         self.take_slot(workload)
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
-        spec = runner_spec(self.settings, workload, home, self.bwrap)
         limits = limits_for(resources_doc(workload), self.maxima)
-        if self.bwrap:
-            spec["plan"] = containment.plan_for(limits, self.settings, self.abilities).to_doc()
-            spec["cgroup_name"] = cgroup_name(workload)
+        spec = {**runner_spec(self.settings, workload, home, self.bwrap),
+                **self.containment_spec(workload, limits)}
         pid = self._start_runner(run_dir, spec)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
@@ -110,6 +108,13 @@ class LocalLauncher:
             hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
         hooks.started()
         return Outcome("running")
+
+    def containment_spec(self, workload: Workload, limits: Limits) -> dict[str, Any]:
+        """What the runner needs to hold the steps in (nothing when unsandboxed)."""
+        if not self.bwrap:
+            return {}
+        return {"plan": containment.plan_for(limits, self.settings, self.abilities).to_doc(),
+                "cgroup_name": cgroup_name(workload)}
 
     @property
     def slots(self) -> HostSlots:
