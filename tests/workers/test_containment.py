@@ -68,6 +68,13 @@ def final(tasks: TaskStore, task_id: str, timeout: float = 60.0) -> dict[str, An
     return doc
 
 
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def shell(script: str) -> list[str]:
     return ["sh", "-c", script]
 
@@ -102,7 +109,8 @@ def test_the_step_runs_as_an_unprivileged_host_user_under_the_task_s_cpu_limit(
         tasks: TaskStore, settings: Settings) -> None:
     job = launch(tasks, settings, [["sleep", "3"]], resources={"cpu": "500m"})
     deadline = time.monotonic() + 10
-    while not (group := Cgroups().existing(cgroup_name(job))) or not group.processes():
+    while not (group := Cgroups().existing(cgroup_name(job))) or "sleep" not in {
+            comm(pid) for pid in group.processes()}:  # the step itself has started
         assert time.monotonic() < deadline
         time.sleep(0.05)
     uids = {Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0]
