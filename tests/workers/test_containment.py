@@ -28,6 +28,8 @@ from workers.launchers.local import LocalLauncher, SandboxUnavailable, cgroup_na
 from workers.localstack import RedisServer
 from workers.reconcile import reconcile_once
 
+pytestmark = pytest.mark.sandbox  # real bwrap sandboxes, runner processes and cgroups
+
 
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:

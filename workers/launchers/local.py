@@ -226,7 +226,7 @@ class LocalLauncher:
                **{k: os.environ[k] for k in RUNNER_PASSES if k in os.environ}}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.launchers.local_runner"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "workers.local_run"], stdin=subprocess.PIPE,
                 stdout=runner_log, stderr=runner_log, env=env, cwd=run_dir,
                 start_new_session=True)  # its own session: stopping the worker spares it
         finally:

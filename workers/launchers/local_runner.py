@@ -1,4 +1,4 @@
-"""Run one local task to its end, outside any worker: ``python -m workers.launchers.local_runner``.
+"""Run one local task to its end, outside any worker (started as ``python -m workers.local_run``).
 
 Started detached by :class:`workers.launchers.local.LocalLauncher`, which hands it,
 on stdin as JSON, the workload, the step env, the task's home, the bwrap binary
@@ -50,7 +50,6 @@ from workers.launchers.local import host_slots, reserve_seconds, write_outcome_f
 from workers.launchers.sandbox import bwrap_argv
 from workers.outcomes import patiently, record_outcome
 from workers.run_slots import admit_waiting
-from workers.services import stage_sender
 
 log = logging.getLogger("taskenv.local_runner")
 
@@ -229,10 +228,15 @@ def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
                    f"{outcome.reason}; {note}" if outcome.reason else note)
 
 
+Sender = Callable[[Settings], Callable[[str, str, int], None]]  # settings -> send(stage, ...)
+
+
 @contextlib.contextmanager
-def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload) -> Iterator[None]:
+def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
+                 sender: Sender | None) -> Iterator[None]:
     """Renew the revision's run-slot lease while the steps run; at the end give the slot
-    back and hand it (and any other free one) to the oldest waiting revisions."""
+    back and hand it (and any other free one) to the oldest waiting revisions (with no
+    ``sender``, the reconciler's next pass does that)."""
     config = Settings(**settings)
     if config.local_max_running <= 0:
         yield
@@ -256,11 +260,13 @@ def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload)
         stop.set()
         renewer.join()
         patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
-        patiently(lambda: admit_waiting(tasks, slots, stage_sender(config),
-                                        reserve_seconds(config)), OUTCOME_PATIENCE)
+        if sender is not None:
+            send = sender(config)
+            patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
+                      OUTCOME_PATIENCE)
 
 
-def main() -> int:
+def main(sender: Sender | None = None) -> int:
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
     spec = json.loads(sys.stdin.read())
     runner = Runner(spec)
@@ -276,7 +282,7 @@ def main() -> int:
     tasks = store_for(spec["settings"])
     task_id, revision = runner.workload.task_id, runner.workload.revision
     # The run slot goes back once the outcome is recorded (or given up on).
-    with holding_slot(tasks, spec["settings"], runner.workload):
+    with holding_slot(tasks, spec["settings"], runner.workload, sender):
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
             write_log = LogWriter(tasks, runner.workload, int(spec["settings"]["log_max_bytes"]))
             try:
