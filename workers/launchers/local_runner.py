@@ -106,7 +106,7 @@ class Runner:
         return self.jail.wrap(bwrap_argv(
             step, self.sandbox_home, self.workload.workdir, binary=self.bwrap,
             env_sets_pwd="PWD" in self.env, tmp_bytes=plan.limits.tmp_bytes,
-            share_net=plan.own_netns))
+            share_net=plan.own_netns), self.env)
 
     def cwd(self) -> Path:
         # Sandboxed, bwrap changes into the workdir itself, inside the sandbox.

@@ -119,10 +119,12 @@ class Jail:
             self.cgroup = Cgroups(parent=self.plan.cgroup_parent).create(self.name,
                                                                          self.plan.limits)
 
-    def wrap(self, argv: list[str]) -> tuple[list[str], tuple[int, ...]]:
-        """The helper's argv around bwrap's (``argv``), and the descriptors to pass on."""
+    def wrap(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], tuple[int, ...]]:
+        """The helper's argv around bwrap's (``argv``), and the descriptors to pass on.
+        ``env``: the step's, which the helper hands on exactly."""
         lim = self.plan.limits
         helper = [sys.executable, "-I", ENTER,
+                  *(["--unset", "LC_CTYPE"] if "LC_CTYPE" not in env else []),
                   "--rlimit", f"nofile={lim.open_files}:{lim.open_files}",
                   "--rlimit", f"fsize={lim.file_bytes}:{lim.file_bytes}",
                   "--rlimit", "core=0:0"]

@@ -14,7 +14,9 @@ every sandbox.  It does, in its own process, what must happen between ``fork`` a
 4. ``--uid UID --gid GID``: drop every supplementary group, then to that group and
    user, for good;
 5. sets ``no_new_privs`` (a setuid file gives nothing) and executes the program with
-   the environment it was given.
+   the environment it was given, less each ``--unset NAME``: Python itself adds
+   ``LC_CTYPE`` to its environment under the C locale (PEP 538), which the step's env
+   must not gain.
 
 It imports the standard library only and reads no user data but the argv it passes
 on, so it runs isolated (``-I -S``) and starts in a few milliseconds.
@@ -49,6 +51,7 @@ class Options:
         self.hold = False
         self.uid: int | None = None
         self.gid: int | None = None
+        self.unset: list[str] = []
         self.argv: list[str] = []
 
 
@@ -75,6 +78,8 @@ def parse(argv: list[str]) -> Options:
             opts.uid = int(value)
         elif arg == "--gid":
             opts.gid = int(value)
+        elif arg == "--unset":
+            opts.unset.append(value)
         else:
             raise SystemExit(f"enter: unknown option {arg}")
     if not opts.argv and not opts.hold:
@@ -150,7 +155,8 @@ def main(argv: list[str]) -> int:
     if opts.hold:  # keep the namespace for others to join, until killed
         while True:
             signal.pause()
-    os.execv(opts.argv[0], opts.argv)  # noqa: S606 - an absolute path, argv as a list
+    env = {k: v for k, v in os.environ.items() if k not in opts.unset}
+    os.execve(opts.argv[0], opts.argv, env)  # noqa: S606 - an absolute path, argv as a list
     return 127  # not reached
 
 
