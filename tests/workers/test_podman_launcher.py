@@ -21,6 +21,7 @@ import pytest
 
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
+from shared.store.tasks import TaskStore
 from shared.task import manifest
 from shared.task.workload import Resources, Workload
 from tests.support.podman import env_dumps, podman
@@ -416,3 +417,29 @@ def test_cancel_stops_and_removes_the_pod(launcher: PodmanLauncher, make_workloa
     assert pods_and_containers(workload) == ([], [])
     assert launcher.observe(workload) is None
     launcher.cancel(workload)  # nothing left: quietly nothing
+
+
+def test_the_step_runs_unprivileged_within_its_limits(launcher: PodmanLauncher, make_workload):
+    probe = ("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+             "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+             "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+             "echo x > /work/written && echo WORK-WRITABLE; "
+             "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1 | tail -1")
+    workload = make_workload([["sh", "-c", probe]],
+                             resources=Resources(cpu="500m", memory="64Mi"))
+    outcome, logs = run(launcher, workload)
+    lines = logs.splitlines()
+    assert lines[0] == "65534"  # never root, whatever the image says
+    assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines
+    assert str(64 << 20) in lines  # resources.memory is the container's limit
+    assert "WORK-WRITABLE" in lines
+    assert outcome.state == "failed" or "No space left" in logs  # /tmp is capped, in memory
+
+
+def test_a_huge_log_is_read_up_to_the_budget_and_says_so(launcher: PodmanLauncher,
+                                                         make_workload):
+    workload = make_workload([["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo END"]])
+    outcome, logs = run(launcher, workload)
+    assert outcome.state == "succeeded"
+    assert len(logs.encode()) < TaskStore.LOG_LIMIT
+    assert logs.startswith("x" * 1000) and "output cut" in logs and "END" not in logs
