@@ -133,6 +133,10 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
             counts[_apply(tasks, launcher, change)] += 1
         except Exception:
             log.exception("reconcile: task %s could not be updated", change.task_id)
+            continue
+        applied = getattr(launcher, "applied", None)  # what the backend may now forget
+        if applied is not None:
+            applied(change)
     return True
 
 

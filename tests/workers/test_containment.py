@@ -207,8 +207,10 @@ def test_a_finished_run_directory_goes_once_the_reconciler_has_seen_its_end(
     while not (run_dir / "outcome.json").exists() or runner_alive(run_dir):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    assert [c.task_id for c in launcher.changes()] == [job.task_id]
+    assert [c.task_id for c in launcher.changes()] == [job.task_id]  # never applied: kept
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
-    assert (run_dir / "outcome.json").exists()  # reported: kept until that was applied
+    assert (run_dir / "outcome.json").exists()  # applied in this pass: kept until the next
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
     assert not run_dir.exists() and not run_dir.parent.exists()
 

@@ -82,7 +82,7 @@ class LocalLauncher:
         self.bwrap = sandbox_binary(settings.local_sandbox)
         self.maxima = Maxima.from_settings(settings)
         self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
-        self._reported: set[Path] = set()  # finished run dirs the last changes() reported
+        self._applied: set[Path] = set()  # finished run dirs whose outcome is recorded
         self._slots: HostSlots | None = None
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
@@ -175,24 +175,28 @@ class LocalLauncher:
         """The revisions whose runner has ended, with the outcome each left on the host.
 
         Each runner records its own outcome in the task; this is what the reconciler
-        needs when Redis lost that write.  A run directory reported by the previous call
-        has had its outcome applied since (or found already recorded), so it is removed
-        now, with any cgroup its runner left: nothing of a finished revision outlives
-        the reconciler's look at it.  Costs what finished since, never what runs.
+        needs when Redis lost that write.  A run directory whose change the reconciler
+        has applied since the last call (:meth:`applied`: recorded, or found recorded
+        already) is removed first, with any cgroup its runner left: nothing of a
+        finished revision outlives the reconciler's look at it, and nothing goes before
+        it.  Costs what finished since, never what runs.
         """
-        for run_dir in self._reported:
+        for run_dir in self._applied:
             self.forget(run_dir)
+        self._applied = set()
         found: list[Change] = []
-        self._reported = set()
         for outcome_file in self.root.glob(f"*/r*/{OUTCOME_FILE}"):
             run_dir = outcome_file.parent
             outcome = read_outcome_file(run_dir)
-            if outcome is None or runner_alive(run_dir):
+            if outcome is None or runner_alive(run_dir) or not run_dir.name[1:].isdigit():
                 continue
-            task_id, revision = run_dir.parent.name, int(run_dir.name[1:])
-            found.append(Change(task_id, revision, outcome))
-            self._reported.add(run_dir)
+            found.append(Change(run_dir.parent.name, int(run_dir.name[1:]), outcome))
         return found
+
+    def applied(self, change: Change) -> None:
+        """The reconciler has recorded ``change`` (or found it recorded): its run directory
+        goes at the next :meth:`changes`."""
+        self._applied.add(self.root / change.task_id / f"r{change.revision}")
 
     def forget(self, run_dir: Path) -> None:
         """Remove a finished revision's directory and whatever its runner left behind."""
