@@ -222,3 +222,10 @@ def test_a_host_that_cannot_enforce_limits_refuses_or_says_so(tmp_path: Path) ->
     warned = LocalLauncher(Settings(work_dir=str(tmp_path), local_cgroup_parent=unwritable,
                                     local_containment="warn"))
     assert any("no memory, process or cpu limit" in p for p in warned.not_enforced)
+
+
+def test_a_gpu_task_is_told_the_local_sandbox_has_no_gpu(tasks: TaskStore,
+                                                         settings: Settings) -> None:
+    job = launch(tasks, settings, [["true"]], resources={"gpus": 1})
+    final(tasks, job.task_id)
+    assert "the steps see no GPU" in tasks.read_log(job.task_id, 1)

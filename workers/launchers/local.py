@@ -106,6 +106,10 @@ class LocalLauncher:
         hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
         for problem in self.not_enforced:
             hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
+        if limits.gpus:
+            hooks.log(f"local: resources.gpus is {limits.gpus}, but the local sandbox passes "
+                      "no device of the host through: the steps see no GPU (use the podman "
+                      "or kubernetes launcher for GPU tasks)\n")
         hooks.started()
         return Outcome("running")
 
