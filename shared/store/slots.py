@@ -108,10 +108,6 @@ class HostSlots:
         if self.cap > 0:
             self.r.zrem(self.keys[0], member(task_id, revision))
 
-    def leave_queue(self, task_id: str, revision: int) -> None:
-        """A waiting revision that will never run (cancelled) gives up its place."""
-        self.r.lrem(self.keys[1], 1, member(task_id, revision))
-
     def promote(self, now: float, still_waiting: Callable[[str, int], bool],
                 reserve_seconds: float) -> list[tuple[str, int]]:
         """Give free slots to the oldest waiting revisions, in order; those that no longer

@@ -8,6 +8,10 @@ the test (a 64 MiB memory limit and 256 MiB allocated, say): the limit makes the
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +27,7 @@ from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
 from workers import stages
+from workers.launchers.containment import ENTER
 from workers.launchers.containment.cgroups import Cgroups
 from workers.launchers.local import LocalLauncher, SandboxUnavailable, cgroup_name, runner_alive
 from workers.localstack import RedisServer
@@ -229,3 +234,31 @@ def test_a_gpu_task_is_told_the_local_sandbox_has_no_gpu(tasks: TaskStore,
     job = launch(tasks, settings, [["true"]], resources={"gpus": 1})
     final(tasks, job.task_id)
     assert "the steps see no GPU" in tasks.read_log(job.task_id, 1)
+
+
+def test_sandboxes_started_in_one_runner_made_network_share_it_and_nothing_else(
+        tmp_path: Path) -> None:
+    """What a distributed task's replicas will do: one namespace held, N steps in it."""
+    enter = [sys.executable, "-I", ENTER]
+    holder = subprocess.Popen([*enter, "--netns", "new", "--hold"])
+    try:
+        netns = f"/proc/{holder.pid}/ns/net"
+        deadline = time.monotonic() + 10
+        while os.readlink(netns) == os.readlink("/proc/self/ns/net"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        serve = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 45123)); "
+                 "s.listen(); c, _ = s.accept(); print(c.recv(10).decode())")
+        replica = [*enter, "--netns", netns, "--uid", "65534", "--gid", "65534", "--",
+                   "/usr/bin/python3", "-c"]
+        server = subprocess.Popen([*replica, serve], stdout=subprocess.PIPE, text=True)
+        connect = ("import socket, time\nfor _ in range(100):\n    try:\n"
+                   "        socket.create_connection(('127.0.0.1', 45123)).send(b'peer')\n"
+                   "        break\n    except OSError:\n        time.sleep(0.05)\n")
+        subprocess.run([*replica, connect], check=True, timeout=30)
+        assert server.communicate(timeout=30)[0].strip() == "peer"
+        with pytest.raises(OSError):  # the host's own loopback is another network
+            socket.create_connection(("127.0.0.1", 45123), timeout=1)
+    finally:
+        holder.kill()
+        holder.wait()

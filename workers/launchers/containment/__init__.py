@@ -170,6 +170,3 @@ def remove_leftovers(settings: Any, name: str) -> None:
     if group is not None:
         group.remove()
 
-
-def describe_tmp(limits: Limits) -> str:
-    return show_bytes(limits.tmp_bytes)
