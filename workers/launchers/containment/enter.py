@@ -105,8 +105,13 @@ def join_cgroups(files: list[str]) -> None:
 
 
 def set_rlimits(limits: list[tuple[int, int, int]]) -> None:
+    """Lower each limit to the one asked for; never raise one (an unprivileged worker, or
+    a container's own ulimits, may not, and a limit is only ever meant to bound)."""
     for which, soft, hard in limits:
-        resource.setrlimit(which, (soft, hard))
+        _, current = resource.getrlimit(which)
+        if current != resource.RLIM_INFINITY:
+            hard = min(hard, current)
+        resource.setrlimit(which, (min(soft, hard), hard))
 
 
 def enter_netns(where: str) -> None:
