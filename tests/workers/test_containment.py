@@ -262,3 +262,14 @@ def test_sandboxes_started_in_one_runner_made_network_share_it_and_nothing_else(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_in_warn_mode_a_step_runs_with_what_can_be_enforced_and_its_log_says_what_not(
+        tasks: TaskStore, settings: Settings) -> None:
+    job = launch(tasks, settings, [["sh", "-c", "ulimit -n; id -u"]],
+                 local_cgroup_parent="no/such/cgroup", local_containment="warn",
+                 task_max_open_files=300)
+    assert final(tasks, job.task_id)["state"] == states.SUCCEEDED
+    log = tasks.read_log(job.task_id, 1)
+    assert "NOT ENFORCED on this host" in log and "no memory, process or cpu limit" in log
+    assert "300\n65534\n" in log  # the rlimits and the unprivileged user still hold
