@@ -126,7 +126,7 @@ def test_limits_from_resources_with_defaults_and_size_capped_scratch():
     assert {v["name"]: v["emptyDir"] for v in spec["volumes"]} == {
         "work": {"medium": "Memory", "sizeLimit": str(256 << 20)},
         "tmp": {"medium": "Memory", "sizeLimit": str(64 << 20)}}
-    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/work", "/tmp"}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/home/task", "/tmp"}
     assert_valid(job)
     plain = to_dict(build(workload(resources=Resources()), LIMITED).job)
     assert plain["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
@@ -373,3 +373,19 @@ def test_a_task_without_files_has_no_configmap_and_keeps_its_workdir():
     assert built.config_map is None
     spec = to_dict(built.job)["spec"]["template"]["spec"]
     assert "initContainers" not in spec and "volumes" not in spec
+
+
+def test_a_task_s_files_go_into_its_size_capped_home_copied_by_a_held_in_container():
+    from dataclasses import replace
+
+    from shared.task.files import TaskFile
+
+    w = replace(workload(), files=(TaskFile("prepare.sh", "echo hi\n", 0o755),))
+    spec = to_dict(build(w, LIMITED).job)["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]].count("work") == 1
+    work = next(v for v in spec["volumes"] if v["name"] == "work")
+    assert work["emptyDir"]["sizeLimit"] == str(256 << 20)
+    (copier,) = spec["initContainers"]
+    assert copier["securityContext"]["runAsNonRoot"] is True
+    assert copier["resources"] == spec["containers"][0]["resources"]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]].count("work") == 1
