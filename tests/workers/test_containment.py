@@ -207,7 +207,7 @@ def test_a_finished_run_directory_goes_once_the_reconciler_has_seen_its_end(
     job = launch(tasks, settings, [["true"]])
     final(tasks, job.task_id)
     run_dir = Path(settings.work_dir).resolve() / job.task_id / "r1"
-    launcher = LocalLauncher(settings)
+    launcher = LocalLauncher(Settings(**{**settings.__dict__, "stuck_after_seconds": 1}))
     deadline = time.monotonic() + 10
     while not (run_dir / "outcome.json").exists() or runner_alive(run_dir):
         assert time.monotonic() < deadline
@@ -215,7 +215,9 @@ def test_a_finished_run_directory_goes_once_the_reconciler_has_seen_its_end(
     assert [c.task_id for c in launcher.changes()] == [job.task_id]
     assert [c.task_id for c in launcher.changes()] == [job.task_id]  # never applied: kept
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
-    assert (run_dir / "outcome.json").exists()  # applied in this pass: kept until the next
+    assert launcher.changes() == []  # applied: not reported again
+    assert (run_dir / "runner.log").exists()  # kept a while for the operator
+    time.sleep(1.1)
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
     assert not run_dir.exists() and not run_dir.parent.exists()
 

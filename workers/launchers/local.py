@@ -180,19 +180,24 @@ class LocalLauncher:
 
         Each runner records its own outcome in the task; this is what the reconciler
         needs when Redis lost that write.  A run directory whose change the reconciler
-        has applied since the last call (:meth:`applied`: recorded, or found recorded
-        already) is removed first, with any cgroup its runner left: nothing of a
-        finished revision outlives the reconciler's look at it, and nothing goes before
-        it.  Costs what finished since, never what runs.
+        has applied (:meth:`applied`: recorded, or found recorded already) is not
+        reported again, and is removed, with any cgroup its runner left, once
+        ``stuck_after_seconds`` have passed since the end (time for an operator to read
+        its ``runner.log``): nothing of a finished revision outlives that, and nothing
+        goes before its outcome is recorded.  Costs what finished since, never what runs.
         """
-        for run_dir in self._applied:
-            self.forget(run_dir)
-        self._applied = set()
+        now = time.time()
+        for run_dir in list(self._applied):
+            if now - finished_at(run_dir) >= self.settings.stuck_after_seconds:
+                self.forget(run_dir)
+                self._applied.discard(run_dir)
         found: list[Change] = []
         for outcome_file in self.root.glob(f"*/r*/{OUTCOME_FILE}"):
             run_dir = outcome_file.parent
+            if run_dir in self._applied or not run_dir.name[1:].isdigit():
+                continue
             outcome = read_outcome_file(run_dir)
-            if outcome is None or runner_alive(run_dir) or not run_dir.name[1:].isdigit():
+            if outcome is None or runner_alive(run_dir):
                 continue
             found.append(Change(run_dir.parent.name, int(run_dir.name[1:]), outcome))
         return found
@@ -373,6 +378,14 @@ def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
     tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
                                "reason": outcome.reason}))
     tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
+
+
+def finished_at(run_dir: Path) -> float:
+    """When the runner in ``run_dir`` left its outcome (0 if the file is gone)."""
+    try:
+        return (run_dir / OUTCOME_FILE).stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def read_outcome_file(run_dir: Path) -> Outcome | None:
