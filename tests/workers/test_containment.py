@@ -9,6 +9,7 @@ the test (a 64 MiB memory limit and 256 MiB allocated, say): the limit makes the
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -275,3 +276,23 @@ def test_in_warn_mode_a_step_runs_with_what_can_be_enforced_and_its_log_says_wha
     log = tasks.read_log(job.task_id, 1)
     assert "NOT ENFORCED on this host" in log and "no memory, process or cpu limit" in log
     assert "300\n65534\n" in log  # the rlimits and the unprivileged user still hold
+
+
+def test_a_killed_runner_s_task_fails_as_lost_and_leaves_no_cgroup_or_directory(
+        tasks: TaskStore, settings: Settings) -> None:
+    job = launch(tasks, settings, [["sleep", "60"]])
+    run_dir = Path(settings.work_dir).resolve() / job.task_id / "r1"
+    deadline = time.monotonic() + 10
+    while not runner_alive(run_dir) or Cgroups().existing(cgroup_name(job)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(int((run_dir / "runner.pid").read_text().split()[0]), signal.SIGKILL)
+    launcher = LocalLauncher(Settings(**{**settings.__dict__, "stuck_after_seconds": 0}))
+    deadline = time.monotonic() + 20
+    while tasks.get(job.task_id)["state"] != states.FAILED:  # after three heartbeats
+        assert time.monotonic() < deadline
+        reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
+        time.sleep(0.2)
+    assert tasks.get(job.task_id)["reason"].startswith("lost")
+    reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)
+    assert not run_dir.exists() and Cgroups().existing(cgroup_name(job)) is None

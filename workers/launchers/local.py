@@ -192,15 +192,29 @@ class LocalLauncher:
                 self.forget(run_dir)
                 self._applied.discard(run_dir)
         found: list[Change] = []
-        for outcome_file in self.root.glob(f"*/r*/{OUTCOME_FILE}"):
-            run_dir = outcome_file.parent
+        for pid_file in self.root.glob("*/r*/runner.pid"):
+            run_dir = pid_file.parent
             if run_dir in self._applied or not run_dir.name[1:].isdigit():
                 continue
-            outcome = read_outcome_file(run_dir)
+            outcome = read_outcome_file(run_dir) or self.lost(run_dir, now)
             if outcome is None or runner_alive(run_dir):
                 continue
             found.append(Change(run_dir.parent.name, int(run_dir.name[1:]), outcome))
         return found
+
+    def lost(self, run_dir: Path, now: float) -> Outcome | None:
+        """A runner that died without leaving its outcome (killed, its host restarted):
+        failed as lost once it has been gone as long as the reconciler waits for a lost
+        worker, so its directory and cgroup are cleaned up like a finished one's."""
+        try:
+            started = (run_dir / "runner.pid").stat().st_mtime
+        except OSError:
+            return None
+        grace = self.settings.stuck_after_seconds + 3 * self.settings.heartbeat_seconds
+        if now - started < grace:
+            return None
+        return Outcome("failed", reason="lost: its runner stopped without recording how the "
+                                        "task ended")
 
     def applied(self, change: Change) -> None:
         """The reconciler has recorded ``change`` (or found it recorded): its run directory
