@@ -27,6 +27,7 @@ from shared.errors import (
     PolicyInvalid,
     PreconditionFailed,
     Problem,
+    ResourcesInvalid,
     StateConflict,
 )
 from shared.policy.layers import ProjectConflict
@@ -34,6 +35,7 @@ from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
 from shared.task import files as task_files
 from shared.task import records, resolution, revisions, states
+from shared.task.limits import platform_maxima, resource_problems
 from shared.task.resolution import decide_policy, decide_validation
 from shared.types import NEXT_RUN, RESTART
 from workers.services import Services
@@ -45,6 +47,7 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
+    refuse_unrunnable(data.get("resources"), svc)
     project = svc.projects.for_task(actor, data.get("project"))
     refuse_unstorable(svc, in_project(dict(data), project))
     svc.room.check()  # new work stops short of maxmemory: running tasks keep their room
@@ -99,6 +102,14 @@ def every_problem(svc: Services, doc: Doc) -> list[Problem]:
     task = {"id": resolution.PLACEHOLDER_ID, "revision": 1, **doc}
     return resolution.every_problem(task, svc.policies.current(),
                                     svc.policies.project(doc.get("project")), svc.limits)
+
+
+def refuse_unrunnable(resources: Doc | None, svc: Services) -> None:
+    """Resources that are no quantities, or more than a task may ever have (on the local
+    launcher: more than one host has), are refused now, not left waiting for ever."""
+    problems = resource_problems(resources, platform_maxima(svc.settings))
+    if problems:
+        raise ResourcesInvalid("the task asks for resources it can never have", problems)
 
 
 def task_to_read(svc: Services, task_id: str, scope: str | None) -> tuple[Doc, str]:

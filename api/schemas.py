@@ -55,6 +55,12 @@ def relative_workdir(value: str) -> None:
         raise ma.ValidationError(f"workdir {problem}.")
 
 
+def no_nul(value: str) -> None:
+    """A NUL cannot reach a process: the kernel ends an argument or a name there."""
+    if "\0" in value:
+        raise ma.ValidationError("must not contain a NUL character.")
+
+
 # The task's own hash holds the steps: bounded, so a record's size never depends on input.
 MAX_STEPS_BYTES = 64 * 1024
 
@@ -115,15 +121,15 @@ def env_file_field(shared_with: str) -> fields.String:
 
 
 class TaskCreate(Strict):
-    name = fields.String(required=True, validate=validate.Length(min=1, max=200))
-    image = fields.String(load_default=None, validate=validate.Length(max=500))
+    name = fields.String(required=True, validate=[validate.Length(min=1, max=200), no_nul])
+    image = fields.String(load_default=None, validate=[validate.Length(max=500), no_nul])
     workdir = fields.String(
         load_default=None, validate=relative_workdir,
         metadata={"description": "A directory inside the task's home, relative to it "
                                  "(no absolute path, no '..'); created if missing.",
                   "example": "runs/exp1"})
     steps = fields.List(
-        fields.List(fields.String(), validate=validate.Length(min=1, max=1000)),
+        fields.List(fields.String(validate=no_nul), validate=validate.Length(min=1, max=1000)),
         required=True, validate=[validate.Length(min=1, max=100), bounded_steps],
         metadata={"description": "Scripts run in order in one container; each an argv list, "
                                  "executed without a shell; at most "

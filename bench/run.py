@@ -24,7 +24,8 @@ Starts its own redis-server (a fresh directory), then:
    (``bench/reconcile_cost.py``; 2,000 with ``--quick``);
 5. when podman and the runtime image are present (or with ``--podman``), 50 tasks
    through the podman launcher against a loop of ``podman kube play`` of the same
-   pods (``bench/podman_launch.py``).
+   pods (``bench/podman_launch.py``); then the local launcher's launch latency and
+   throughput with its limits on against off (``bench/local_limits.py``).
 
 Results (``bench/report.py``): ``bench/results/latest.json`` (and a timestamped
 copy), a plot of latency against offered load (``bench/results/latency-vs-load.png``)
@@ -50,6 +51,7 @@ from bench import (
     api_cost,
     compare,
     growth,
+    local_limits,
     podman_launch,
     reconcile_cost,
     report,
@@ -137,6 +139,8 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     results["growth"] = store_growth_phase(procs, client, template, args, merge)
     say("[5/6] the podman launcher against a loop of podman kube play")
     results["podman"] = podman_launch.phase(procs, client, args)
+    say("[5b] the local launcher with its limits on and off")
+    results["local_limits"] = local_limits.phase(procs, client, args)
     results["meta"]["machine"]["loadavg_at_end"] = loadavg()
     return results
 

@@ -94,6 +94,37 @@ class Settings:
     # policy may give a value: "default" is the documented list in shared.policy.hooks;
     # add names or FAMILY* after a comma, take a default one out with -NAME.
     startup_hooks: str = "default"
+    # What one task may use (shared.task.limits): a task without "resources" gets the
+    # defaults; one asking above a maximum is refused at creation, naming it.
+    task_default_cpu: str = "1"
+    task_default_memory: str = "2Gi"
+    task_max_cpu: str = "16"
+    task_max_memory: str = "64Gi"
+    task_max_gpus: int = 8
+    task_max_processes: int = 1024  # a fork bomb stops here
+    task_max_open_files: int = 4096
+    task_max_file_size: str = "16Gi"  # RLIMIT_FSIZE: the largest file a step may write
+    task_tmp_size: str = "512Mi"  # a step's /tmp, RAM-backed (counted in its memory)
+    task_home_size: str = "1Gi"  # a local task's home, RAM-backed (counted in its memory)
+    # Local launcher: "enforce" refuses to run steps it cannot contain (no cgroup, not
+    # root); "warn" runs them with what it can enforce and says, at start and in every
+    # task's log, what it could not.
+    local_containment: str = "enforce"
+    # The unprivileged host user and group every local step runs as (see docs/launchers.md).
+    local_task_uid: int = 65534
+    local_task_gid: int = 65534
+    # The cgroup under which tasks' cgroups are made; empty: the runner's own (v1: per
+    # controller), the delegated subtree's root on cgroup v2.
+    local_cgroup_parent: str = ""
+    # What one host of the local launcher has; empty: what this machine has.
+    local_host_cpu: str = ""
+    local_host_memory: str = ""
+    # Local tasks running at once on one host; the others wait in order (0: no cap).
+    local_max_running: int = 4
+    # The host's name for its run slots; empty: this machine's hostname.
+    local_host_name: str = ""
+    # Output a revision's log keeps; past it the rest is dropped, saying so.
+    log_max_bytes: int = 1024 * 1024  # at most TaskStore.LOG_LIMIT
 
     @classmethod
     def from_env(

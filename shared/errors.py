@@ -59,6 +59,12 @@ class PolicyInvalid(PermanentError):
     code = "policy_invalid"
 
 
+class ResourcesInvalid(PermanentError):
+    """The task's resources are not quantities, or more than a task may ever have."""
+
+    code = "resources_invalid"
+
+
 class BadRequest(PermanentError):
     """The request is malformed in a way no schema caught (a header, a parameter)."""
 

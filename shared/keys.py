@@ -55,6 +55,14 @@ class Keys:
     def requeue_claim(self, task_id: str, revision: int, state: str) -> str:
         return f"{self.task(task_id)}:requeued:{revision}:{state}"
 
+    def slot_leases(self, host: str) -> str:
+        """A sorted set: the revisions holding one of ``host``'s run slots, by lease end."""
+        return f"{self.prefix}:slots:{host}:leases"
+
+    def slot_queue(self, host: str) -> str:
+        """A list: the revisions waiting for one of ``host``'s run slots, oldest first."""
+        return f"{self.prefix}:slots:{host}:queue"
+
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.prefix}:idem:{owner}:{key}"
 

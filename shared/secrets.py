@@ -169,6 +169,15 @@ def redact(text: str, secrets: Iterable[str]) -> str:
     return redactor.feed(text) + redactor.flush()
 
 
+def redact_cut(text: str, secrets: Iterable[str]) -> str:
+    """Hide secret values in the start of an output whose rest will never be read.
+
+    Whatever at the end of ``text`` could be the beginning of a secret is dropped rather
+    than shown: the cut may have fallen inside one.
+    """
+    return StreamRedactor(secrets).feed(text)
+
+
 class StreamRedactor:
     """Hide secret values in output that arrives in pieces, before it is stored.
 

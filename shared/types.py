@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, TypedDict, get_args
 
-State = Literal["pending", "validated", "resolved", "launching", "running", "succeeded",
+State = Literal["pending", "validated", "resolved", "launching", "queued", "running", "succeeded",
                 "failed", "rejected", "cancelled"]
 # How a change to a running task's env reaches it: stop it and run the new revision,
 # or keep the change for the next rerun.

@@ -25,7 +25,10 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
 * a ``running`` task that nobody holds and the backend does not know was lost
   with its worker (local processes die with it): it ends ``failed``, saying so;
 * a workload whose container cannot start (image not pullable, bad config) ends
-  ``failed`` with the backend's reason, instead of waiting forever.
+  ``failed`` with the backend's reason, instead of waiting forever;
+* a local host's run slots whose runners died (their leases lapsed) go to the oldest
+  ``queued`` revisions, which are launched again; waiting revisions cost the pass
+  nothing.
 
 ``python -m workers.reconcile`` runs passes forever; a Redis lock lets several
 replicas run without acting twice.
@@ -76,6 +79,7 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                 # Once per stuck_after: a long queue must not fill up with copies.
                 enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
+    counts["admitted"] = _admit_waiting(tasks, launcher, enqueue)
     if _apply_changes(tasks, launcher, counts, waiting):
         _check_waiting(tasks, launcher, enqueue, waiting, stuck_after, now, heartbeat_ttl,
                        counts)
@@ -91,6 +95,19 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
     counts = +counts  # drop zero counts
     counts.pop("", None)
     return counts
+
+
+def _admit_waiting(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue) -> int:
+    """Slots that runners which died never gave back (their leases lapsed) go to the
+    oldest waiting revisions: one look at the host's slots, never one per waiting task."""
+    admit = getattr(launcher, "admit_waiting", None)
+    if admit is None:
+        return 0
+    try:
+        return int(admit(tasks, enqueue))
+    except Exception:  # the slots unreadable: the next pass tries again
+        log.exception("reconcile: the host's run slots could not be read")
+        return 0
 
 
 def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
@@ -116,6 +133,10 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
             counts[_apply(tasks, launcher, change)] += 1
         except Exception:
             log.exception("reconcile: task %s could not be updated", change.task_id)
+            continue
+        applied = getattr(launcher, "applied", None)  # what the backend may now forget
+        if applied is not None:
+            applied(change)
     return True
 
 

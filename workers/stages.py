@@ -24,7 +24,7 @@ from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from shared.types import RESTART
 from workers.heartbeat import keep_alive
-from workers.launchers.base import Hooks, Launcher
+from workers.launchers.base import Hooks, Launcher, WaitForSlot
 from workers.outcomes import fail, insist, move, record_outcome, started
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,9 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         )
         try:
             outcome = launcher.launch(workload, hooks)
+        except WaitForSlot as wait:
+            _queue(tasks, workload, wait)
+            return
         except TransientError:
             # Retried by the Celery task: give the revision back so the retry may claim it.
             move(tasks, task_id, revision, states.LAUNCHING, states.RESOLVED)
@@ -118,6 +121,18 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
                 tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)))
         if not (moved and all(moved)):  # a move refused (or none made): cancelled?
             _cancelled_meanwhile(tasks, launcher, workload)
+
+
+def _queue(tasks: TaskStore, workload: Workload, wait: WaitForSlot) -> None:
+    """Record the revision as waiting for a run slot, then put it in the host's queue: a
+    slot freed in between finds it recorded, and a later pass of the promoter picks it."""
+    task_id, revision = workload.task_id, workload.revision
+    if not move(tasks, task_id, revision, states.LAUNCHING, states.QUEUED):
+        return  # cancelled meanwhile
+    place = wait.join()
+    _append_log(tasks, task_id, revision,
+                f"{wait}: waiting for a run slot, {place - 1} task(s) ahead "
+                f"(at most {wait.cap} run at once on one host)\n")
 
 
 def _claim(tasks: TaskStore, task_id: str, revision: int) -> Doc | None:

@@ -18,7 +18,7 @@ IMAGE=${IMAGE:-localhost/taskenv-base:$SUITE}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 CACHE=${CACHE:-var/image/taskenv-base-$SUITE.tar}
 FORCE=${FORCE:-0}
-PACKAGES=python3,python3-venv,bubblewrap,redis-server,ca-certificates,tini
+PACKAGES=python3,python3-venv,bubblewrap,libseccomp2,redis-server,ca-certificates,tini
 
 if [[ $FORCE != 1 ]] && podman image exists "$IMAGE"; then
     echo "image $IMAGE exists (FORCE=1 rebuilds it)"

@@ -16,8 +16,13 @@ set -euo pipefail
 IMAGE=${IMAGE:-localhost/taskenv-runtime:latest}
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 FORCE=${FORCE:-0}
+# Raised when what the image must hold changes, so an older build is rebuilt by itself.
+# 2: /work writable by every user (steps run as nobody, never root).
+REVISION=2
 
-if [[ $FORCE != 1 ]] && podman image exists "$IMAGE"; then
+built=$(podman image inspect --format '{{index .Labels "taskenv.io/runtime-revision"}}' \
+    "$IMAGE" 2>/dev/null || true)
+if [[ $FORCE != 1 ]] && [[ $built == "$REVISION" ]]; then
     echo "image $IMAGE exists (FORCE=1 rebuilds it)"
     exit 0
 fi
@@ -36,7 +41,8 @@ rootfs=$(mktemp -d "${TMPDIR:-/tmp}/taskenv-rootfs.XXXXXX")
 trap 'rm -rf "$rootfs"' EXIT
 
 mkdir -p "$rootfs"/{bin,sbin,usr/bin,usr/sbin,etc,root,tmp,proc,sys,dev,run,var/tmp,work}
-chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
+# /work is where the steps start (WORKDIR): the step's user (nobody) writes there, as in /tmp.
+chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp" "$rootfs/work"
 chmod 0700 "$rootfs/root"
 install -m 0755 "$BUSYBOX" "$rootfs/bin/busybox"
 # One symlink per applet at the path busybox expects it (bin/sh, usr/bin/env, ...).
@@ -56,6 +62,7 @@ EOF
 
 tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -c . |
     podman import --quiet --change 'CMD ["/bin/sh"]' --change 'WORKDIR /work' \
+        --change "LABEL taskenv.io/runtime-revision=$REVISION" \
         --change "ENV PATH=$IMAGE_PATH" \
         --message "taskenv runtime: busybox $("$BUSYBOX" | head -n1 | awk '{print $2}')" \
         - "$IMAGE" >/dev/null

@@ -46,6 +46,7 @@ from typing import Any
 from kubernetes.client import (
     ApiClient,
     Configuration,
+    V1Capabilities,
     V1ConfigMap,
     V1ConfigMapVolumeSource,
     V1Container,
@@ -58,13 +59,16 @@ from kubernetes.client import (
     V1PodSpec,
     V1PodTemplateSpec,
     V1ResourceRequirements,
+    V1SeccompProfile,
     V1Secret,
     V1SecretKeySelector,
+    V1SecurityContext,
     V1Volume,
     V1VolumeMount,
 )
 
 from shared.config import DEFAULTS
+from shared.task.limits import Limits, Maxima, limits_for, show_cpu
 from shared.task.workload import Workload, with_default_image
 
 CONTAINER_NAME = "task"
@@ -82,6 +86,7 @@ LABEL_POLICY_VERSION = "taskenv.io/policy-version"
 ANNOTATION_TASK_ID = "taskenv.io/task-id"
 ANNOTATION_TASK_NAME = "taskenv.io/task-name"
 MAX_NAME = 63  # a DNS-1123 label; Job names become pod-name prefixes and label values
+TASK_UID = 65534  # the step's user: never root, whatever the image says
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
@@ -93,12 +98,21 @@ class ManifestSettings:
     namespace: str = DEFAULTS.kube_namespace
     backoff_limit: int = DEFAULTS.kube_backoff_limit
     default_image: str = DEFAULTS.kube_image  # for a task that names no image
+    maxima: Maxima | None = None  # None: no limits written (only what the task asked)
 
     @classmethod
     def from_settings(cls, settings: Any) -> ManifestSettings:
         return cls(namespace=settings.kube_namespace,
                    backoff_limit=int(settings.kube_backoff_limit),
-                   default_image=settings.kube_image)
+                   default_image=settings.kube_image,
+                   maxima=Maxima.from_settings(settings))
+
+    def limits(self, workload: Workload) -> Limits | None:
+        if self.maxima is None:
+            return None
+        res = workload.resources
+        return limits_for({"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus},
+                          self.maxima)
 
 
 @dataclass(frozen=True)
@@ -215,33 +229,71 @@ def env_vars(workload: Workload, secret: str | None) -> list[V1EnvVar]:
     return out
 
 
-def resources(workload: Workload) -> V1ResourceRequirements | None:
+def resources(workload: Workload, limits: Limits | None = None
+              ) -> V1ResourceRequirements | None:
+    """With ``limits``: requests equal to limits (a Guaranteed pod: what it asked is what it
+    has, and the kubelet kills it past its memory); without, only what the task asked."""
+    if limits is not None:
+        bounded = {"cpu": show_cpu(limits.millicpu), "memory": str(limits.memory_bytes)}
+        gpus = {GPU_RESOURCE: str(limits.gpus)} if limits.gpus > 0 else {}
+        return V1ResourceRequirements(requests=dict(bounded), limits={**bounded, **gpus})
     res = workload.resources
     requests = {k: v for k, v in (("cpu", res.cpu), ("memory", res.memory)) if v}
-    limits = {GPU_RESOURCE: str(res.gpus)} if res.gpus > 0 else {}
-    if not requests and not limits:
+    asked = {GPU_RESOURCE: str(res.gpus)} if res.gpus > 0 else {}
+    if not requests and not asked:
         return None
-    return V1ResourceRequirements(requests=requests or None, limits=limits or None)
+    return V1ResourceRequirements(requests=requests or None, limits=asked or None)
 
 
-def pod_spec(workload: Workload, secret_name: str | None) -> V1PodSpec:
+def security_context() -> V1SecurityContext:
+    """The step runs as an unprivileged user, without capabilities or a way to gain any,
+    under the runtime's default seccomp profile, whatever the image would have."""
+    return V1SecurityContext(
+        run_as_non_root=True, run_as_user=TASK_UID, run_as_group=TASK_UID,
+        allow_privilege_escalation=False, privileged=False,
+        capabilities=V1Capabilities(drop=["ALL"]),
+        seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
+def scratch_volumes(limits: Limits | None) -> tuple[list[V1Volume], list[V1VolumeMount]]:
+    """The task's home (:data:`WORK_DIR`, where a task's files go) and ``/tmp``: RAM-backed,
+    size-capped, writable by the task's user (a tmpfs is world-writable) and counted in
+    its memory, as the local launcher's are."""
+    if limits is None:
+        return [], []
+    sizes = {"work": (WORK_DIR, limits.home_bytes), "tmp": ("/tmp", limits.tmp_bytes)}  # noqa: S108
+    volumes = [V1Volume(name=name, empty_dir=V1EmptyDirVolumeSource(medium="Memory",
+                                                                    size_limit=str(size)))
+               for name, (_, size) in sizes.items()]
+    mounts = [V1VolumeMount(name=name, mount_path=path) for name, (path, _) in sizes.items()]
+    return volumes, mounts
+
+
+def pod_spec(workload: Workload, secret_name: str | None,
+             limits: Limits | None = None) -> V1PodSpec:
     """One container running the steps in order with the resolved env, never restarted.
 
     Service links are off and no service-account token is mounted, so the container's
     env is the resolved env (plus the ``KUBERNETES_SERVICE_*`` pair the kubelet always adds).
+    With ``limits`` (every launcher passes them) the container has them as its
+    resources, and size-capped scratch volumes.
     """
+    volumes, mounts = scratch_volumes(limits)
     container = V1Container(
         name=CONTAINER_NAME,
         image=workload.image,
         command=[*SHELL, escape(script(workload))],
         env=env_vars(workload, secret_name) or None,
         working_dir=workload.workdir or None,
-        resources=resources(workload),
+        resources=resources(workload, limits),
+        security_context=security_context(),
+        volume_mounts=mounts or None,
     )
     spec = V1PodSpec(containers=[container], restart_policy="Never",
-                     enable_service_links=False, automount_service_account_token=False)
+                     enable_service_links=False, automount_service_account_token=False,
+                     volumes=volumes or None)
     if workload.files:
-        with_files(spec, workload)
+        with_files(spec, workload, limits)
     return spec
 
 
@@ -254,9 +306,10 @@ def file_key(index: int) -> str:
     return f"file-{index}"
 
 
-def with_files(spec: V1PodSpec, workload: Workload) -> None:
+def with_files(spec: V1PodSpec, workload: Workload, limits: Limits | None = None) -> None:
     """Add the files' volumes, the init container that copies them into the writable
-    working directory, and that directory to the task's container."""
+    working directory, and that directory to the task's container.  The init container
+    is held like the task's: unprivileged, within the same limits."""
     work = V1VolumeMount(name="work", mount_path=WORK_DIR)
     args: list[str] = []
     for index, file in enumerate(workload.files):
@@ -266,14 +319,18 @@ def with_files(spec: V1PodSpec, workload: Workload) -> None:
         name=FILES_CONTAINER, image=workload.image,
         command=[*SHELL, escape(COPY_FILES), "sh", *(escape(a) for a in args)],
         volume_mounts=[V1VolumeMount(name="files", mount_path=FILES_DIR, read_only=True),
-                       work])]
+                       work],
+        security_context=security_context(), resources=resources(workload, limits))]
     task = spec.containers[0]
-    task.volume_mounts = [work]
+    mounts = task.volume_mounts or []
+    task.volume_mounts = mounts if any(m.name == "work" for m in mounts) else [*mounts, work]
     task.working_dir = work_dir(workload)
-    spec.volumes = [
-        V1Volume(name="files", config_map=V1ConfigMapVolumeSource(
-            name=files_name(workload), default_mode=0o444)),
-        V1Volume(name="work", empty_dir=V1EmptyDirVolumeSource())]
+    volumes = spec.volumes or []
+    files = V1Volume(name="files", config_map=V1ConfigMapVolumeSource(
+        name=files_name(workload), default_mode=0o444))
+    if not any(v.name == "work" for v in volumes):  # no limits given: an unsized one
+        volumes = [*volumes, V1Volume(name="work", empty_dir=V1EmptyDirVolumeSource())]
+    spec.volumes = [files, *volumes]
 
 
 def config_map(workload: Workload, settings: ManifestSettings) -> V1ConfigMap | None:
@@ -298,7 +355,7 @@ def build(workload: Workload, settings: ManifestSettings) -> Manifests:
             template=V1PodTemplateSpec(
                 metadata=V1ObjectMeta(labels=task_labels(workload),
                                       annotations=task_annotations(workload)),
-                spec=pod_spec(workload, secret),
+                spec=pod_spec(workload, secret, settings.limits(workload)),
             ),
         ),
     )

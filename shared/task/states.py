@@ -2,6 +2,8 @@
 
 pending -> validated -> resolved -> launching -> running -> succeeded | failed
 pending -> rejected (validation);  validated -> rejected (policy)
+launching -> queued -> resolved (a local host's run slots were all taken: the revision
+waits its turn in the host's queue, then is launched again)
 any state not final -> cancelled (a user stopped it; who and when are recorded)
 Any state may move to ``pending`` again when the user changes the env: that is
 a new revision, and messages that carry the old revision become no-ops.
@@ -13,14 +15,15 @@ PENDING = "pending"
 VALIDATED = "validated"
 RESOLVED = "resolved"
 LAUNCHING = "launching"
+QUEUED = "queued"
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
 REJECTED = "rejected"
 CANCELLED = "cancelled"
 
-ALL = (PENDING, VALIDATED, RESOLVED, LAUNCHING, RUNNING, SUCCEEDED, FAILED, REJECTED,
-       CANCELLED)
+ALL = (PENDING, VALIDATED, RESOLVED, LAUNCHING, QUEUED, RUNNING, SUCCEEDED, FAILED,
+       REJECTED, CANCELLED)
 FINAL = frozenset({SUCCEEDED, FAILED, REJECTED, CANCELLED})
 # States a workload of the revision may exist in, so a cancel must ask the backend to stop it.
 LAUNCHED = frozenset({LAUNCHING, RUNNING})
@@ -34,7 +37,9 @@ ALLOWED = {
     VALIDATED: {RESOLVED, REJECTED, FAILED, CANCELLED},
     RESOLVED: {LAUNCHING, FAILED, CANCELLED},
     # Back to resolved only when the reconciler finds nothing started: launch again.
-    LAUNCHING: {RUNNING, SUCCEEDED, FAILED, RESOLVED, CANCELLED},
+    LAUNCHING: {RUNNING, SUCCEEDED, FAILED, RESOLVED, QUEUED, CANCELLED},
+    # Its turn came (a slot was reserved for it): launched again.
+    QUEUED: {RESOLVED, FAILED, CANCELLED},
     RUNNING: {SUCCEEDED, FAILED, CANCELLED},
     SUCCEEDED: set(),
     FAILED: set(),

@@ -131,6 +131,10 @@ def move_to(tasks: TaskStore) -> Callable[[str, str], None]:
     def move(task_id: str, target: str) -> None:
         doc = tasks.get(task_id)
         revision = doc["revision"]
+        if target == states.QUEUED:  # waiting for a local run slot: on the way to running
+            move(task_id, states.LAUNCHING)
+            assert tasks.transition(task_id, revision, states.LAUNCHING, target) is not None
+            return
         if target not in WALK:  # rejected and failed are reachable straight from pending
             assert tasks.transition(task_id, revision, doc["state"], target) is not None
             return

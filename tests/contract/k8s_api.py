@@ -572,7 +572,11 @@ class FakeKubeApi:
             reason = status["state"]["waiting"].get("reason", "")
             raise _ApiError(400, f'container "{wanted}" in pod "{name}" is waiting to start: '
                                  f"{reason}")
-        return Response(200, self.pod_logs.get((ns, name), ""))
+        text = self.pod_logs.get((ns, name), "")
+        limit = req.query.get("limitBytes")
+        if limit:  # the API server sends at most this many bytes of the log
+            text = text.encode()[:int(limit[0])].decode(errors="ignore")
+        return Response(200, text)
 
 
 def _deleted(name: str) -> Response:

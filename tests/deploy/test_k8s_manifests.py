@@ -655,3 +655,44 @@ def test_each_deployment_gets_only_the_secrets_it_uses(objects):
             assert "taskenv-api" in used
         else:
             assert "taskenv-api" not in used, name
+
+
+def _in_tasks(objects: Any, kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind
+            and o["metadata"].get("namespace") == "taskenv-tasks"]
+
+
+def test_the_tasks_namespace_has_limits_in_step_with_the_settings(objects):
+    config = next(o for o in objects if o["kind"] == "ConfigMap"
+                  and o["metadata"]["name"] == "taskenv-config")["data"]
+    (limit_range,) = _in_tasks(objects, "LimitRange")
+    container = next(lim for lim in limit_range["spec"]["limits"] if lim["type"] == "Container")
+    assert container["default"] == {"cpu": config["TASKENV_TASK_DEFAULT_CPU"],
+                                    "memory": config["TASKENV_TASK_DEFAULT_MEMORY"]}
+    assert container["max"] == {"cpu": config["TASKENV_TASK_MAX_CPU"],
+                                "memory": config["TASKENV_TASK_MAX_MEMORY"]}
+    (quota,) = _in_tasks(objects, "ResourceQuota")
+    assert {"requests.cpu", "requests.memory", "pods", "requests.nvidia.com/gpu"} <= set(
+        quota["spec"]["hard"])
+
+
+def test_task_pods_reach_nothing_of_taskenv_and_nothing_reaches_them(objects):
+    (policy,) = _in_tasks(objects, "NetworkPolicy")
+    spec = policy["spec"]
+    assert spec["podSelector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "taskenv"}
+    assert set(spec["policyTypes"]) == {"Ingress", "Egress"} and spec["ingress"] == []
+    peers = [peer for rule in spec["egress"] for peer in rule["to"]]
+    for peer in peers:
+        selector = peer.get("namespaceSelector", {})
+        assert selector.get("matchLabels", {}).get("kubernetes.io/metadata.name") != "taskenv"
+        for expression in selector.get("matchExpressions", []):
+            assert expression["operator"] == "NotIn" and "taskenv" in expression["values"]
+        if "ipBlock" in peer:  # cluster addresses (taskenv's pods among them) are excepted
+            assert {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+                peer["ipBlock"]["except"])
+
+
+def test_the_tasks_namespace_enforces_the_restricted_pod_security_profile(objects):
+    namespace = next(o for o in objects if o["kind"] == "Namespace"
+                     and o["metadata"]["name"] == "taskenv-tasks")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"

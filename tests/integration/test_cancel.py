@@ -102,7 +102,7 @@ def test_a_running_task_restarts_with_its_new_env_once_the_old_run_is_gone(
     log = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision=2").text
     wait_for(lambda: "LR=0.2" in stack.call(
         "GET", f"/api/v1/tasks/{task_id}/logs?revision=2").text, 10, f"log: {log}")
-    runners = [p for p in leftovers(stack, [task_id], "\0never\0") if "local_runner" in p]
+    runners = [p for p in leftovers(stack, [task_id], "\0never\0") if "workers.local_run" in p]
     assert len(runners) == 1  # revision 1's runner is gone, revision 2's runs
     first = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision=1").text
     assert "LR=0.1" in first

@@ -158,7 +158,10 @@ def test_a_sigtermed_worker_loses_nothing_and_runs_nothing_twice(ops: Ops) -> No
     assert {d["status"] for d in docs} == {"succeeded"}
     for doc in docs:
         entered = [e["state"] for e in doc["events"]]
-        assert entered.count("launching") == 1 and entered.count("succeeded") == 1, entered
+        # A task that waited for a run slot (queued) is launched once more when its turn
+        # comes; its step still runs once.
+        assert entered.count("launching") == 1 + entered.count("queued"), entered
+        assert entered.count("succeeded") == 1, entered
         log = ops.stack.call("GET", f"/api/v1/tasks/{doc['id']}/logs").text
         assert log.count("==> step 1/1") == 1, log
 

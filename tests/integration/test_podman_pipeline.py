@@ -47,7 +47,7 @@ SECRET = "hf_podman-secret-7c1e04d2b9"
 def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
     """What podman, the image and the step shell add (see tests/workers/test_podman_launcher)."""
     run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.task.workload.Workload.run_name
-    return {"HOSTNAME": run_name, "HOME": "/root", "PATH": IMAGE_PATH, "PWD": "/work",
+    return {"HOSTNAME": run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH, "PWD": "/work",
             "SHLVL": "1"}
 
 

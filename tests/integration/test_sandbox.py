@@ -125,15 +125,24 @@ def test_the_key_files_cannot_be_read(stack: Stack, alice: User, key_files: list
 
 def test_another_task_s_home_cannot_be_read(stack: Stack, alice: User) -> None:
     bob = User(stack, "bob")
-    bob_doc, _ = bob.run([["sh", "-c", "echo bob-private-data > notes.txt"]])
-    assert bob_doc["status"] == "succeeded"
-    bob_home = stack.work_dir / bob_doc["id"] / "r1" / "home"
-    assert (bob_home / "notes.txt").read_text() == "bob-private-data\n"  # it is there
+    # Bob's home is a tmpfs only his runner and his sandboxes see: not even the host's
+    # path to it shows his files while he runs, and it is gone once he has ended.
+    bob_id = bob.submit([["sh", "-c", "echo bob-private-data > notes.txt; sleep 30"]])
+    deadline = time.monotonic() + 30
+    while bob.task(bob_id)["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1)  # his step has written its file
+    bob_home = stack.work_dir / bob_id / "r1" / "home"
+    assert not (bob_home / "notes.txt").exists()
     for step in (["cat", str(bob_home / "notes.txt")], ["ls", str(stack.work_dir)],
                  ["sh", "-c", "ls -A /home; cat /home/*/notes.txt"]):
         doc, logs = alice.run([step])
         assert doc["status"] == "failed", (step, logs)
         assert "bob-private-data" not in logs and "No such file" in logs
+    stack.call("POST", f"/api/v1/tasks/{bob_id}/cancel", token=bob.token)
+    bob.wait(bob_id)
+    assert not (bob_home / "notes.txt").exists()
 
 
 def test_redis_cannot_be_reached(stack: Stack, alice: User) -> None:

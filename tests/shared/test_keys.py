@@ -33,6 +33,8 @@ def every_key(keys: Keys) -> dict[str, str]:
         "token_sessions": keys.token_sessions(TASK),
         "reconciler_lock": keys.reconciler_lock(),
         "queue": keys.queue(STATE),
+        "slot_leases": keys.slot_leases("host-1"),
+        "slot_queue": keys.slot_queue("host-1"),
     }
 
 

@@ -22,6 +22,7 @@ from kubernetes.config import ConfigException
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import Resolved
+from shared.store.tasks import TaskStore
 from shared.task.manifest import job_name, secret_name
 from shared.task.workload import Resources, Workload
 from tests.contract.k8s_api import (
@@ -364,6 +365,20 @@ def test_logs_returns_the_pod_log(api, launcher):
     assert launcher.logs(w) == text
     (request,) = api.requests_to("GET", f"/api/v1/namespaces/{NS}/pods/{pod}/log")
     assert request.query["container"] == ["task"]
+
+
+def test_a_huge_log_is_read_only_up_to_the_budget_and_says_so(api, launcher):
+    w, name = launched(api, launcher)
+    budget = launcher.log_budget
+    # One line far past the budget, a secret straddling the cut.
+    text = "x" * (budget - 5) + SECRET_VALUE + "y" * (3 * budget)
+    pod = api.add_pod(name, state=terminated(0, "Completed"), namespace=NS, log=text)
+    got = launcher.logs(w)
+    (request,) = api.requests_to("GET", f"/api/v1/namespaces/{NS}/pods/{pod}/log")
+    assert request.query["limitBytes"] == [str(budget + 1)]  # the server sends no more
+    assert got is not None and got.startswith("x" * 1000)
+    assert SECRET_VALUE[:5] not in got and "output cut" in got and "not read" in got
+    assert len(got.encode()) < TaskStore.LOG_LIMIT
 
 
 def test_logs_of_a_job_without_pods_or_a_waiting_container_are_none(api, launcher):

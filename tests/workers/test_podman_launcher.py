@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from shared.config import DEFAULT_IMAGE, Settings
-from shared.errors import LaunchFailed, TransientError
+from shared.errors import LaunchFailed, PermanentError, TransientError
+from shared.store.tasks import TaskStore
 from shared.task import manifest
 from shared.task.workload import Resources, Workload
 from tests.support.podman import env_dumps, podman
@@ -40,11 +41,12 @@ def runtime_added(workload: Workload) -> dict[str, str]:
     """What a task sees besides its resolved env, and who adds it.
 
     Found by running the image with an empty env (test_runtime_adds_only_these): podman
-    sets HOSTNAME (the pod's name) and HOME (root's, from the image's /etc/passwd); the
+    sets HOSTNAME (the pod's name) and HOME (that of the step's user, nobody, from the
+    image's /etc/passwd: the step never runs as root); the
     image sets PATH; the /bin/sh that runs the steps in order exports PWD (the image's
     WORKDIR) and SHLVL.  Unlike ``podman run``, ``kube play`` adds no TERM or container.
     """
-    return {"HOSTNAME": workload.run_name, "HOME": "/root", "PATH": IMAGE_PATH,
+    return {"HOSTNAME": workload.run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH,
             "PWD": "/work", "SHLVL": "1"}
 
 
@@ -330,8 +332,9 @@ def test_bad_manifest_fails_permanently_and_leaves_nothing(launcher: PodmanLaunc
                                                            make_workload):
     workload = make_workload([["true"]], resources=Resources(memory="lots"))
 
-    with pytest.raises(LaunchFailed, match="quantities"):
+    with pytest.raises(PermanentError, match="resources") as refused:
         launcher.launch(workload, RecordingHooks().hooks)
+    assert [p.field for p in refused.value.problems] == ["resources.memory"]
 
     assert pods_and_containers(workload) == ([], [])
 
@@ -414,3 +417,29 @@ def test_cancel_stops_and_removes_the_pod(launcher: PodmanLauncher, make_workloa
     assert pods_and_containers(workload) == ([], [])
     assert launcher.observe(workload) is None
     launcher.cancel(workload)  # nothing left: quietly nothing
+
+
+def test_the_step_runs_unprivileged_within_its_limits(launcher: PodmanLauncher, make_workload):
+    probe = ("id -u; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+             "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+             "cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+             "echo x > /work/written && echo WORK-WRITABLE")
+    workload = make_workload([["sh", "-c", probe]],
+                             resources=Resources(cpu="500m", memory="64Mi"))
+    outcome, logs = run(launcher, workload)
+    lines = logs.splitlines()
+    assert lines[0] == "65534"  # never root, whatever the image says
+    assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines
+    assert str(64 << 20) in lines  # resources.memory is the container's limit
+    assert "WORK-WRITABLE" in lines and outcome.state == "succeeded"
+    # (Podman 4.3 plays an emptyDir as a volume on disk, whatever its medium and
+    # sizeLimit: /work and /tmp are not size-capped here, as they are on Kubernetes.)
+
+
+def test_a_huge_log_is_read_up_to_the_budget_and_says_so(launcher: PodmanLauncher,
+                                                         make_workload):
+    workload = make_workload([["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo END"]])
+    outcome, logs = run(launcher, workload)
+    assert outcome.state == "succeeded"
+    assert len(logs.encode()) < TaskStore.LOG_LIMIT
+    assert logs.startswith("x" * 1000) and "output cut" in logs and "END" not in logs

@@ -12,6 +12,7 @@ from workers.launchers.sandbox import (
     TASK_HOME,
     BadWorkdir,
     bwrap_argv,
+    proc_masks,
     workdir_inside,
 )
 
@@ -42,7 +43,7 @@ def test_every_namespace_is_new_and_the_step_runs_as_nobody() -> None:
 def test_only_the_home_is_writable_and_it_is_the_task_s_own() -> None:
     argv = bwrap_argv(["true"], HOME, None)
     assert pairs(argv, "--bind", 2) == [(str(HOME), TASK_HOME)]
-    assert pairs(argv, "--tmpfs", 1) == [("/tmp",)]
+    assert [t for t, in pairs(argv, "--tmpfs", 1) if not t.startswith("/proc/")] == ["/tmp"]
     assert pairs(argv, "--proc", 1) == [("/proc",)] and pairs(argv, "--dev", 1) == [("/dev",)]
 
 
@@ -52,7 +53,8 @@ def test_only_system_directories_are_seen_read_only() -> None:
     assert "/usr" in sources and "/etc/ld.so.cache" in sources
     for forbidden in ("/", "/etc", "/etc/passwd", "/var", "/root", "/home", "/srv", "/proc"):
         assert forbidden not in sources
-    assert all(src.startswith(("/usr", "/bin", "/sbin", "/lib", "/etc/")) for src in sources)
+    assert all(src.startswith(("/usr", "/bin", "/sbin", "/lib", "/etc/", "/dev/null"))
+               for src in sources)
 
 
 def test_no_env_value_is_ever_on_the_command_line() -> None:
@@ -94,3 +96,22 @@ def test_pwd_set_by_bwrap_is_dropped_unless_the_env_sets_it() -> None:
     assert argv[argv.index("--") + 1:] == [*DROP_PWD, "python3", "x=y"]
     kept = bwrap_argv(["python3"], HOME, None, env_sets_pwd=True)
     assert kept[kept.index("--") + 1:] == ["python3"]
+
+
+def test_the_host_s_kernel_details_in_proc_are_covered(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "acpi").mkdir(parents=True)
+    (proc / "kallsyms").write_text("ffffffff T _text")
+    (proc / "keys").write_text("")
+    args = proc_masks(str(proc))
+    assert pairs([*args, "--"], "--ro-bind", 2) == [("/dev/null", "/proc/kallsyms"),
+                                                    ("/dev/null", "/proc/keys")]
+    assert pairs([*args, "--"], "--tmpfs", 1) == [("/proc/acpi",)]  # only what exists
+
+
+def test_limits_cap_tmp_and_a_runner_made_network_is_kept() -> None:
+    argv = bwrap_argv(["true"], HOME, None, tmp_bytes=32 << 20, share_net=True)
+    head = argv[:argv.index("--")]
+    assert head[head.index("--tmpfs", head.index("--size")) - 2:][:4] == [
+        "--size", str(32 << 20), "--tmpfs", "/tmp"]
+    assert "--share-net" in argv and "--unshare-all" in argv

@@ -28,6 +28,18 @@ class Change:
     gone_reason: str | None = None  # why it is gone, in the backend's words
 
 
+class WaitForSlot(Exception):  # noqa: N818 - a turn to wait, not an error
+    """No run slot is free on this host: the revision must wait its turn.
+
+    ``join`` puts it in the host's queue (called once the task is recorded as waiting,
+    so the slot that frees next finds it there) and answers its place (1: next).
+    """
+
+    def __init__(self, host: str, cap: int, join: Callable[[], int]) -> None:
+        super().__init__(f"all {cap} run slots of host {host} are taken")
+        self.host, self.cap, self.join = host, cap, join
+
+
 @dataclass(frozen=True)
 class Hooks:
     """How a launcher reports back while it works, without knowing about Redis."""

@@ -51,6 +51,9 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
+from shared.secrets import redact_cut
+from shared.store.logtail import head_only_note, log_budget
+from shared.store.tasks import TaskStore
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
@@ -109,6 +112,7 @@ class KubernetesLauncher:
                  sleep: Callable[[float], None] = time.sleep, watch_seconds: int = 1) -> None:
         self.manifest_settings = ManifestSettings.from_settings(settings)
         self.namespace = self.manifest_settings.namespace
+        self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
         self.api = api_client or load_api_client()
         self.batch, self.core = BatchV1Api(self.api), CoreV1Api(self.api)
         self.bucket = TokenBucket(rate, burst, clock=clock, sleep=sleep)
@@ -169,10 +173,19 @@ class KubernetesLauncher:
         if pod is None:
             return None
         try:
-            return self._call("read log", self.core.read_namespaced_pod_log, pod,
-                              self.namespace, container=CONTAINER_NAME, passthrough={400, 404})
+            # limitBytes: the API server sends no more than the log's budget (and one
+            # byte to tell that there was more), however large the output.
+            text = self._call("read log", self.core.read_namespaced_pod_log, pod,
+                              self.namespace, container=CONTAINER_NAME,
+                              limit_bytes=self.log_budget + 1, passthrough={400, 404})
         except ApiException:
             return None  # the pod is gone, or its container has not started yet
+        data = text.encode(errors="surrogatepass")
+        if len(data) <= self.log_budget:
+            return text
+        head = data[:self.log_budget].decode(errors="ignore")
+        secrets = [v.value for v in workload.env if v.secret]
+        return redact_cut(head, secrets) + head_only_note(self.log_budget)
 
     def cancel(self, workload: Workload) -> None:
         """Delete the Job, its pods with it (``Foreground``: the Job stays until they are

@@ -22,19 +22,26 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
+from shared.redis_conn import connect
+from shared.store.slots import HostSlots
+from shared.store.tasks import TaskStore
 from shared.task.files import TaskFile, path_problem
+from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
-from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers import containment
+from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
+from workers.run_slots import admit_waiting
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +56,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
-                   "heartbeat_seconds", "step_timeout_seconds")
+                   "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes",
+                   "local_max_running", "local_host_name", "stuck_after_seconds",
+                   "visibility_timeout_seconds")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -71,6 +80,10 @@ class LocalLauncher:
         self.root = Path(settings.work_dir).resolve()
         self.settings = settings
         self.bwrap = sandbox_binary(settings.local_sandbox)
+        self.maxima = Maxima.from_settings(settings)
+        self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
+        self._applied: set[Path] = set()  # finished run dirs whose outcome is recorded
+        self._slots: HostSlots | None = None
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
@@ -81,14 +94,54 @@ class LocalLauncher:
             workdir_inside(workload.workdir)
         except BadWorkdir as exc:
             raise LaunchFailed(str(exc)) from exc
+        self.take_slot(workload)
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
-        pid = self._start_runner(run_dir, runner_spec(self.settings, workload, home, self.bwrap))
+        limits = limits_for(resources_doc(workload), self.maxima)
+        spec = {**runner_spec(self.settings, workload, home, self.bwrap),
+                **self.containment_spec(workload, limits)}
+        pid = self._start_runner(run_dir, spec)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
-        hooks.log(f"local: started the steps {how}\n")
+        hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
+        for problem in self.not_enforced:
+            hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
+        if limits.gpus:
+            hooks.log(f"local: resources.gpus is {limits.gpus}, but the local sandbox passes "
+                      "no device of the host through: the steps see no GPU (use the podman "
+                      "or kubernetes launcher for GPU tasks)\n")
         hooks.started()
         return Outcome("running")
+
+    def containment_spec(self, workload: Workload, limits: Limits) -> dict[str, Any]:
+        """What the runner needs to hold the steps in (nothing when unsandboxed)."""
+        if not self.bwrap:
+            return {}
+        return {"plan": containment.plan_for(limits, self.settings, self.abilities).to_doc(),
+                "cgroup_name": cgroup_name(workload)}
+
+    @property
+    def slots(self) -> HostSlots:
+        """This host's run slots, in Redis (connected on first use)."""
+        if self._slots is None:
+            self._slots = host_slots(self.settings,
+                                     connect(self.settings.redis_url,
+                                             self.settings.redis_master_name))
+        return self._slots
+
+    def take_slot(self, workload: Workload) -> None:
+        """Hold one of the host's run slots, or raise :class:`WaitForSlot`."""
+        if self.settings.local_max_running <= 0:
+            return
+        slots, task_id, revision = self.slots, workload.task_id, workload.revision
+        if not slots.acquire(task_id, revision, time.time()):
+            raise WaitForSlot(slots.host, slots.cap, lambda: slots.join(task_id, revision))
+
+    def admit_waiting(self, tasks: TaskStore, send: Callable[[str, str, int], None]) -> int:
+        """The reconciler's turn at the host's queue: slots freed by runners that died."""
+        if self.settings.local_max_running <= 0:
+            return 0
+        return admit_waiting(tasks, self.slots, send, reserve_seconds(self.settings))
 
     def observe(self, workload: Workload) -> Outcome | None:
         """``running`` while the runner lives, then the outcome it left; None if it left none.
@@ -123,8 +176,60 @@ class LocalLauncher:
         self.reap()
 
     def changes(self) -> list[Change]:
-        """Nothing to report: each runner records its own outcome in the task."""
-        return []
+        """The revisions whose runner has ended, with the outcome each left on the host.
+
+        Each runner records its own outcome in the task; this is what the reconciler
+        needs when Redis lost that write.  A run directory whose change the reconciler
+        has applied (:meth:`applied`: recorded, or found recorded already) is not
+        reported again, and is removed, with any cgroup its runner left, once
+        ``stuck_after_seconds`` have passed since the end (time for an operator to read
+        its ``runner.log``): nothing of a finished revision outlives that, and nothing
+        goes before its outcome is recorded.  Costs what finished since, never what runs.
+        """
+        now = time.time()
+        for run_dir in list(self._applied):
+            if now - finished_at(run_dir) >= self.settings.stuck_after_seconds:
+                self.forget(run_dir)
+                self._applied.discard(run_dir)
+        found: list[Change] = []
+        for pid_file in self.root.glob("*/r*/runner.pid"):
+            run_dir = pid_file.parent
+            if run_dir in self._applied or not run_dir.name[1:].isdigit():
+                continue
+            outcome = read_outcome_file(run_dir) or self.lost(run_dir, now)
+            if outcome is None or runner_alive(run_dir):
+                continue
+            found.append(Change(run_dir.parent.name, int(run_dir.name[1:]), outcome))
+        return found
+
+    def lost(self, run_dir: Path, now: float) -> Outcome | None:
+        """A runner that died without leaving its outcome (killed, its host restarted):
+        failed as lost once it has been gone as long as the reconciler waits for a lost
+        worker, so its directory and cgroup are cleaned up like a finished one's."""
+        try:
+            started = (run_dir / "runner.pid").stat().st_mtime
+        except OSError:
+            return None
+        grace = self.settings.stuck_after_seconds + 3 * self.settings.heartbeat_seconds
+        if now - started < grace:
+            return None
+        return Outcome("failed", reason="lost: its runner stopped without recording how the "
+                                        "task ended")
+
+    def applied(self, change: Change) -> None:
+        """The reconciler has recorded ``change`` (or found it recorded): its run directory
+        goes at the next :meth:`changes`."""
+        self._applied.add(self.root / change.task_id / f"r{change.revision}")
+
+    def forget(self, run_dir: Path) -> None:
+        """Remove a finished revision's directory and whatever its runner left behind."""
+        revision = run_dir.name[1:]
+        containment.remove_leftovers(self.settings, f"taskenv-{run_dir.parent.name}-r{revision}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            run_dir.parent.rmdir()  # the task's directory, once its last revision is gone
+        except OSError:
+            pass
 
     def seen(self, workload: Workload) -> Outcome | None:
         """A look at the runner's pid file and /proc: as cheap as a cache, so no cache.
@@ -148,7 +253,7 @@ class LocalLauncher:
                **{k: os.environ[k] for k in RUNNER_PASSES if k in os.environ}}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.launchers.local_runner"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", "workers.local_run"], stdin=subprocess.PIPE,
                 stdout=runner_log, stderr=runner_log, env=env, cwd=run_dir,
                 start_new_session=True)  # its own session: stopping the worker spares it
         finally:
@@ -179,6 +284,48 @@ def sandbox_binary(mode: str) -> str | None:
             f"launcher (TASKENV_LAUNCHER); TASKENV_LOCAL_SANDBOX={UNSAFE} runs steps "
             "unsandboxed, for development only")
     return found
+
+
+def host_slots(settings: Any, client: Any) -> HostSlots:
+    """The run slots of this host (``local_host_name``, or the machine's hostname)."""
+    host = settings.local_host_name or socket.gethostname()
+    lease = 3.0 * int(settings.heartbeat_seconds)  # three missed renewals: the runner is gone
+    return HostSlots(client, settings.key_prefix, host, int(settings.local_max_running), lease)
+
+
+def reserve_seconds(settings: Any) -> float:
+    """How long a slot given to a waiting revision is kept for its launch to arrive."""
+    return float(settings.stuck_after_seconds) + 3.0 * int(settings.heartbeat_seconds)
+
+
+def containment_abilities(settings: Settings, bwrap: str | None
+                          ) -> tuple[containment.Abilities, list[str]]:
+    """What this host can enforce around a sandboxed step; refuses, in ``enforce`` mode,
+    a host that cannot enforce it all (see ``docs/launchers.md``)."""
+    mode = settings.local_containment
+    if mode not in containment.MODES:
+        raise ValueError(f"TASKENV_LOCAL_CONTAINMENT must be one of "
+                         f"{', '.join(containment.MODES)}, not {mode!r}")
+    if bwrap is None:
+        return containment.Abilities(False, False, False), ["no sandbox at all"]
+    abilities, problems = containment.host_abilities(settings)
+    if problems and mode == containment.ENFORCE:
+        raise SandboxUnavailable(
+            "the local launcher cannot contain steps on this host: " + "; ".join(problems)
+            + f" (TASKENV_LOCAL_CONTAINMENT={containment.WARN} runs them anyway, saying so)")
+    if problems:
+        log.warning("TASKENV_LOCAL_CONTAINMENT=warn: local steps run with these limits NOT "
+                    "enforced: %s", "; ".join(problems))
+    return abilities, problems
+
+
+def cgroup_name(workload: Workload) -> str:
+    return f"taskenv-{workload.task_id}-r{workload.revision}"
+
+
+def resources_doc(workload: Workload) -> dict[str, Any]:
+    res = workload.resources
+    return {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus}
 
 
 def step_env(workload: Workload, home: str) -> dict[str, str]:
@@ -245,6 +392,14 @@ def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
     tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
                                "reason": outcome.reason}))
     tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
+
+
+def finished_at(run_dir: Path) -> float:
+    """When the runner in ``run_dir`` left its outcome (0 if the file is gone)."""
+    try:
+        return (run_dir / OUTCOME_FILE).stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def read_outcome_file(run_dir: Path) -> Outcome | None:

@@ -54,6 +54,9 @@ import yaml
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
+from shared.secrets import redact_cut
+from shared.store.logtail import head_only_note, log_budget
+from shared.store.tasks import TaskStore
 from shared.task import manifest
 from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
@@ -86,6 +89,7 @@ class PodmanLauncher:
         self.timeout = timeout
         self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
         self.images_present: set[str] = set()  # local images found; forgotten on a failed play
+        self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
 
     # -- the Launcher interface ------------------------------------------------------
 
@@ -135,11 +139,41 @@ class PodmanLauncher:
             "failed", exit_code=code, reason=f"container exited with {code}")
 
     def logs(self, workload: Workload) -> str | None:
+        """The container's output, read up to the log's budget and no further: one huge
+        line costs this worker what the budget does.  Past it, a line says so."""
         # One pipe for both streams keeps the container's stdout and stderr in order.
-        result = self.podman("logs", self.container_name(workload), stderr=subprocess.STDOUT)
-        if result.returncode != 0:
-            return None
-        return result.stdout
+        code, data = self.read_bounded(["logs", self.container_name(workload)],
+                                       self.log_budget + 1)
+        if len(data) <= self.log_budget:
+            return data.decode(errors="replace") if code == 0 else None
+        head = data[:self.log_budget].decode(errors="ignore")
+        secrets = [v.value for v in workload.env if v.secret]
+        return redact_cut(head, secrets) + head_only_note(self.log_budget)
+
+    def read_bounded(self, args: list[str], most: int) -> tuple[int | None, bytes]:
+        """A podman command's exit code and at most ``most`` bytes of its output; a command
+        that has more to say is stopped (its code is then None)."""
+        try:
+            proc = subprocess.Popen([self.binary, *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            raise LaunchFailed(f"{self.binary} is not installed on this worker") from None
+        assert proc.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        with proc:
+            while size < most and (chunk := os.read(proc.stdout.fileno(), min(65536, most - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+            if size >= most:
+                proc.kill()
+            try:
+                code = proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise TransientError(f"podman {args[0]} did not answer in "
+                                     f"{self.timeout:g}s") from None
+        return (None if size >= most else code), b"".join(chunks)
 
     def cancel(self, workload: Workload) -> None:
         """Stop the pod at once and remove it with its containers; nothing if it is gone."""
@@ -161,7 +195,8 @@ class PodmanLauncher:
         """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""
         job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
         template = job["spec"]["template"]["metadata"]
-        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name))
+        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name,
+                                                  self.manifest_settings.limits(workload)))
         for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             expand_container(container)
         metadata = {"name": workload.run_name, "labels": template.get("labels", {}),

@@ -15,6 +15,7 @@ own environment, which it hands on unchanged.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
@@ -29,6 +30,18 @@ ETC_ENTRIES = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc
                "/etc/ssl", "/etc/ca-certificates", "/etc/localtime")
 ISOLATION = ("--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
              "--uid", str(NOBODY), "--gid", str(NOBODY))
+
+# What /proc tells of the host that a step has no need of: the kernel's symbols, keys and
+# timers, its command line and modules (files: /dev/null over them, unreadable) and the
+# hardware trees (directories: an empty tmpfs over them).  Only what exists is covered:
+# bwrap cannot create a mount point inside /proc.
+PROC_HIDDEN_FILES = ("kallsyms", "kcore", "keys", "key-users", "timer_list", "sched_debug",
+                     "sysrq-trigger", "latency_stats", "modules", "vmallocinfo", "cmdline",
+                     "config.gz", "kmsg", "iomem", "ioports", "slabinfo", "zoneinfo",
+                     "pagetypeinfo", "buddyinfo", "softirqs", "interrupts", "partitions",
+                     "diskstats", "mdstat", "swaps", "mtrr", "dma", "execdomains")
+PROC_HIDDEN_DIRS = ("acpi", "asound", "bus", "driver", "dynamic_debug", "fs", "irq", "scsi",
+                    "sysvipc", "tty", "pressure")
 
 # bwrap always sets PWD to the working directory; a step whose env does not set PWD gets
 # it removed again.  The step's argv follows as the script's arguments: data, never code.
@@ -50,13 +63,31 @@ def workdir_inside(workdir: str | None) -> str:
 
 
 def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
-               binary: str = "bwrap", env_sets_pwd: bool = False) -> list[str]:
-    """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed."""
-    return [binary, *ISOLATION, *system_binds(), "--proc", "/proc", "--dev", "/dev",
+               binary: str = "bwrap", env_sets_pwd: bool = False, *,
+               tmp_bytes: int | None = None, share_net: bool = False) -> list[str]:
+    """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed.
+
+    ``tmp_bytes`` caps the step's /tmp; ``share_net`` keeps the network namespace bwrap
+    was started in (one the runner made), instead of a new one of bwrap's.
+    """
+    return [binary, *ISOLATION, *(["--share-net"] if share_net else []),
+            *system_binds(), "--proc", "/proc", *proc_masks(), "--dev", "/dev",
+            *(["--size", str(tmp_bytes)] if tmp_bytes else []),
             "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own empty /tmp
-            "--bind", str(home), TASK_HOME,
-            "--chdir", workdir_inside(workdir), "--",
+            "--bind", str(home), TASK_HOME, "--chdir", workdir_inside(workdir), "--",
             *([] if env_sets_pwd else DROP_PWD), *step]
+
+
+def proc_masks(proc: str = "/proc") -> list[str]:
+    """Cover the host's entries of /proc that exist here (see :data:`PROC_HIDDEN_FILES`)."""
+    args: list[str] = []
+    for name in PROC_HIDDEN_FILES:
+        if os.path.isfile(f"{proc}/{name}"):
+            args += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in PROC_HIDDEN_DIRS:
+        if os.path.isdir(f"{proc}/{name}"):
+            args += ["--tmpfs", f"/proc/{name}"]
+    return args
 
 
 def system_binds() -> list[str]:

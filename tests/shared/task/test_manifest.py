@@ -18,6 +18,7 @@ import pytest
 from shared.config import Settings
 from shared.policy.model import Resolved
 from shared.task import manifest
+from shared.task.limits import Maxima
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     GPU_RESOURCE,
@@ -101,11 +102,41 @@ def workload(env: list[Resolved] | None = None, **changes: Any) -> Workload:
 
 
 SETTINGS = ManifestSettings(namespace="training", backoff_limit=0)
+LIMITED = ManifestSettings(namespace="training", maxima=Maxima.from_settings(Settings(
+    task_max_memory="8Gi", task_tmp_size="64Mi", task_home_size="256Mi")))
+
+
+def test_the_step_runs_unprivileged_whatever_the_image_says():
+    spec = to_dict(build(workload(), SETTINGS).job)["spec"]["template"]["spec"]
+    context = spec["containers"][0]["securityContext"]
+    assert context["runAsNonRoot"] is True and context["runAsUser"] == 65534
+    assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostNetwork" not in spec and "hostPID" not in spec
+
+
+def test_limits_from_resources_with_defaults_and_size_capped_scratch():
+    job = to_dict(build(workload(resources=Resources(cpu="500m", memory="64Gi")),
+                        LIMITED).job)
+    spec = job["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    bounded = {"cpu": "500m", "memory": str(8 << 30)}  # memory clamped to the maximum
+    assert container["resources"] == {"requests": bounded, "limits": bounded}
+    assert {v["name"]: v["emptyDir"] for v in spec["volumes"]} == {
+        "work": {"medium": "Memory", "sizeLimit": str(256 << 20)},
+        "tmp": {"medium": "Memory", "sizeLimit": str(64 << 20)}}
+    assert {m["mountPath"] for m in container["volumeMounts"]} == {"/home/task", "/tmp"}
+    assert_valid(job)
+    plain = to_dict(build(workload(resources=Resources()), LIMITED).job)
+    assert plain["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "1", "memory": str(2 << 30)}
 
 
 def test_settings_come_from_the_service_settings():
     settings = Settings(kube_namespace="ml", kube_backoff_limit=2, kube_image="r.example/t:1")
-    assert ManifestSettings.from_settings(settings) == ManifestSettings("ml", 2, "r.example/t:1")
+    assert ManifestSettings.from_settings(settings) == ManifestSettings(
+        "ml", 2, "r.example/t:1", Maxima.from_settings(settings))
 
 
 def test_the_job_is_valid_batch_v1_that_never_restarts():
@@ -342,3 +373,19 @@ def test_a_task_without_files_has_no_configmap_and_keeps_its_workdir():
     assert built.config_map is None
     spec = to_dict(built.job)["spec"]["template"]["spec"]
     assert "initContainers" not in spec and "volumes" not in spec
+
+
+def test_a_task_s_files_go_into_its_size_capped_home_copied_by_a_held_in_container():
+    from dataclasses import replace
+
+    from shared.task.files import TaskFile
+
+    w = replace(workload(), files=(TaskFile("prepare.sh", "echo hi\n", 0o755),))
+    spec = to_dict(build(w, LIMITED).job)["spec"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]].count("work") == 1
+    work = next(v for v in spec["volumes"] if v["name"] == "work")
+    assert work["emptyDir"]["sizeLimit"] == str(256 << 20)
+    (copier,) = spec["initContainers"]
+    assert copier["securityContext"]["runAsNonRoot"] is True
+    assert copier["resources"] == spec["containers"][0]["resources"]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]].count("work") == 1
