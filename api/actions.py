@@ -17,6 +17,8 @@ import marshmallow as ma
 from api import project_actions
 from shared.access.projects import CHANGE
 from shared.derived_keys import derived_keys
+from shared.doctor import advice as doctor_advice
+from shared.doctor.checkup import Doctor
 from shared.env import envfile, envlist
 from shared.errors import (
     BadRequest,
@@ -378,15 +380,30 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
     policy = svc.policies.current() if version is None else svc.policies.get(version)
     project = (svc.projects.for_task(owner, data.get("project"), is_admin)
                if owner is not None else data.get("project"))
-    task = {"project": project, "resources": data.get("resources"), "image": data.get("image")}
+    task = {"project": project, "resources": data.get("resources"), "image": data.get("image"),
+            "files": data.get("files") or [], "strict_env": data.get("strict_env", False)}
+    project_policy = svc.policies.project(project)
+    doctor = Doctor(svc.catalog.applying(project, [policy, project_policy]))
     shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
-                               svc.policies.project(project), svc.hooks)
+                               project_policy, svc.hooks, doctor=doctor)
     file_problems = check_files(svc, data.get("files") or [], data["env"])
     if file_problems:  # every problem at once: the files' join the env's
         errors = [Problem(**e) for e in shown["errors"] if e["rule"] != "errors.truncated"]
         shown.update(ok=False, errors=[p.to_dict() for p in
                                        envlist.capped(errors + file_problems)])
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
+
+
+def advice(svc: Services, doc: Doc) -> list[dict[str, Any]]:
+    """The doctor's advice on a task's own variables, for the answer to a creation or a
+    change (the policy stage records it with the revision's warnings); secrets' values
+    are never looked at."""
+    env = [e for e in doc.get("env") or []
+           if isinstance(e.get("name"), str) and isinstance(e.get("value"), str)]
+    catalog = svc.catalog.applying(doc.get("project"), [
+        svc.policies.current(), svc.policies.project(doc.get("project"))])
+    return [p.to_dict() for p in envlist.capped(
+        doctor_advice.advise(envlist.parse(env), catalog))]
 
 
 def save_policy(svc: Services, data: Doc, actor: str,

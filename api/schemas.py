@@ -9,6 +9,8 @@ place decides whether an env list is acceptable.
 
 from __future__ import annotations
 
+from typing import Any
+
 import marshmallow as ma
 from marshmallow import fields, validate
 
@@ -146,6 +148,9 @@ class TaskCreate(Strict):
     files = files_field("The task's own files (scripts, configs), placed in the working "
                         "directory before the first step, which stays writable.",
                         load_default=list)
+    strict_env = StrictBool(load_default=False, metadata={
+        "description": "A variable a script reads with no value and no default rejects "
+                       "the task (a warning otherwise)."})
 
 
 class EnvPatch(Strict):
@@ -252,6 +257,8 @@ class TaskOut(ma.Schema):
     events = fields.List(fields.Nested(Event))
     drift = fields.List(fields.Nested(DriftEntry), allow_none=True)
     pinned_from = fields.Integer(allow_none=True)
+    doctor = fields.Dict(allow_none=True, metadata={
+        "description": "The pre-flight report on the task's scripts, when it has some."})
     rerun_of = fields.Integer(allow_none=True)
     note = fields.String(metadata={"description": "How env changes take effect."})
     files = fields.List(fields.Nested(FileOut), metadata={
@@ -283,6 +290,10 @@ class TaskAccepted(ma.Schema):
     url = fields.String()
     revision = fields.Integer()
     status = fields.String()
+    advice = fields.List(fields.Nested(Problem), metadata={
+        "description": "The doctor's advice on the env as set: likely typos of documented "
+                       "names and values outside their documented ones. Never blocking; "
+                       "the revision's warnings keep it."})
 
 
 class TaskCancelled(TaskAccepted):
@@ -355,6 +366,12 @@ class RuleIn(Strict):
     max_length = fields.Raw()
     description = fields.String(validate=validate.Length(max=1000))
     when = when_field()
+    severity = fields.String(validate=validate.OneOf(["error", "warning"]), metadata={
+        "description": "error (the default) rejects the task; warning only tells its owner."})
+    documented = StrictBool(metadata={
+        "description": "Every variable the rule covers must be documented in the catalog "
+                       "(GET /api/v1/catalog); a name that is not, close to one that is, "
+                       "names the likely one."})
 
 
 class PolicyIn(Strict):
@@ -363,6 +380,9 @@ class PolicyIn(Strict):
     protected = fields.List(fields.Nested(ProtectedIn), required=True)
     on_conflict = fields.String(load_default=REJECT, validate=validate.OneOf(ON_CONFLICT))
     rules = fields.List(fields.Nested(RuleIn), load_default=list)
+    strict_env = StrictBool(load_default=False, metadata={
+        "description": "A variable a task's script reads with no value and no default "
+                       "rejects the task (a warning otherwise)."})
 
 
 class DefaultOut(EnvOut):
@@ -375,6 +395,7 @@ class PolicyOut(ma.Schema):
     defaults = fields.List(fields.Nested(DefaultOut))
     protected = fields.List(fields.Dict())
     rules = fields.List(fields.Dict())
+    strict_env = fields.Boolean()
     on_conflict = fields.String()
     author = fields.String(allow_none=True)
     created_at = Timestamp(allow_none=True)
@@ -422,6 +443,8 @@ class PreviewIn(Strict):
     files = files_field("The task's own files: checked as a new task's would be (paths, "
                         "sizes, no secret value in them); their problems join the env's.",
                         load_default=list)
+    strict_env = StrictBool(load_default=False, metadata={
+        "description": "A script read with no value and no default is an error."})
 
 
 class NotApplied(ma.Schema):
@@ -441,6 +464,9 @@ class PreviewOut(ma.Schema):
         "description": "Conditional entries that do not reach this task, and why."})
     warnings = fields.List(fields.Nested(Problem))
     errors = fields.List(fields.Nested(Problem))
+    doctor = fields.Dict(metadata={
+        "description": "With files: the pre-flight report (scripts read, reads with no "
+                       "value, variables no script reads, reads a default satisfies)."})
 
 
 class RerunIn(Strict):

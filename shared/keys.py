@@ -171,6 +171,22 @@ class Keys:
         (a hash: JSON ``[rule, variable]`` -> count); names only, never a value."""
         return f"{self._insights(day, project)}:rejections"
 
+    def insights_near_misses(self, day: int, project: str | None = None) -> str:
+        """Names the doctor took for typos on one UTC day (a hash: JSON ``[typed, likely]``
+        -> count); names only, never a value."""
+        return f"{self._insights(day, project)}:near_misses"
+
+    # --- the doctor's catalog ------------------------------------------------------------
+
+    def catalog(self, scope: str) -> str:
+        """One layer's edited catalog entries (a hash: name -> JSON entry); ``scope`` is
+        ``platform`` or ``project:<name>``."""
+        return f"{self.prefix}:catalog:{scope}"
+
+    def catalog_settings(self) -> str:
+        """The catalog's settings (a hash): ``builtin`` on or off."""
+        return f"{self.prefix}:catalog-settings"
+
     def insights_project_stem(self, day: int) -> str:
         """What a project's insights keys for ``day`` begin with: the task store's move
         script, which learns the project inside Redis, appends ``<project>:states``."""

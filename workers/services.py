@@ -26,6 +26,7 @@ from shared.access.projects import ProjectStore
 from shared.access.quotas import QuotaCounter, Quotas
 from shared.access.tokens import AuthFailures, TokenStore
 from shared.config import Settings, process_settings
+from shared.doctor.store import CatalogStore
 from shared.env.envlist import Limits
 from shared.keys import Keys
 from shared.policy.hooks import StartupHooks
@@ -58,6 +59,7 @@ class Services:
     auth_failures: AuthFailures
     limits: Limits
     quotas: QuotaCounter
+    catalog: CatalogStore  # the doctor's edited catalog layers
     send: SendToStage
     enqueue: Enqueue
 
@@ -102,6 +104,7 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
         auth_failures=AuthFailures(client, prefix, settings.auth_failures_per_minute),
         limits=Limits.from_settings(settings),
         quotas=QuotaCounter(client, prefix, Quotas.from_settings(settings)),
+        catalog=CatalogStore(client, prefix),
         send=send,
         enqueue=enqueue or functools.partial(send, "validate"),
     )

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from shared.doctor.checkup import Doctor
+from shared.doctor.store import CatalogStore
 from shared.env.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
@@ -54,17 +56,27 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int,
 
 
 def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision: int,
-                 hooks: StartupHooks = DEFAULT_HOOKS) -> bool:
+                 hooks: StartupHooks = DEFAULT_HOOKS,
+                 catalogs: CatalogStore | None = None) -> bool:
     """Resolve with the platform's current policy and, for a task in a project, the
     project's current one (``policies`` is the platform's store, which reaches both);
-    a project's value for a start-up hook name (``hooks``) is withheld."""
+    a project's value for a start-up hook name (``hooks``) is withheld.  With
+    ``catalogs``, the doctor examines the revision too (advice, scripts)."""
     policy = policies.current()
-    doc = _advance(tasks, task_id, revision, states.VALIDATED,
-                   lambda doc: decide_policy(doc, policy, _rerun_of(tasks, doc),
-                                             policies.project(doc.get("project")), hooks))
+
+    def decide(doc: Doc) -> tuple[str, dict[str, Any]]:
+        project = policies.project(doc.get("project"))
+        doctor = None if catalogs is None else Doctor(
+            catalogs.applying(doc.get("project"), [policy, project]))
+        return decide_policy(doc, policy, _rerun_of(tasks, doc), project, hooks,
+                             doctor=doctor)
+
+    doc = _advance(tasks, task_id, revision, states.VALIDATED, decide)
     if doc is None:
         _skip("policy", task_id, revision)
         return False
+    Insights(tasks.r, tasks.keys.prefix).near_misses(doc.get("warnings") or [],
+                                                      doc.get("project"))
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected by policies %s", task_id, revision,
                  doc.get("policy_versions"))

@@ -56,7 +56,8 @@ def validate(task_id: str, revision: int) -> None:
 @app.task(name="taskenv.policy", base=StageTask, time_limit=120)
 def apply_policy(task_id: str, revision: int) -> None:
     ctx = current()
-    if stages.apply_policy(ctx.tasks, ctx.policies, task_id, revision, ctx.hooks):
+    if stages.apply_policy(ctx.tasks, ctx.policies, task_id, revision, ctx.hooks,
+                           ctx.catalog):
         launch.delay(task_id, revision)
 
 

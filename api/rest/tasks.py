@@ -91,7 +91,8 @@ class Tasks(MethodView):
         if key is not None and not 0 < len(key) <= 200:
             raise BadRequest("Idempotency-Key must be 1 to 200 characters")
         doc = actions.create_task(svc(), data, actor(), key)
-        return accepted(doc), 202, {"Location": task_url(doc["id"])}
+        return ({**accepted(doc), "advice": actions.advice(svc(), doc)}, 202,
+                {"Location": task_url(doc["id"])})
 
 
 @blp.route("/<task_id>")
@@ -190,7 +191,8 @@ class TaskEnv(MethodView):
         doc = actions.revise_task(svc(), task_id, actor(), scope(), set_, data["unset"],
                                   "task.env.patch", apply=data["apply"], if_match=if_match(),
                                   files=data["files"])
-        return accepted(doc), 202, {"Location": task_url(task_id)}
+        return ({**accepted(doc), "advice": actions.advice(svc(), doc)}, 202,
+                {"Location": task_url(task_id)})
 
 
 def _dotenv(doc: dict[str, Any], resolved: bool) -> Response:

@@ -76,6 +76,8 @@ class Policy:
     created_at: float | None = None
     scope: str = PLATFORM_SCOPE
     rules: tuple[Rule, ...] = ()
+    # A script read with no value and no default rejects the task instead of warning.
+    strict_env: bool = False
 
     def __post_init__(self) -> None:
         # Plain EnvVar defaults (no condition) are accepted and kept as Default values.
@@ -99,10 +101,11 @@ class Policy:
             created_at=data.get("created_at"),
             scope=data.get("scope") or PLATFORM_SCOPE,
             rules=tuple(Rule.from_dict(r) for r in data.get("rules") or []),
+            strict_env=bool(data.get("strict_env", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": self.version,
             "defaults": [d.to_dict() for d in self.defaults],
             "protected": [p.to_dict() for p in self.protected],
@@ -112,6 +115,9 @@ class Policy:
             "scope": self.scope,
             "rules": [r.to_dict() for r in self.rules],
         }
+        if self.strict_env:  # said only when set: versions written before it read the same
+            out["strict_env"] = True
+        return out
 
 
 def _as_default(entry: EnvVar) -> Default:
@@ -212,6 +218,9 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
         problems.append(Problem(
             rule="policy.on_conflict", field="on_conflict",
             message=f"on_conflict must be one of {', '.join(ON_CONFLICT)}"))
+    if not isinstance(data.get("strict_env", False), bool):
+        problems.append(Problem(rule="policy.strict_env", field="strict_env",
+                                message="strict_env must be true or false"))
     problems += check_rule_entries(data.get("rules"))
     return problems + values_against_rules(data, valid_rules(data.get("rules")), "this policy's")
 
@@ -362,7 +371,9 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
     # carries no meaning for values: references are never expanded (see shared.task.manifest).
     result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
     for layer in layers:
-        result.errors += check_rules(result.variables, layer.rules, task, _scope_name(layer))
+        for rule in layer.rules:  # a rule's severity says where what it finds goes
+            found = check_rules(result.variables, [rule], task, _scope_name(layer))
+            (result.warnings if rule.severity == "warning" else result.errors).extend(found)
     return result
 
 

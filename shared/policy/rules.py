@@ -21,7 +21,9 @@ from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap
 
 RULE_KEYS = ("name", "required", "allowed", "pattern", "min", "max", "max_length",
-             "description", "when")
+             "description", "when", "severity", "documented")
+# "error" rejects the task (as rules always did); "warning" only tells its owner.
+SEVERITIES = ("error", "warning")
 MAX_PATTERN_CHARS = 1000
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False  # an admin's typo is a Problem, not a line on stderr
@@ -47,6 +49,10 @@ class Rule:
     max_length: int | None = None
     description: str = ""
     when: When | None = None
+    severity: str = "error"
+    # Every variable the rule covers must be documented in the catalog that applies to the
+    # task (checked by the doctor, which holds the catalog): advice made binding.
+    documented: bool = False
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rule:
@@ -55,7 +61,9 @@ class Rule:
                    allowed=tuple(allowed) if allowed is not None else None,
                    pattern=data.get("pattern"), min=data.get("min"), max=data.get("max"),
                    max_length=data.get("max_length"), description=data.get("description") or "",
-                   when=When.from_dict(data.get("when")))
+                   when=When.from_dict(data.get("when")),
+                   severity=data.get("severity") or "error",
+                   documented=bool(data.get("documented", False)))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name}
@@ -70,6 +78,10 @@ class Rule:
             out["description"] = self.description
         if self.when is not None:
             out["when"] = self.when.to_dict()
+        if self.severity != "error":
+            out["severity"] = self.severity
+        if self.documented:
+            out["documented"] = True
         return out
 
     def covers(self, name: str) -> bool:
@@ -257,6 +269,10 @@ def _check_types(entry: Mapping[str, Any], where: str, label: str | None) -> lis
     wrong: list[tuple[str, str]] = []
     if not isinstance(entry.get("required", False), bool):
         wrong.append(("required", "true or false"))
+    if not isinstance(entry.get("documented", False), bool):
+        wrong.append(("documented", "true or false"))
+    if entry.get("severity", "error") not in SEVERITIES:
+        wrong.append(("severity", f"one of {', '.join(SEVERITIES)}"))
     allowed = entry.get("allowed")
     if allowed is not None and not (isinstance(allowed, list)
                                     and all(isinstance(v, str) for v in allowed)):

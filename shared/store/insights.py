@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -31,6 +32,15 @@ log = logging.getLogger(__name__)
 DAY = 86400
 KEEP_SECONDS = 8 * DAY  # a week of whole days, plus the day in progress
 NAME_CAP = 128  # a rejected name may be anything a user typed: count its beginning only
+
+
+NEAR_MISS_RULES = ("doctor.near_miss", "rule.documented")
+_DID_YOU_MEAN = re.compile(r"did you mean ([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _likely(problem: Mapping[str, Any]) -> str:
+    found = _DID_YOU_MEAN.search(str(problem.get("message") or ""))
+    return found.group(1)[:NAME_CAP] if found else ""
 
 
 def day_of(now: float) -> int:
@@ -55,6 +65,15 @@ class Insights:
         pairs = {json.dumps([str(p.get("rule") or ""), str(p.get("variable") or "")[:NAME_CAP]])
                  for p in problems}
         self._bump(self.keys.insights_rejections, sorted(pairs), project, now)
+
+    def near_misses(self, problems: Iterable[Mapping[str, Any]], project: str | None,
+                    now: float | None = None) -> None:
+        """The doctor's near-misses of one revision: each (typed, likely) pair counts once.
+        The likely name is the variable the message names first after "did you mean"."""
+        pairs = {json.dumps([str(p.get("variable") or "")[:NAME_CAP], _likely(p)])
+                 for p in problems if p.get("rule") in NEAR_MISS_RULES}
+        if pairs:
+            self._bump(self.keys.insights_near_misses, sorted(pairs), project, now)
 
     def _bump(self, key_of: Any, fields: list[str], project: str | None,
               now: float | None) -> None:
@@ -85,6 +104,14 @@ class Insights:
         top = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
         return [{"rule": rule, "variable": variable or None, "count": count}
                 for (rule, variable), count in ((json.loads(f), c) for f, c in top)]
+
+    def top_near_misses(self, days: int, project: str | None = None,
+                        now: float | None = None, limit: int = 10) -> list[dict[str, Any]]:
+        """The names most often taken for typos, most first, with the likely name."""
+        found = self._sum(self.keys.insights_near_misses, days, project, now)
+        top = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return [{"typed": typed, "likely": likely or None, "count": count}
+                for (typed, likely), count in ((json.loads(f), c) for f, c in top)]
 
     def _sum(self, key_of: Any, days: int, project: str | None,
              now: float | None) -> Counter[str]:

@@ -21,7 +21,8 @@ from shared.task import states
 NOTE = ("A running container's env cannot change: a change to the env makes a new "
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
-_RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason")
+_RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason",
+                  "doctor")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
                  "cancelled_at", "apply", "policy_versions")
@@ -43,8 +44,9 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "name": data["name"], "owner": owner, "image": data.get("image"),
         "workdir": data.get("workdir"), "steps": data["steps"],
         "resources": data.get("resources"), "env": list(data.get("env", [])),
-        "files": task_files.stored(data.get("files") or []), "revision": 1,
-        "state": states.PENDING, "created_at": now, "updated_at": now,
+        "files": task_files.stored(data.get("files") or []),
+        **({"strict_env": True} if data.get("strict_env") else {}),
+        "revision": 1, "state": states.PENDING, "created_at": now, "updated_at": now,
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
         "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
         "events": [{"at": now, "revision": 1, "state": states.PENDING}],
@@ -120,7 +122,7 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "reason": doc.get("reason"), "created_at": doc["created_at"],
         "updated_at": doc["updated_at"], "events": doc.get("events", []), "note": NOTE,
         "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
-        "rerun_of": doc.get("rerun_of"),
+        "rerun_of": doc.get("rerun_of"), "doctor": doc.get("doctor"),
         "files": task_files.summary(doc.get("files") or []),
     }
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shared.config import DEFAULT_IMAGE
+from shared.doctor.checkup import Doctor, Findings, examine
 from shared.env import envlist
 from shared.env.envlist import Limits
 from shared.errors import Problem
@@ -59,13 +60,16 @@ def policy_problems(doc: dict[str, Any], policy: Policy, project: Policy | None,
 
 def decide_policy(doc: dict[str, Any], policy: Policy,
                   earlier: dict[str, Any] | None = None, project: Policy | None = None,
-                  hooks: StartupHooks = DEFAULT_HOOKS) -> Decision:
+                  hooks: StartupHooks = DEFAULT_HOOKS, doctor: Doctor | None = None
+                  ) -> Decision:
     """``earlier``: the revision a rerun started from; its resolved env is compared with
     this one's, variable by variable (the drift report).  ``project``: the current policy
     of the task's project, the layer under the platform's ``policy``; ``hooks``: the
-    start-up hook names only the platform's policy may give a value."""
+    start-up hook names only the platform's policy may give a value.  ``doctor``: the
+    catalog that applies; its advice joins the warnings (see :mod:`shared.doctor`)."""
     result = _resolution(doc, policy, project, hooks)
-    state, decided = _policy_decision(doc, policy, result)
+    state, decided = _policy_decision(doc, policy, result,
+                                      _examined(doc, result, policy, project, doctor))
     if earlier is not None and earlier.get("resolved") is not None:
         decided["drift"] = revisions.drift(earlier["resolved"],
                                            [v.to_dict() for v in result.variables],
@@ -76,7 +80,8 @@ def decide_policy(doc: dict[str, Any], policy: Policy,
 def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits,
             task: Mapping[str, Any] | None = None,
             project: Policy | None = None,
-            hooks: StartupHooks = DEFAULT_HOOKS) -> dict[str, Any]:
+            hooks: StartupHooks = DEFAULT_HOOKS,
+            doctor: Doctor | None = None) -> dict[str, Any]:
     """What a new task with this env would get: both stages' decisions, nothing stored.
 
     ``task`` holds the facts conditions look at (``project``, ``resources``, ``image``);
@@ -95,10 +100,14 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
                 "errors": checked["errors"]}
     doc.update(checked)
     result = _resolution(doc, policy, project, hooks)
-    state, decided = _policy_decision(doc, policy, result)
-    return {"ok": state == states.RESOLVED, **shown,
-            "variables": [v.to_dict() for v in result.variables],
-            "warnings": decided["warnings"], "errors": decided.get("errors", [])}
+    state, decided = _policy_decision(doc, policy, result,
+                                      _examined(doc, result, policy, project, doctor))
+    out = {"ok": state == states.RESOLVED, **shown,
+           "variables": [v.to_dict() for v in result.variables],
+           "warnings": decided["warnings"], "errors": decided.get("errors", [])}
+    if "doctor" in decided:
+        out["doctor"] = decided["doctor"]
+    return out
 
 
 def draft_resolution(doc: dict[str, Any], policy: Policy, project: Policy | None,
@@ -140,12 +149,25 @@ def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = No
                           facts_of(doc), hooks)
 
 
-def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution) -> Decision:
+def _examined(doc: dict[str, Any], result: Resolution, policy: Policy,
+              project: Policy | None, doctor: Doctor | None) -> Findings:
+    if doctor is None:
+        return Findings()
+    return examine(doc, result, _layers(policy, project), doctor, facts_of(doc))
+
+
+def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution,
+                     found: Findings | None = None) -> Decision:
     # The validation stage's warnings are capped already; at most one more cap's worth here.
-    common = {"policy_version": policy.version, "policy_versions": result.versions,
-              "warnings": doc["warnings"] + _stored(result.warnings)}
-    if not result.ok:
-        return states.REJECTED, {"errors": _stored(result.errors), **common}
+    found = found or Findings()
+    common: dict[str, Any] = {
+        "policy_version": policy.version, "policy_versions": result.versions,
+        "warnings": doc["warnings"] + _stored(result.warnings + found.warnings)}
+    if found.report is not None:
+        common["doctor"] = found.report
+    errors = result.errors + found.errors
+    if errors:
+        return states.REJECTED, {"errors": _stored(errors), **common}
     return states.RESOLVED, {"resolved": [v.to_dict() for v in result.variables], **common}
 
 

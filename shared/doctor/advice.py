@@ -1,0 +1,219 @@
+"""Advice on an env list against the catalog: likely typos and values outside the docs.
+
+Pure functions.  Advice never blocks by itself: each finding is a warning (a
+:class:`~shared.errors.Problem` whose rule starts with ``doctor.``), unless a policy rule
+with ``documented: true`` and severity ``error`` covers the name (see ``documented``).
+A secret's value is never looked at: whether it is one of the documented values would
+tell something about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from shared.doctor.catalog import HF_FALSE, HF_TRUE, Catalog, Entry
+from shared.errors import Problem
+
+NEAR_MISS = "doctor.near_miss"
+VALUE = "doctor.value"
+MAX_SHOWN = 40  # characters of a value quoted in a message
+
+
+class Valued(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def secret(self) -> bool: ...
+
+
+# --- names -----------------------------------------------------------------------------------
+
+def distance(a: str, b: str, limit: int = 3) -> int:
+    """Edit distance with adjacent transpositions (``DEBGU`` is one edit from ``DEBUG``);
+    anything above ``limit`` comes back as ``limit + 1`` (cheap early exit)."""
+    if abs(len(a) - len(b)) > limit:
+        return limit + 1
+    before: list[int] | None = None
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            current[j] = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + cost)
+            if (before is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2]
+                    and a[i - 2] == b[j - 1]):
+                current[j] = min(current[j], before[j - 2] + 1)
+        if min(current) > limit:
+            return limit + 1
+        before, row = row, current
+    return row[-1]
+
+
+def allowed_edits(name: str) -> int:
+    """How many edits still make a likely typo: one for short names, two from eight
+    characters on (``LR`` and ``LN`` are different variables; ``NCCL_DEBGU`` is a typo)."""
+    return 2 if len(name) >= 8 else 1
+
+
+def family(name: str) -> str:
+    """The family prefix of a name: ``NCCL`` of ``NCCL_DEBUG``; the name itself without one."""
+    return name.split("_", 1)[0]
+
+
+def initials(name: str) -> str:
+    """``LR`` of ``LEARNING_RATE``: what an abbreviation of a long name looks like."""
+    parts = [p for p in name.split("_") if p]
+    return "".join(p[0] for p in parts) if len(parts) > 1 else ""
+
+
+def likely(name: str, known: Iterable[str], same_family: bool = True,
+           abbreviations: bool = False) -> list[str]:
+    """The known names ``name`` most likely meant, closest first (at most three); none
+    when ``name`` is itself known.  Same family prefix (unless ``same_family`` is off),
+    within :func:`allowed_edits`; with ``abbreviations``, a name whose initials are
+    ``name`` (or the other way round) counts too."""
+    known = list(known)
+    if name in known:
+        return []
+    limit = allowed_edits(name)
+    upper = name.upper()
+    scored: list[tuple[int, str]] = []
+    for other in known:
+        if same_family and family(other) != family(name):
+            continue
+        if other.upper() == upper:  # same name, other case: the likeliest of all
+            scored.append((0, other))
+            continue
+        edits = distance(name, other, limit)
+        if edits <= limit:
+            scored.append((edits, other))
+        elif abbreviations and (upper == initials(other)
+                                   or initials(name) == other.upper()):
+            scored.append((limit + 1, other))
+    return [other for _, other in sorted(scored)[:3]]
+
+
+def near_misses(names: Iterable[str], catalog: Catalog) -> list[Problem]:
+    """A warning for each name the catalog does not document but is close to one it does."""
+    known = catalog.names()
+    problems: list[Problem] = []
+    for name in dict.fromkeys(names):
+        if name in catalog:
+            continue
+        guesses = likely(name, known)
+        if guesses:
+            problems.append(near_miss(name, guesses, catalog))
+    return problems
+
+
+def near_miss(name: str, guesses: Sequence[str], catalog: Catalog,
+              rule: str = NEAR_MISS, note: str = "") -> Problem:
+    best = catalog.get(guesses[0])
+    about = f" ({best.description})" if best is not None and best.description else ""
+    others = f"; or {', '.join(guesses[1:])}" if len(guesses) > 1 else ""
+    return Problem(rule=rule, variable=name,
+                   message=f"{name} is not a documented variable: did you mean "
+                           f"{guesses[0]}{about}{others}? Set as typed, it is likely "
+                           f"ignored{note}")
+
+
+# --- values ----------------------------------------------------------------------------------
+
+def value_warnings(variables: Iterable[Valued], catalog: Catalog) -> list[Problem]:
+    """A warning for each documented variable whose value is outside what its source states."""
+    problems: list[Problem] = []
+    for var in variables:
+        entry = catalog.get(var.name)
+        if entry is None or var.secret:
+            continue
+        why = outside(entry, var.value)
+        if why:
+            where = f" ({entry.source})" if entry.source else ""
+            problems.append(Problem(rule=VALUE, variable=var.name,
+                                    message=f"{var.name}: the value {_shown(var.value)} {why}"
+                                            f"{where}"))
+    return problems
+
+
+def outside(entry: Entry, value: str) -> str | None:
+    """Why ``value`` is outside ``entry``'s documented values or type; None if it is not."""
+    check = _CHECKS.get(entry.type)
+    return check(entry, value) if check is not None else None
+
+
+def _enum(entry: Entry, value: str) -> str | None:
+    if not entry.values or _member(entry, value.strip()):
+        return None
+    return f"is not one of the documented values {_listing(entry.values)}"
+
+
+def _list(entry: Entry, value: str) -> str | None:
+    wrong = [item for item in value.split(",") if not _member(entry, item.strip())]
+    if not entry.values or not wrong:
+        return None
+    return (f"has {_listing(tuple(wrong))}, not among the documented values "
+            f"{_listing(entry.values)}")
+
+
+def _options(entry: Entry, value: str) -> str | None:
+    """``key:value,key:value``: each key must be a documented option."""
+    problems: list[str] = []
+    for item in (i.strip() for i in value.split(",") if i.strip()):
+        key, colon, _ = item.partition(":")
+        if not colon:
+            problems.append(f"{item!r} is not of the form option:value")
+        elif entry.values and key.strip() not in entry.values:
+            guesses = likely(key.strip(), entry.values, same_family=False)
+            hint = f" (did you mean {guesses[0]}?)" if guesses else ""
+            problems.append(f"{key.strip()!r} is not a documented option{hint}")
+    if not problems:
+        return None
+    return "has " + "; ".join(problems) + f"; documented options: {_listing(entry.values)}"
+
+
+def _number(entry: Entry, value: str) -> str | None:
+    try:
+        number = int(value.strip()) if entry.type == "int" else float(value.strip())
+    except ValueError:
+        return f"is not {'a whole number' if entry.type == 'int' else 'a number'}"
+    if entry.min is not None and number < entry.min:
+        return f"is below the documented minimum {entry.min:g}"
+    if entry.max is not None and number > entry.max:
+        return f"is above the documented maximum {entry.max:g}"
+    return None
+
+
+def _hf_bool(entry: Entry, value: str) -> str | None:
+    if value.strip().upper() in HF_TRUE + HF_FALSE:
+        return None
+    return (f"is read as false: only {', '.join(HF_TRUE)} (any case) mean true")
+
+
+def _member(entry: Entry, value: str) -> bool:
+    if entry.case_insensitive:
+        return value.upper() in {v.upper() for v in entry.values}
+    return value in entry.values
+
+
+_CHECKS: dict[str, Any] = {"enum": _enum, "list": _list, "options": _options, "int": _number,
+                           "float": _number, "hf_bool": _hf_bool}
+
+
+def _listing(values: tuple[str, ...]) -> str:
+    shown = ", ".join(values[:12])
+    return shown + (f" (and {len(values) - 12} more)" if len(values) > 12 else "")
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= MAX_SHOWN else value[:MAX_SHOWN] + "...")
+
+
+# --- all of it ---------------------------------------------------------------------------------
+
+def advise(variables: Sequence[Valued], catalog: Catalog) -> list[Problem]:
+    """Every warning for these variables: near-misses first, then values."""
+    return near_misses((v.name for v in variables), catalog) + value_warnings(variables,
+                                                                               catalog)

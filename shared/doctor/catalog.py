@@ -1,0 +1,228 @@
+"""The catalog of documented variables: what a name means and which values it takes.
+
+Layers, like the policy's: the built-in catalog shipped with taskenv (``catalog.json``,
+facts from each variable's upstream documentation), then the platform's entries and a
+project's, which admins and maintainers edit, then what the policies themselves say of
+a name (a rule's description and allowed values, a protected entry's reason, a
+default).  A higher layer's entry for a name replaces a lower one's.  Everything here
+is pure; the entries an admin wrote live in :mod:`shared.doctor.store`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from shared.errors import Problem
+
+TYPES = ("string", "path", "url", "enum", "list", "options", "int", "float", "hf_bool")
+# Highest precedence last: a later layer's entry for a name replaces an earlier one's.
+LAYERS = ("builtin", "platform", "project", "policy")
+ENTRY_KEYS = ("name", "description", "type", "values", "case_insensitive", "min", "max",
+              "source")
+# What one entry may hold: an entry is a tenant's data stored by the platform.
+MAX_DESCRIPTION = 500
+MAX_SOURCE = 500
+MAX_VALUES = 100
+MAX_VALUE_CHARS = 200
+MAX_NAME_CHARS = 200
+# huggingface_hub reads these (any case) as true; any other value is false.
+HF_TRUE = ("1", "ON", "YES", "TRUE")
+HF_FALSE = ("0", "OFF", "NO", "FALSE", "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One documented variable."""
+
+    name: str
+    description: str = ""
+    type: str = "string"
+    values: tuple[str, ...] = ()
+    case_insensitive: bool = False
+    min: float | None = None
+    max: float | None = None
+    source: str = ""
+    layer: str = "builtin"
+    scope: str | None = None  # "platform" or "project:<name>" for an edited or policy entry
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], layer: str = "builtin",
+                  scope: str | None = None) -> Entry:
+        return cls(name=data["name"], description=data.get("description") or "",
+                   type=data.get("type") or "string",
+                   values=tuple(data.get("values") or ()),
+                   case_insensitive=bool(data.get("case_insensitive", False)),
+                   min=data.get("min"), max=data.get("max"), source=data.get("source") or "",
+                   layer=layer, scope=scope)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "description": self.description,
+                               "type": self.type, "layer": self.layer}
+        if self.values:
+            out["values"] = list(self.values)
+        if self.case_insensitive:
+            out["case_insensitive"] = True
+        for key in ("min", "max"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.source:
+            out["source"] = self.source
+        if self.scope is not None:
+            out["scope"] = self.scope
+        return out
+
+    def stored(self) -> dict[str, Any]:
+        """The entry as its layer stores it (without where it was found)."""
+        out = self.to_dict()
+        out.pop("layer")
+        out.pop("scope", None)
+        return out
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The entries that apply to one task, by name."""
+
+    entries: Mapping[str, Entry] = field(default_factory=dict)
+
+    def get(self, name: str) -> Entry | None:
+        return self.entries.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def names(self) -> list[str]:
+        return sorted(self.entries)
+
+    def listing(self) -> list[dict[str, Any]]:
+        return [self.entries[n].to_dict() for n in self.names()]
+
+
+@lru_cache(maxsize=1)
+def builtin() -> tuple[Entry, ...]:
+    """The catalog shipped with taskenv, read once per process."""
+    text = resources.files("shared.doctor").joinpath("catalog.json").read_text("utf-8")
+    return tuple(Entry.from_dict(e) for e in json.loads(text)["entries"])
+
+
+def layered(*layers: Iterable[Entry]) -> Catalog:
+    """The catalog of ``layers``, lowest first: a later entry for a name replaces the
+    earlier one."""
+    found: dict[str, Entry] = {}
+    for layer in layers:
+        for entry in layer:
+            found[entry.name] = entry
+    return Catalog(found)
+
+
+def from_policies(policies: Sequence[Any]) -> list[Entry]:
+    """What the policies themselves document: a rule naming one variable (not a glob)
+    with a description or allowed values, a protected entry's reason, each default.
+
+    A rule's ``allowed`` values are the policy's to enforce; here they only describe."""
+    found: dict[str, Entry] = {}
+    for policy in policies:  # highest scope first: a lower (closer) layer's note wins
+        for default in policy.defaults:
+            found[default.name] = Entry(default.name, f"a default of {policy.scope}",
+                                        layer="policy", scope=policy.scope)
+        for held in policy.protected:
+            found[held.name] = Entry(held.name, held.reason or f"protected by {policy.scope}",
+                                     layer="policy", scope=policy.scope)
+        for rule in policy.rules:
+            if _is_glob(rule.name) or not (rule.description or rule.allowed):
+                continue
+            base = found.get(rule.name)
+            found[rule.name] = Entry(
+                rule.name, rule.description or (base.description if base else ""),
+                type="enum" if rule.allowed else "string", values=tuple(rule.allowed or ()),
+                min=rule.min, max=rule.max, layer="policy", scope=policy.scope)
+    return list(found.values())
+
+
+def applying(builtin_on: bool, platform: Iterable[Entry], project: Iterable[Entry],
+             policies: Sequence[Any] = ()) -> Catalog:
+    """Every layer that applies to a task, the built-in one unless an admin switched it off."""
+    return layered(builtin() if builtin_on else (), platform, project, from_policies(policies))
+
+
+def _is_glob(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+# --- checking an entry an admin or maintainer writes ----------------------------------------
+
+def check_entry(data: Mapping[str, Any], where: str = "entry") -> list[Problem]:
+    """Every reason an edited entry cannot be stored, each naming the field and the limit."""
+    name = data.get("name")
+    label = name if isinstance(name, str) else None
+    problems = [Problem(rule="catalog.invalid", field=f"{where}.{key}", variable=label,
+                        message=f"{where}: unknown key {key!r}; an entry has "
+                                f"{', '.join(ENTRY_KEYS)}")
+                for key in data if key not in ENTRY_KEYS]
+    if not (isinstance(name, str) and name and len(name) <= MAX_NAME_CHARS
+            and "=" not in name and name.isprintable() and not _is_glob(name)):
+        problems.append(Problem(
+            rule="catalog.name", field=f"{where}.name", variable=label,
+            message=f"{where}: a catalog entry names one variable (printable, no '=', no "
+                    f"glob, at most {MAX_NAME_CHARS} characters)"))
+    problems += _text_limits(data, where, label)
+    problems += _typed_limits(data, where, label)
+    return problems
+
+
+def _text_limits(data: Mapping[str, Any], where: str, label: str | None) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, limit in (("description", MAX_DESCRIPTION), ("source", MAX_SOURCE)):
+        value = data.get(key, "")
+        if not isinstance(value, str):
+            problems.append(Problem(rule="catalog.invalid", field=f"{where}.{key}",
+                                    variable=label, message=f"{where}.{key} must be a string"))
+        elif len(value) > limit:
+            problems.append(Problem(rule=f"catalog.{key}_length", field=f"{where}.{key}",
+                                    variable=label, limit=limit,
+                                    message=f"{label}: {key} is {len(value)} characters long; "
+                                            f"at most {limit} are allowed"))
+    return problems
+
+
+def _typed_limits(data: Mapping[str, Any], where: str, label: str | None) -> list[Problem]:
+    problems: list[Problem] = []
+    kind = data.get("type", "string")
+    if kind not in TYPES:
+        problems.append(Problem(rule="catalog.type", field=f"{where}.type", variable=label,
+                                message=f"{where}.type must be one of {', '.join(TYPES)}"))
+    values = data.get("values", [])
+    if not (isinstance(values, list) and all(isinstance(v, str) for v in values)):
+        problems.append(Problem(rule="catalog.invalid", field=f"{where}.values", variable=label,
+                                message=f"{where}.values must be a list of strings"))
+    elif len(values) > MAX_VALUES or any(len(v) > MAX_VALUE_CHARS for v in values):
+        problems.append(Problem(
+            rule="catalog.values_limit", field=f"{where}.values", variable=label,
+            limit=MAX_VALUES, message=f"{label}: at most {MAX_VALUES} values of at most "
+                                      f"{MAX_VALUE_CHARS} characters each"))
+    for key in ("min", "max"):
+        bound = data.get(key)
+        if bound is not None and not (isinstance(bound, int | float)
+                                      and not isinstance(bound, bool) and math.isfinite(bound)):
+            problems.append(Problem(rule="catalog.invalid", field=f"{where}.{key}",
+                                    variable=label, message=f"{where}.{key} must be a number"))
+    if not isinstance(data.get("case_insensitive", False), bool):
+        problems.append(Problem(rule="catalog.invalid", field=f"{where}.case_insensitive",
+                                variable=label,
+                                message=f"{where}.case_insensitive must be true or false"))
+    return problems
+
+
+def edited(data: Mapping[str, Any], scope: str) -> Entry:
+    """A checked entry as its layer keeps it."""
+    layer = "platform" if scope == "platform" else "project"
+    return replace(Entry.from_dict(data, layer, scope))

@@ -1,0 +1,160 @@
+"""The pre-flight report: the task's scripts, read statically, against its resolved env.
+
+Three findings, each naming the file and line:
+
+- a read the resolved env does not satisfy and the script has no default for (the job
+  would die with a ``KeyError``, or run on ``None``), with the resolved names it may have
+  meant: a warning, or an error where the task or a policy asks for ``strict_env``;
+- a variable the task sets that no script reads (a possible typo on either side);
+- a read satisfied by a platform or project default, with the layer that set it.
+
+Variables that only exist at run time (the platform's identity, torchrun's and the
+schedulers' per-replica variables, the process basics such as ``PATH``) are known and
+never reported missing.  Variables the built-in catalog documents are read by libraries
+(NCCL, CUDA, PyTorch...), not by the scripts: they are never reported as unread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from shared.doctor.advice import likely
+from shared.doctor.catalog import Catalog
+from shared.doctor.scripts import Read, Reading, read
+from shared.errors import Problem
+
+MISSING = "doctor.script_unset"
+UNREAD = "doctor.script_unread"
+UNREADABLE = "doctor.script_unreadable"
+RUNTIME = (
+    "TASK_*",  # the platform's identity variables
+    "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_*", "PET_*",
+    "OMPI_COMM_WORLD_*", "PMI_*", "SLURM_*", "SKYPILOT_*", "JOB_COMPLETION_INDEX",
+    "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "KUBERNETES_*", "HOSTNAME",
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "TERM", "LANG",
+    "LC_*", "TZ", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_*", "IFS", "PS1",
+    "BASH_*", "RANDOM", "SECONDS", "LINENO", "UID", "EUID", "PPID", "HOSTTYPE", "OSTYPE",
+)
+MAX_FINDINGS = 200  # per kind: a report's size never depends on the scripts' size
+
+
+def runtime_only(name: str) -> bool:
+    """A variable the container gets at run time, whatever the task sets."""
+    return any(fnmatchcase(name, pattern) for pattern in RUNTIME)
+
+
+@dataclass
+class Report:
+    """What the doctor found in the task's scripts."""
+
+    scripts: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[dict[str, Any]] = field(default_factory=list)
+    unread: list[dict[str, Any]] = field(default_factory=list)
+    from_defaults: list[dict[str, Any]] = field(default_factory=list)
+    unknowable: list[dict[str, Any]] = field(default_factory=list)
+    strict: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strict": self.strict, "scripts": self.scripts, "missing": self.missing,
+                "unread": self.unread, "from_defaults": self.from_defaults,
+                "unknowable": self.unknowable}
+
+    def problems(self) -> list[Problem]:
+        """The findings that need a person: missing reads, unread variables, scripts
+        the doctor could not read."""
+        found = [Problem(rule=MISSING, variable=m["name"], message=m["message"])
+                 for m in self.missing]
+        found += [Problem(rule=UNREAD, variable=u["name"], message=u["message"])
+                  for u in self.unread]
+        found += [Problem(rule=UNREADABLE, field=s["path"],
+                          message=f"{s['path']}: {s['error']}; the doctor did not read it")
+                  for s in self.scripts if s.get("error")]
+        return found
+
+
+def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str, Any]],
+              catalog: Catalog, strict: bool = False) -> Report:
+    """The report for ``files`` (``{path, content}``) against the resolved env (records'
+    ``resolved`` entries: name, source, scope)."""
+    report = Report(strict=strict)
+    by_name = {v["name"]: v for v in resolved}
+    readings: list[tuple[str, Reading]] = []
+    for f in files:
+        path, content = str(f.get("path", "")), f.get("content")
+        if not isinstance(content, str):
+            continue
+        reading = read(path, content)
+        if reading.language is None:
+            continue
+        readings.append((path, reading))
+        report.scripts.append(_summary(path, reading))
+    if not readings:
+        return report
+    own = set().union(*(r.sets for _, r in readings))
+    for path, reading in readings:
+        for found in reading.reads:
+            _judge(report, path, found, by_name, own)
+        report.unknowable += [{"path": path, "line": u.line, "expression": u.expression,
+                               "message": f"{path} line {u.line} reads a variable whose name "
+                                          f"is built at run time ({u.expression}): the "
+                                          "doctor cannot tell which"}
+                              for u in reading.unknowable]
+    read_names = set().union(*(r.names() for _, r in readings))
+    _unread(report, resolved, read_names, catalog,
+            unknowable=any(r.unknowable for _, r in readings))
+    for kind in ("missing", "unread", "from_defaults", "unknowable"):
+        setattr(report, kind, getattr(report, kind)[:MAX_FINDINGS])
+    return report
+
+
+def _summary(path: str, reading: Reading) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": path, "language": reading.language,
+                           "reads": sorted(reading.names())}
+    if reading.error:
+        out["error"] = reading.error
+    return out
+
+
+def _judge(report: Report, path: str, found: Read, by_name: Mapping[str, Mapping[str, Any]],
+           own: set[str]) -> None:
+    where = f"{path} line {found.line}"
+    inside = f" (inside {found.function}(), which counts whether or not it is called)" \
+        if found.function else ""
+    var = by_name.get(found.name)
+    if var is not None:
+        if var.get("source") in ("default", "protected"):
+            layer = var.get("scope") or "platform"
+            report.from_defaults.append({
+                "path": path, "line": found.line, "name": found.name, "source": var["source"],
+                "scope": layer, "message": f"{where} reads {found.name}: set by a "
+                                           f"{var['source']} of {layer}"})
+        return
+    if found.default or found.name in own or runtime_only(found.name):
+        return
+    guesses = likely(found.name, list(by_name), same_family=False, abbreviations=True)
+    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+    report.missing.append({
+        "path": path, "line": found.line, "name": found.name, "function": found.function,
+        "suggestions": guesses,
+        "message": f"{where} reads {found.name}{inside}, which this task does not set and "
+                   f"the script gives no default{hint}"})
+
+
+def _unread(report: Report, resolved: Sequence[Mapping[str, Any]], read_names: set[str],
+            catalog: Catalog, unknowable: bool) -> None:
+    builtin = {e for e in catalog.names() if catalog.entries[e].layer == "builtin"}
+    note = ("; a name built at run time may still read it" if unknowable else "")
+    for var in resolved:
+        name = var["name"]
+        if (var.get("source") != "user" or name in read_names or name in builtin
+                or runtime_only(name)):
+            continue
+        guesses = likely(name, sorted(read_names), same_family=False, abbreviations=True)
+        hint = f"; the scripts read {' or '.join(guesses)}" if guesses else ""
+        report.unread.append({"name": name, "suggestions": guesses,
+                              "message": f"{name} is set by the task but no script reads it "
+                                         f"(a typo?){hint}{note}"})

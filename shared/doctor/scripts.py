@@ -1,0 +1,330 @@
+"""A static reading of the variables a task's scripts read: nothing is ever executed.
+
+Python is read with the standard library's ``ast``: ``os.environ[...]``,
+``os.environ.get(name, default)``, ``os.getenv(name, default)``, ``.setdefault``,
+``.pop`` and ``name in os.environ``, through ``import os as ...`` and
+``from os import environ/getenv`` aliases.  A name built at run time
+(``os.environ["LR_" + stage]``) is reported as unknowable, never guessed.  A read
+inside a function counts wherever the function is, called or not: whether it is called
+is a question of run time.
+
+Shell is read with tree-sitter's bash grammar (MIT licensed; ``bashlex``, GPL, is not a
+dependency a permissively licensed service can have): ``$NAME``, ``${NAME}``, and the
+``${NAME:-default}``/``${NAME-default}``/``${NAME:=default}`` forms, which have a
+default.  Quotes are the grammar's own: a single-quoted ``'$NAME'`` and a comment read
+nothing.  A name the script assigns anywhere (``NAME=...``, ``export``, ``read``,
+``for NAME in``) is its own, not the task's; order is not followed.
+
+Readings are cached by content digest (a bounded LRU): a preview typed a character at
+a time reads each script once.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_SCRIPT_BYTES = 1024 * 1024  # larger files are not read (and say so)
+CACHE_SIZE = 512
+SHELL_SUFFIXES = (".sh", ".bash")
+DEFAULT_OPERATORS = {":-", "-", ":=", "=", ":+", "+"}  # "+" forms read nothing if unset
+
+
+@dataclass(frozen=True)
+class Read:
+    """One place a script reads a variable."""
+
+    name: str
+    line: int
+    default: bool  # the script says what to do when it is unset
+    function: str | None = None  # the enclosing function, if any
+
+
+@dataclass(frozen=True)
+class Unknowable:
+    """A read whose name is built at run time."""
+
+    line: int
+    expression: str
+
+
+@dataclass(frozen=True)
+class Reading:
+    language: str | None  # "python", "shell", or None: not a script the doctor reads
+    reads: tuple[Read, ...] = ()
+    unknowable: tuple[Unknowable, ...] = ()
+    sets: frozenset[str] = frozenset()  # names the script assigns itself
+    error: str | None = None  # why it could not be read
+
+    def names(self) -> set[str]:
+        return {r.name for r in self.reads}
+
+
+@dataclass
+class _Cache:
+    """A bounded LRU of readings by (language, content digest), shared by threads."""
+
+    size: int = CACHE_SIZE
+    entries: OrderedDict[tuple[str, str], Reading] = field(default_factory=OrderedDict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    hits: int = 0
+    misses: int = 0
+
+    def get(self, key: tuple[str, str]) -> Reading | None:
+        with self.lock:
+            found = self.entries.get(key)
+            if found is not None:
+                self.entries.move_to_end(key)
+                self.hits += 1
+            else:
+                self.misses += 1
+            return found
+
+    def put(self, key: tuple[str, str], reading: Reading) -> None:
+        with self.lock:
+            self.entries[key] = reading
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.hits = self.misses = 0
+
+
+CACHE = _Cache()
+
+
+def language_of(path: str, content: str) -> str | None:
+    """Which reader a file needs: by its suffix, else by its ``#!`` line."""
+    lower = path.lower()
+    if lower.endswith(".py"):
+        return "python"
+    if lower.endswith(SHELL_SUFFIXES):
+        return "shell"
+    first = content.split("\n", 1)[0]
+    if first.startswith("#!"):
+        if "python" in first:
+            return "python"
+        if re.search(r"\b(ba|da|k|z)?sh\b", first):
+            return "shell"
+    return None
+
+
+def read(path: str, content: str) -> Reading:
+    """What the script at ``path`` reads; cached by content."""
+    language = language_of(path, content)
+    if language is None:
+        return Reading(None)
+    if len(content.encode(errors="replace")) > MAX_SCRIPT_BYTES:
+        return Reading(language, error=f"larger than {MAX_SCRIPT_BYTES} bytes: not read")
+    key = (language, hashlib.sha256(content.encode(errors="replace")).hexdigest())
+    cached = CACHE.get(key)
+    if cached is not None:
+        return cached
+    reading = read_python(content) if language == "python" else read_shell(content)
+    CACHE.put(key, reading)
+    return reading
+
+
+# --- Python ------------------------------------------------------------------------------
+
+def read_python(source: str) -> Reading:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError) as error:
+        line = getattr(error, "lineno", None)
+        return Reading("python", error=f"not valid Python (line {line}): "
+                                       f"{error.__class__.__name__}")
+    visitor = _PythonReads()
+    visitor.visit(tree)
+    return Reading("python", tuple(visitor.reads), tuple(visitor.unknowable),
+                   frozenset(visitor.sets))
+
+
+class _PythonReads(ast.NodeVisitor):
+    """Collects reads of ``os.environ`` and ``os.getenv``, whatever they are imported as."""
+
+    def __init__(self) -> None:
+        self.os_names = {"os"}
+        self.environ_names: set[str] = set()
+        self.getenv_names: set[str] = set()
+        self.reads: list[Read] = []
+        self.unknowable: list[Unknowable] = []
+        self.sets: set[str] = set()
+        self.functions: list[str] = []
+        self.subscripts_written: set[int] = set()
+
+    # imports ---------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name == "os":
+                self.os_names.add(alias.asname or "os")
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module == "os":
+            for alias in node.names:
+                if alias.name == "environ":
+                    self.environ_names.add(alias.asname or "environ")
+                elif alias.name == "getenv":
+                    self.getenv_names.add(alias.asname or "getenv")
+
+    # scopes ----------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.functions.append(node.name)
+        self.generic_visit(node)
+        self.functions.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    # reads -----------------------------------------------------------------------------
+    def _is_environ(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.environ_names
+        return (isinstance(node, ast.Attribute) and node.attr == "environ"
+                and isinstance(node.value, ast.Name) and node.value.id in self.os_names)
+
+    def _is_getenv(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in self.getenv_names
+        return (isinstance(node, ast.Attribute) and node.attr == "getenv"
+                and isinstance(node.value, ast.Name) and node.value.id in self.os_names)
+
+    def _record(self, key: ast.AST | None, line: int, default: bool) -> None:
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            self.reads.append(Read(key.value, line, default,
+                                   self.functions[-1] if self.functions else None))
+        elif key is not None:
+            self.unknowable.append(Unknowable(line, _text(key)))
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:  # os.environ["X"] = ...: the script sets X itself
+            if isinstance(target, ast.Subscript) and self._is_environ(target.value):
+                self.subscripts_written.add(id(target))
+                key = target.slice
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    self.sets.add(key.value)
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if self._is_environ(node.value) and id(node) not in self.subscripts_written:
+            # os.environ["X"]: a KeyError when unset (a del or an assignment is no read)
+            if isinstance(node.ctx, ast.Load):
+                self._record(node.slice, node.lineno, default=False)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        key = node.args[0] if node.args else _keyword(node, "key")
+        if self._is_getenv(func):
+            self._record(key, node.lineno, default=len(node.args) > 1 or
+                         _keyword(node, "default") is not None)
+        elif isinstance(func, ast.Attribute) and self._is_environ(func.value):
+            if func.attr in ("get", "pop"):
+                self._record(key, node.lineno, default=len(node.args) > 1)
+            elif func.attr == "setdefault":
+                self._record(key, node.lineno, default=True)
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    self.sets.add(key.value)
+        self.generic_visit(node)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        # "X" in os.environ: the script checks, so it has its own answer when unset
+        if (len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn)
+                and self._is_environ(node.comparators[0])):
+            self._record(node.left, node.lineno, default=True)
+        self.generic_visit(node)
+
+
+def _keyword(node: ast.Call, name: str) -> ast.AST | None:
+    return next((k.value for k in node.keywords if k.arg == name), None)
+
+
+def _text(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+# --- shell -------------------------------------------------------------------------------
+
+def _parser() -> Any:
+    """tree-sitter's bash parser, made once per thread (a parser is not thread-safe)."""
+    local = _LOCAL
+    if not hasattr(local, "parser"):
+        import tree_sitter
+        import tree_sitter_bash
+
+        local.parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    return local.parser
+
+
+_LOCAL = threading.local()
+
+
+def read_shell(source: str) -> Reading:
+    tree = _parser().parse(source.encode(errors="replace"))
+    reads: list[Read] = []
+    unknowable: list[Unknowable] = []
+    sets: set[str] = set()
+    stack: list[tuple[Any, str | None]] = [(tree.root_node, None)]
+    while stack:
+        node, function = stack.pop()
+        kind = node.type
+        if kind == "function_definition":
+            name = node.child_by_field_name("name")
+            function = _node_text(name) if name is not None else function
+        elif kind in ("simple_expansion", "expansion"):
+            _shell_read(node, function, reads, unknowable)
+        elif kind == "variable_assignment":
+            name = node.child_by_field_name("name")
+            if name is not None and name.type == "variable_name":
+                sets.add(_node_text(name))
+        elif kind == "declaration_command":  # export X, local X, declare X
+            sets.update(_node_text(c) for c in node.children if c.type == "variable_name")
+        elif kind in ("for_statement", "command"):
+            sets.update(_assigned_by(node))
+        stack.extend((child, function) for child in reversed(node.children))
+    reads.sort(key=lambda r: (r.line, r.name))
+    return Reading("shell", tuple(reads), tuple(unknowable), frozenset(sets),
+                   error="could not be parsed in full" if tree.root_node.has_error else None)
+
+
+def _shell_read(node: Any, function: str | None, reads: list[Read],
+                unknowable: list[Unknowable]) -> None:
+    children = node.children
+    names = [c for c in children if c.type == "variable_name"]
+    line = node.start_point[0] + 1
+    if not names:  # $1, $@, $?: positional and special parameters
+        return
+    text = _node_text(names[0])
+    operators = {_node_text(c) for c in children if not c.is_named}
+    if "!" in operators:  # ${!ref}: the name read is ref's value
+        unknowable.append(Unknowable(line, _node_text(node)))
+        return
+    default = bool(operators & DEFAULT_OPERATORS) or "#" in operators  # ${#X}: a length
+    if NAME.fullmatch(text):
+        reads.append(Read(text, line, default, function))
+
+
+def _assigned_by(node: Any) -> set[str]:
+    """``for NAME in`` and ``read NAME``: names the script gives a value itself."""
+    if node.type == "for_statement":
+        variable = node.child_by_field_name("variable")
+        return {_node_text(variable)} if variable is not None else set()
+    name = node.child_by_field_name("name")
+    if name is None or _node_text(name) != "read":
+        return set()
+    return {_node_text(c) for c in node.children[1:]
+            if c.type == "word" and NAME.fullmatch(_node_text(c))}
+
+
+def _node_text(node: Any) -> str:
+    raw = node.text
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)

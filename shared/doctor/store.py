@@ -1,0 +1,105 @@
+"""The edited layers of the catalog in Redis: the platform's entries and each project's.
+
+One hash per layer (name -> JSON entry) and one small settings hash; reading what
+applies to a task is one round trip (a pipeline of three ``HGETALL``/``HGET``), whatever
+the number of tasks.  Each layer holds at most :data:`MAX_ENTRIES` entries of bounded
+size (``catalog.check_entry``): a maintainer cannot make the platform hold more.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from shared.policy.model import project_scope
+from shared.doctor.catalog import Catalog, Entry, applying, check_entry, edited
+from shared.errors import EnvInvalid, NotFound, Problem
+from shared.keys import Keys
+from shared.redis_conn import as_text
+
+MAX_ENTRIES = 500
+PLATFORM = "platform"
+
+_PUT = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
+   and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+
+class CatalogInvalid(EnvInvalid):
+    """A catalog entry that cannot be stored."""
+
+    code = "catalog_invalid"
+
+
+class CatalogStore:
+    def __init__(self, client: redis.Redis, prefix: str = "taskenv",
+                 max_entries: int = MAX_ENTRIES) -> None:
+        self.r = client
+        self.keys = Keys(prefix)
+        self.max_entries = max_entries
+        self._put = client.register_script(_PUT)
+
+    # --- settings ----------------------------------------------------------------------
+
+    def builtin_on(self) -> bool:
+        return as_text(self.r.hget(self.keys.catalog_settings(), "builtin") or "on") != "off"
+
+    def set_builtin(self, on: bool) -> None:
+        self.r.hset(self.keys.catalog_settings(), "builtin", "on" if on else "off")
+
+    # --- entries -----------------------------------------------------------------------
+
+    def put(self, scope: str, data: Mapping[str, Any]) -> Entry:
+        """Store one entry in ``scope``'s layer (replacing one of the same name)."""
+        problems = check_entry(data)
+        if problems:
+            raise CatalogInvalid("the catalog entry cannot be stored", problems)
+        entry = edited(data, scope)
+        stored = self._put(keys=[self.keys.catalog(scope)],
+                           args=[entry.name, json.dumps(entry.stored()), self.max_entries])
+        if not int(stored):  # type: ignore[arg-type]
+            raise CatalogInvalid("the catalog is full", [Problem(
+                rule="catalog.max_entries", variable=entry.name, limit=self.max_entries,
+                message=f"{entry.name}: the {scope} catalog already holds {self.max_entries} "
+                        "entries, the most one layer may hold; delete one first")])
+        return entry
+
+    def delete(self, scope: str, name: str) -> None:
+        if not self.r.hdel(self.keys.catalog(scope), name):
+            raise NotFound(f"no catalog entry {name} in the {scope} catalog")
+
+    def layer(self, scope: str) -> list[Entry]:
+        return self._entries(self.r.hgetall(self.keys.catalog(scope)), scope)
+
+    def layers(self, project_scope: str | None) -> tuple[bool, list[Entry], list[Entry]]:
+        """Whether the built-in catalog is on, the platform's entries and the project's
+        (none for a task in no project), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hget(self.keys.catalog_settings(), "builtin")
+        pipe.hgetall(self.keys.catalog(PLATFORM))
+        if project_scope is not None:
+            pipe.hgetall(self.keys.catalog(project_scope))
+        found = pipe.execute()
+        on = as_text(found[0] or "on") != "off"
+        project = self._entries(found[2], project_scope) if project_scope else []
+        return on, self._entries(found[1], PLATFORM), project
+
+    @staticmethod
+    def _entries(raw: Any, scope: str | None) -> list[Entry]:
+        layer = "platform" if scope == PLATFORM else "project"
+        return [Entry.from_dict(json.loads(v), layer, scope)
+                for _, v in sorted((as_text(k), v) for k, v in (raw or {}).items())]
+
+    def applying(self, project: str | None, policies: Any = ()) -> Catalog:
+        """The catalog that applies to a task of ``project`` under ``policies`` (the
+        layers, highest scope first)."""
+        on, platform, own = self.layers(project_scope(project) if project else None)
+        return applying(on, platform, own, [p for p in policies if p is not None])
