@@ -12,7 +12,7 @@ from flask import Flask
 
 from api import auth, errors, health, metrics
 from api.console import app as console
-from api.rest import admin, policy, preview, projects, revisions, tasks
+from api.rest import admin, catalog, policy, preview, projects, revisions, tasks
 from shared.config import Settings
 from workers.services import Enqueue, build_services
 
@@ -46,7 +46,7 @@ def create_app(test_config: Mapping[str, Any] | None = None,
     auth.init_app(app)
     console.init_app(app)  # the web console: its sessions and its blueprint
     api = errors.TaskenvApi(app)
-    for module in (tasks, revisions, policy, projects, preview, admin):
+    for module in (tasks, revisions, policy, projects, preview, admin, catalog):
         api.register_blueprint(module.blp)
     app.register_blueprint(health.bp)
     return app

@@ -82,7 +82,7 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
     upper = name.upper()
     scored: list[tuple[int, str]] = []
     for other in known:
-        if same_family and family(other) != family(name):
+        if same_family and family(other).upper() != family(name).upper():
             continue
         if other.upper() == upper:  # same name, other case: the likeliest of all
             scored.append((0, other))

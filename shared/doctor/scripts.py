@@ -59,7 +59,9 @@ class Reading:
     language: str | None  # "python", "shell", or None: not a script the doctor reads
     reads: tuple[Read, ...] = ()
     unknowable: tuple[Unknowable, ...] = ()
-    sets: frozenset[str] = frozenset()  # names the script assigns itself
+    # Names the script handles itself: it assigns them, or tests whether they are set
+    # ("X" in os.environ) before reading them.
+    sets: frozenset[str] = frozenset()
     error: str | None = None  # why it could not be read
 
     def names(self) -> set[str]:
@@ -240,6 +242,8 @@ class _PythonReads(ast.NodeVisitor):
         if (len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn)
                 and self._is_environ(node.comparators[0])):
             self._record(node.left, node.lineno, default=True)
+            if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
+                self.sets.add(node.left.value)
         self.generic_visit(node)
 
 

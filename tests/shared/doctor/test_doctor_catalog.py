@@ -1,0 +1,107 @@
+"""The built-in catalog and its layers: every entry sourced, no two names a typo apart."""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from shared.doctor import advice
+from shared.doctor.catalog import (
+    LAYERS,
+    TYPES,
+    Entry,
+    applying,
+    builtin,
+    check_entry,
+    from_policies,
+    layered,
+)
+from shared.doctor.store import CatalogInvalid, CatalogStore
+from shared.errors import NotFound
+from shared.policy.model import Policy
+
+FAMILIES = ("NCCL", "CUDA", "TORCH", "PYTORCH", "OMP", "MKL", "HF", "TRANSFORMERS", "WANDB",
+            "TF", "XLA")
+
+
+def test_every_builtin_entry_is_sourced_described_and_typed() -> None:
+    entries = builtin()
+    assert len(entries) >= 60
+    for entry in entries:
+        assert entry.source.startswith("https://"), entry.name
+        assert entry.description and len(entry.description) <= 200, entry.name
+        assert entry.type in TYPES, entry.name
+        if entry.type in ("enum", "list", "options"):
+            assert entry.values, entry.name
+    assert {advice.family(e.name) for e in entries} == set(FAMILIES)
+    assert len({e.name for e in entries}) == len(entries)  # each name once
+
+
+def test_no_catalog_name_is_a_near_miss_of_another() -> None:
+    """Otherwise one documented name would be taken for a typo of the other."""
+    names = [e.name for e in builtin()]
+    catalog = layered(builtin())
+    assert advice.near_misses(names, catalog) == []
+    for name in names:
+        others = [n for n in names if n != name]
+        assert advice.likely(name, others) == [], name
+
+
+def test_layers_replace_lower_ones_and_the_builtin_can_be_switched_off() -> None:
+    platform = [Entry("NCCL_DEBUG", "ours", "enum", ("WARN",), layer="platform")]
+    project = [Entry("LR", "learning rate", layer="project", scope="project:vision")]
+    on = applying(True, platform, project)
+    assert on.get("NCCL_DEBUG") == platform[0]
+    assert on.get("LR") is not None and on.get("CUDA_LAUNCH_BLOCKING") is not None
+    off = applying(False, platform, project)
+    assert off.names() == ["LR", "NCCL_DEBUG"]
+    assert LAYERS[0] == "builtin"
+
+
+def test_policies_document_their_rules_protected_entries_and_defaults() -> None:
+    platform = Policy.from_dict({
+        "scope": "platform", "defaults": [{"name": "DATA_DIR", "value": "/data"}],
+        "protected": [{"name": "NCCL_IB_HCA", "value": "mlx5", "reason": "our fabric"}],
+        "rules": [{"name": "PRECISION", "allowed": ["bf16", "fp32"],
+                   "description": "training precision"},
+                  {"name": "NCCL_*", "pattern": ".*"}]})
+    found = {e.name: e for e in from_policies([platform])}
+    assert set(found) == {"DATA_DIR", "NCCL_IB_HCA", "PRECISION"}  # a glob names nothing
+    assert found["PRECISION"].values == ("bf16", "fp32")
+    assert found["NCCL_IB_HCA"].description == "our fabric"
+
+
+@pytest.mark.parametrize(("data", "rule"), [
+    ({"name": "X", "type": "colour"}, "catalog.type"),
+    ({"name": "NCCL_*"}, "catalog.name"),
+    ({"name": "A=B"}, "catalog.name"),
+    ({"name": "X", "description": "d" * 501}, "catalog.description_length"),
+    ({"name": "X", "values": ["v"] * 101}, "catalog.values_limit"),
+    ({"name": "X", "min": "low"}, "catalog.invalid"),
+    ({"name": "X", "colour": "red"}, "catalog.invalid"),
+])
+def test_an_entry_breaking_a_limit_is_refused_naming_it(data: dict[str, object],
+                                                         rule: str) -> None:
+    problems = check_entry(data)
+    assert rule in {p.rule for p in problems}
+
+
+def test_store_round_trip_bounds_and_settings() -> None:
+    store = CatalogStore(fakeredis.FakeRedis(decode_responses=True), max_entries=2)
+    store.put("platform", {"name": "A", "description": "a"})
+    store.put("platform", {"name": "B"})
+    store.put("platform", {"name": "A", "description": "again"})  # replacing fits
+    with pytest.raises(CatalogInvalid) as refused:
+        store.put("platform", {"name": "C"})
+    assert refused.value.problems[0].rule == "catalog.max_entries"
+    assert refused.value.problems[0].variable == "C" and refused.value.problems[0].limit == 2
+    store.put("project:vision", {"name": "C"})  # each layer has its own bound
+    on, platform, project = store.layers("project:vision")
+    assert on and [e.name for e in platform] == ["A", "B"] and project[0].layer == "project"
+    assert platform[0].description == "again"
+    store.set_builtin(False)
+    assert not store.builtin_on()
+    assert "NCCL_DEBUG" not in store.applying("vision")
+    store.delete("platform", "A")
+    with pytest.raises(NotFound):
+        store.delete("platform", "A")
