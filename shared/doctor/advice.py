@@ -53,14 +53,21 @@ def distance(a: str, b: str, limit: int = 3) -> int:
 
 
 def allowed_edits(name: str) -> int:
-    """How many edits still make a likely typo: one for short names, two from eight
-    characters on (``LR`` and ``LN`` are different variables; ``NCCL_DEBGU`` is a typo)."""
-    return 2 if len(name) >= 8 else 1
+    """How many edits still make a likely typo: none up to three characters (``LR`` and
+    ``LN`` are different variables), one up to seven, two from eight on (``NCCL_DEBGU``)."""
+    return 0 if len(name) <= 3 else 2 if len(name) >= 8 else 1
 
 
 def family(name: str) -> str:
     """The family prefix of a name: ``NCCL`` of ``NCCL_DEBUG``; the name itself without one."""
     return name.split("_", 1)[0]
+
+
+def of_one_family(a: str, b: str) -> bool:
+    """Both of one library's prefix; two one-word names (``PRECISION``) are of one family."""
+    if "_" not in a.strip("_") and "_" not in b.strip("_"):
+        return True
+    return family(a).upper() == family(b).upper()
 
 
 def initials(name: str) -> str:
@@ -82,7 +89,7 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
     upper = name.upper()
     scored: list[tuple[int, str]] = []
     for other in known:
-        if same_family and family(other).upper() != family(name).upper():
+        if same_family and not of_one_family(name, other):
             continue
         if other.upper() == upper:  # same name, other case: the likeliest of all
             scored.append((0, other))

@@ -62,10 +62,10 @@ class Entry:
                    layer=layer, scope=scope)
 
     def to_dict(self) -> dict[str, Any]:
+        # "values" always: a mapping's own .values() must never stand in for a missing key
         out: dict[str, Any] = {"name": self.name, "description": self.description,
-                               "type": self.type, "layer": self.layer}
-        if self.values:
-            out["values"] = list(self.values)
+                               "type": self.type, "values": list(self.values),
+                               "layer": self.layer}
         if self.case_insensitive:
             out["case_insensitive"] = True
         for key in ("min", "max"):
