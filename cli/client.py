@@ -199,6 +199,22 @@ class Client:
     def policy_impact(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", "/policy/impact", json=body)
 
+    # the doctor's catalog
+    def catalog(self, project: str | None = None) -> dict[str, Any]:
+        return self.json("GET", "/catalog", params={"project": project} if project else {})
+
+    def put_catalog_entry(self, name: str, body: dict[str, Any],
+                          project: str | None = None) -> dict[str, Any]:
+        return self.json("PUT", f"/catalog/entries/{segment(name)}", json=body,
+                         params={"project": project} if project else {})
+
+    def delete_catalog_entry(self, name: str, project: str | None = None) -> None:
+        self.call("DELETE", f"/catalog/entries/{segment(name)}",
+                  params={"project": project} if project else {})
+
+    def put_catalog_settings(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.json("PUT", "/catalog/settings", json=body)
+
     # tokens
     def create_token(self, owner: str, role: str) -> dict[str, Any]:
         return self.json("POST", "/tokens", json={"owner": owner, "role": role})

@@ -10,6 +10,7 @@ import click
 from cli import render
 from cli.app import App
 from cli.commands.admin import policy, tokens
+from cli.commands.catalog import catalog
 from cli.commands.env import env
 from cli.commands.login import login
 from cli.commands.task import cancel, diff, rerun, revisions, show
@@ -38,7 +39,7 @@ def taskenv(ctx: click.Context, url: str | None, token: str | None,
 
 
 for command in (login, submit, show, logs, list_tasks, cancel, rerun, revisions, diff, preview,
-                env, policy, tokens):
+                env, policy, tokens, catalog):
     taskenv.add_command(command)
 
 

@@ -271,3 +271,24 @@ def revisions_table(items: Iterable[dict[str, Any]]) -> Table:
             when(r.get("made_at")), when(r.get("started_at")), when(r.get("ended_at")),
             "" if r.get("exit_code") is None else r["exit_code"], r.get("policy_version"))
     return grid
+
+
+def catalog_table(entries: Iterable[dict[str, Any]]) -> Table:
+    grid = table("name", "values", "layer", "description", "source")
+    for e in entries:
+        kind = e.get("type") or "string"
+        values = ", ".join(e.get("values") or []) or kind
+        row(grid, e.get("name"), values, e.get("scope") or e.get("layer"),
+            e.get("description"), e.get("source") or "")
+    return grid
+
+
+def print_doctor(out: Console, report: dict[str, Any] | None) -> None:
+    """The pre-flight report on the task's scripts, on stderr beside the warnings."""
+    if not report:
+        return
+    read = ", ".join(s.get("path", "") for s in report.get("scripts") or [])
+    out.print(line(f"doctor: read {read or 'no script'}", style="bold"))
+    for kind, style in (("from_defaults", ""), ("unknowable", "yellow")):
+        for item in report.get(kind) or []:
+            out.print(Text(f"  {shown(item.get('message', ''))}", style=style))

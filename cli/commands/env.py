@@ -75,6 +75,7 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[s
 def print_accepted(app: App, accepted: dict[str, Any]) -> None:
     app.err.print(render.line(f"task {accepted['id']}: revision {accepted['revision']} "
                               f"{accepted['status']} ({REVISION_NOTE})"))
+    render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
 
 
 @env.command("set")

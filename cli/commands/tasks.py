@@ -24,6 +24,7 @@ def write_stdout(text: str) -> None:
 
 def report(app: App, doc: dict[str, Any]) -> Exit:
     """The outcome of a final revision, on stderr; its exit code."""
+    render.print_doctor(app.err, doc.get("doctor"))
     render.print_problems(app.err, "warnings:", doc.get("warnings") or [], style="yellow")
     status = doc["status"]
     if status == "rejected":
@@ -63,6 +64,7 @@ def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str,
     """
     body = taskfile.body(task_file, env_file, secrets)
     accepted = app.client().create_task(body, idempotency_key)
+    render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
     if not follow:
         click.echo(render.shown(accepted["id"]))
         return Exit.SUCCEEDED
@@ -113,19 +115,35 @@ def list_tasks(app: App, status: str | None) -> int:
 @click.option("--env-file", type=existing_file, help="A .env file added to the task's env.")
 @click.option("--policy-version", type=click.IntRange(min=0),
               help="Preview against this policy version instead of the current one.")
+@click.option("--script", "scripts", multiple=True, type=existing_file,
+              help="A script the task runs (Python or shell), read by the doctor, never "
+                   "run; repeatable.")
+@click.option("--strict-env", is_flag=True,
+              help="A variable a script reads with no value and no default is an error.")
 @pass_app
 def preview(app: App, task_file: Path, env_file: Path | None,
-            policy_version: int | None) -> int:
+            policy_version: int | None, scripts: tuple[Path, ...], strict_env: bool) -> int:
     """Show the env a task from TASK_FILE would get; nothing is created.
 
-    Exits 2 when validation or the policy would reject the env.
+    With --script, the doctor reads each script against that env: each variable a script
+    reads that the task does not set, each it sets that no script reads.  Exits 2 when
+    validation or the policy would reject the env.
     """
     body = taskfile.body(task_file, env_file)
-    result = app.client().preview({"name": body.get("name") or "preview", "env": body["env"],
-                                   "policy_version": policy_version,
-                                   **({"files": body["files"]} if body.get("files") else {})})
+    asked: dict[str, Any] = {"name": body.get("name") or "preview", "env": body["env"],
+                             "policy_version": policy_version}
+    # The task file's own files, and the scripts named with --script (read, never run);
+    # sent only when there are some: a server without them still answers.
+    files = list(body.get("files") or []) + [
+        {"path": p.name, "content": p.read_text(errors="replace")} for p in scripts]
+    if files:
+        asked["files"] = files
+    if strict_env:
+        asked["strict_env"] = True
+    result = app.client().preview(asked)
     app.out.print(render.env_table(result.get("variables") or [],
                                    title=f"policy version {result.get('policy_version')}"))
+    render.print_doctor(app.err, result.get("doctor"))
     render.print_problems(app.err, "warnings:", result.get("warnings") or [], style="yellow")
     render.print_problems(app.err, "the env would be rejected:", result.get("errors") or [])
     return Exit.SUCCEEDED if result.get("ok") else Exit.REJECTED
