@@ -12,7 +12,7 @@ from shared.access.tokens import SessionStore
 def init_app(app: Flask) -> None:
     """Server-side sessions in Redis (the cookie holds an id only) and the blueprint."""
     # Route modules join ``bp`` when imported: every one of them, here and nowhere else.
-    from api.console import insights, live, pages, policy  # noqa: F401
+    from api.console import catalog, insights, live, pages, policy  # noqa: F401
 
     services = app.extensions["taskenv"]
     settings = services.settings

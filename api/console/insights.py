@@ -1,9 +1,10 @@
 """Where users hit the policy: counts for admins and project maintainers.
 
-Tasks by state over the last day and the last week, and the rules and protected
-variables that rejected the most tasks, by name (never a value), from the per-day
-counters of :mod:`shared.store.insights`: the page reads at most fourteen small hashes
-whatever the number of tasks.  Admins see every task, or one project's with
+Tasks by state over the last day and the last week, the rules and protected
+variables that rejected the most tasks, and the names the doctor most often took for a
+typo of a documented one, by name (never a value), from the per-day counters of
+:mod:`shared.store.insights`: the page reads at most twenty-one small hashes whatever
+the number of tasks.  Admins see every task, or one project's with
 ``?project=``; a maintainer sees the projects they maintain.
 """
 
@@ -43,8 +44,10 @@ def insights() -> Any:
     counters = svc().tasks.insights
     by_state = {label: counters.states(days, project) for label, days in WINDOWS}
     rejections = {label: counters.rejections(days, project) for label, days in WINDOWS}
+    near_misses = {label: counters.top_near_misses(days, project) for label, days in WINDOWS}
     return page("insights.html", project=project, choices=choices, windows=WINDOWS,
-                by_state=by_state, rejections=rejections, states=states.ALL)
+                by_state=by_state, rejections=rejections, near_misses=near_misses,
+                states=states.ALL)
 
 
 @bp.context_processor

@@ -343,6 +343,9 @@ def new_task_page(typed: dict[str, Any], rows: list[dict[str, Any]], form_id: st
                 errors=errors or {}, error=error, file_rows=file_rows)
 
 
+DOCTOR_RULES = ("doctor.", "rule.documented")
+
+
 @bp.get("/ui/tasks/<task_id>")
 def task(task_id: str) -> Any:
     """The task, with its env editor, rerun and cancel for those who may change it; its
@@ -375,7 +378,16 @@ def task_page(doc: dict[str, Any], status: int = 200,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
                 errors=errors or {}, error=error, read_only=read_only,
                 running=view["status"] in (states.LAUNCHING, states.RUNNING),
-                final=view["status"] in states.FINAL)
+                final=view["status"] in states.FINAL, advice_by_name=advice_by_name(view))
+
+
+def advice_by_name(view: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The doctor's warnings by the variable they name, shown beside each env row."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for p in view.get("warnings") or []:
+        if str(p.get("rule", "")).startswith(DOCTOR_RULES) and p.get("variable"):
+            found.setdefault(p["variable"], []).append(p)
+    return found
 
 
 def revision_record(doc: dict[str, Any], number: int) -> dict[str, Any]:
