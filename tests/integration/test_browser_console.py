@@ -144,8 +144,8 @@ def pages_of(stack: Stack, token: str, admin: bool) -> dict[str, str]:
     found = {"tasks": "/ui/tasks", "new": "/ui/tasks/new", "task": f"/ui/tasks/{ok['id']}",
              "task-revision-1": f"/ui/tasks/{ok['id']}?revision=1",
              "rejected": f"/ui/tasks/{bad['id']}", "diff": f"/ui/tasks/{ok['id']}/diff",
-             "projects": "/ui/projects", "missing": "/ui/tasks/" + "0" * 32,
-             "unknown": "/ui/no/such/page"}
+             "projects": "/ui/projects", "catalog": "/ui/catalog",
+             "missing": "/ui/tasks/" + "0" * 32, "unknown": "/ui/no/such/page"}
     if admin:
         found |= {"policy": "/ui/policy", "insights": "/ui/insights",
                   "project-policy": "/ui/projects/axe/policy"}
