@@ -1,0 +1,72 @@
+"""The doctor through the installed ``taskenv`` script on a running stack: a maintainer
+documents a variable in the project's catalog, a member previews a task with its
+scripts and is told what they read that the task lacks, then submits it and reads the
+advice; a stranger can neither read nor edit the project's catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import Stack
+from tests.integration.test_cli import taskenv
+
+pytestmark = pytest.mark.integration
+
+CORPUS = Path(__file__).parents[1] / "shared" / "doctor" / "corpus"
+TASK_YAML = """\
+name: doctor-demo
+project: lab
+steps:
+  - [python3, -c, "print('ran')"]
+env:
+  - {name: BATCH_SZ, value: "64"}
+  - {name: WARMUP_STEPZ, value: "100"}
+"""
+
+
+@pytest.fixture(scope="module")
+def tokens(stack: Stack) -> dict[str, str]:
+    made = stack.call("POST", "/api/v1/projects", json={
+        "name": "lab", "members": ["mia"], "maintainers": ["max"]})
+    assert made.status_code == 201, made.text
+    return {name: stack.new_token(name) for name in ("mia", "max", "sly")}
+
+
+def test_catalog_preview_and_submit_from_the_terminal(stack: Stack, tokens: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    documented = taskenv(stack, tokens["max"], "catalog", "set", "WARMUP_STEPS",
+                         "--project", "lab", "--type", "int", "--min", "0",
+                         "--description", "optimizer warm-up steps")
+    assert documented.returncode == 0, documented.stderr
+    listed = taskenv(stack, tokens["mia"], "catalog", "list", "--project", "lab",
+                     "--layer", "project")
+    assert "WARMUP_STEPS" in listed.stdout and "project:lab" in listed.stdout
+
+    task = tmp_path / "task.yaml"
+    task.write_text(TASK_YAML, encoding="utf-8")
+    scripts = [arg for p in sorted(CORPUS.iterdir()) for arg in ("--script", str(p))]
+    shown = taskenv(stack, tokens["mia"], "preview", str(task), *scripts)
+    assert shown.returncode == 0, shown.stderr
+    assert "torchrun_entry.py line 7 reads BATCH_SIZE" in shown.stderr
+    assert "did you mean BATCH_SZ?" in shown.stderr
+    assert "WARMUP_STEPZ is not a documented variable: did you mean WARMUP_STEPS" \
+        in shown.stderr
+    strict = taskenv(stack, tokens["mia"], "preview", str(task), "--strict-env", *scripts)
+    assert strict.returncode == 2 and "the env would be rejected" in strict.stderr
+
+    submitted = taskenv(stack, tokens["mia"], "submit", str(task), "--follow")
+    assert submitted.returncode == 0, submitted.stderr
+    assert "advice:" in submitted.stderr and "did you mean WARMUP_STEPS" in submitted.stderr
+    assert "ran" in submitted.stdout
+
+
+def test_a_stranger_neither_reads_nor_edits_the_projects_catalog(
+        stack: Stack, tokens: dict[str, str]) -> None:
+    read = taskenv(stack, tokens["sly"], "catalog", "list", "--project", "lab")
+    assert read.returncode != 0 and "404" in read.stderr
+    edit = taskenv(stack, tokens["mia"], "catalog", "set", "X", "--project", "lab")
+    assert edit.returncode != 0 and "403" in edit.stderr
+    platform = taskenv(stack, tokens["max"], "catalog", "builtin", "off")
+    assert platform.returncode != 0 and "403" in platform.stderr
