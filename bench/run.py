@@ -3,8 +3,9 @@
 Starts its own redis-server (a fresh directory), then:
 
 1. in-process: validation + merge time for 10 ... 10,000 variables
-   (``bench/growth.py``), and taskenv's own code per task without Celery or HTTP
-   (``bench/stagecost.py``);
+   (``bench/growth.py``), taskenv's own code per task without Celery or HTTP
+   (``bench/stagecost.py``), and a preview with the doctor reading a 2,000-line
+   script set against one without it (``bench/doctor.py``);
 2. POST throughput with no worker running (``bench/api_cost.py``): a no-op Flask
    JSON endpoint, the same plus one Redis write and one Celery ``send_task``
    (``bench/noop_api.py``, both under waitress threads=8), and
@@ -50,6 +51,7 @@ import redis
 from bench import (
     api_cost,
     compare,
+    doctor,
     growth,
     local_limits,
     podman_launch,
@@ -129,6 +131,9 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     client = procs.start_redis()
     results: dict[str, Any] = {"meta": {"machine": machine(client), "settings": settings(args)}}
     results["own_code"] = own_code(procs.redis_url, args.quick)
+    say("  a preview with the doctor on a 2,000-line script set, against one without it:")
+    results["doctor"] = doctor.phase(args.quick)
+    say("\n".join(f"    {line}" for line in doctor.lines(results["doctor"])))
     say(f"[2/6] POST throughput, no worker running (redis-server "
         f"{results['meta']['machine']['redis_server']})")
     results["post"] = api_cost.measure(procs, client, args)

@@ -87,6 +87,7 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
         return []
     limit = allowed_edits(name)
     upper = name.upper()
+    short = initials(name) if abbreviations else ""
     scored: list[tuple[int, str]] = []
     for other in known:
         if same_family and not of_one_family(name, other):
@@ -94,11 +95,13 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
         if other.upper() == upper:  # same name, other case: the likeliest of all
             scored.append((0, other))
             continue
-        edits = distance(name, other, limit)
+        # Cheap tests first: most names are too long or too short to be a typo.
+        edits = distance(name, other, limit) if abs(len(other) - len(name)) <= limit \
+            else limit + 1
         if edits <= limit:
             scored.append((edits, other))
-        elif abbreviations and (upper == initials(other)
-                                   or initials(name) == other.upper()):
+        elif abbreviations and ((len(upper) <= 6 and upper == initials(other))
+                                or short == other.upper()):
             scored.append((limit + 1, other))
     return [other for _, other in sorted(scored)[:3]]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 from shared.doctor.advice import likely
@@ -42,9 +43,17 @@ RUNTIME = (
 MAX_FINDINGS = 200  # per kind: a report's size never depends on the scripts' size
 
 
+@lru_cache(maxsize=8192)
 def runtime_only(name: str) -> bool:
     """A variable the container gets at run time, whatever the task sets."""
     return any(fnmatchcase(name, pattern) for pattern in RUNTIME)
+
+
+@lru_cache(maxsize=4096)
+def _guesses(name: str, known: tuple[str, ...]) -> list[str]:
+    """:func:`likely` across families, abbreviations too; remembered, since a console
+    preview asks the same questions of the same scripts at every keystroke."""
+    return likely(name, known, same_family=False, abbreviations=True)
 
 
 @dataclass
@@ -135,7 +144,7 @@ def _judge(report: Report, path: str, found: Read, by_name: Mapping[str, Mapping
         return
     if found.default or found.name in own or runtime_only(found.name):
         return
-    guesses = likely(found.name, list(by_name), same_family=False, abbreviations=True)
+    guesses = list(_guesses(found.name, tuple(by_name)))
     hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
     report.missing.append({
         "path": path, "line": found.line, "name": found.name, "function": found.function,
@@ -153,7 +162,7 @@ def _unread(report: Report, resolved: Sequence[Mapping[str, Any]], read_names: s
         if (var.get("source") != "user" or name in read_names or name in builtin
                 or runtime_only(name)):
             continue
-        guesses = likely(name, sorted(read_names), same_family=False, abbreviations=True)
+        guesses = list(_guesses(name, tuple(sorted(read_names))))
         hint = f"; the scripts read {' or '.join(guesses)}" if guesses else ""
         report.unread.append({"name": name, "suggestions": guesses,
                               "message": f"{name} is set by the task but no script reads it "

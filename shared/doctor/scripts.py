@@ -139,20 +139,27 @@ def read(path: str, content: str) -> Reading:
 # --- Python ------------------------------------------------------------------------------
 
 def read_python(source: str) -> Reading:
+    if "environ" not in source and "getenv" not in source:
+        return Reading("python")  # nothing to find: not even parsed
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError) as error:
         line = getattr(error, "lineno", None)
         return Reading("python", error=f"not valid Python (line {line}): "
                                        f"{error.__class__.__name__}")
-    visitor = _PythonReads()
-    visitor.visit(tree)
-    return Reading("python", tuple(visitor.reads), tuple(visitor.unknowable),
-                   frozenset(visitor.sets))
+    found = _PythonReads()
+    found.walk(tree)
+    found.reads.sort(key=lambda r: r.line)
+    found.unknowable.sort(key=lambda u: u.line)
+    return Reading("python", tuple(found.reads), tuple(found.unknowable),
+                   frozenset(found.sets))
 
 
-class _PythonReads(ast.NodeVisitor):
-    """Collects reads of ``os.environ`` and ``os.getenv``, whatever they are imported as."""
+class _PythonReads:
+    """Collects reads of ``os.environ`` and ``os.getenv``, whatever they are imported as.
+
+    One pass over the tree with an explicit stack and a dispatch on the node's type:
+    ``ast.NodeVisitor``'s per-node method lookup costs more than the parse itself."""
 
     def __init__(self) -> None:
         self.os_names = {"os"}
@@ -161,30 +168,45 @@ class _PythonReads(ast.NodeVisitor):
         self.reads: list[Read] = []
         self.unknowable: list[Unknowable] = []
         self.sets: set[str] = set()
-        self.functions: list[str] = []
-        self.subscripts_written: set[int] = set()
+        self.written: set[int] = set()  # os.environ[...] targets of an assignment
+        self.dispatch: dict[type, Any] = {
+            ast.Import: self.on_import, ast.ImportFrom: self.on_import_from,
+            ast.Assign: self.on_assign, ast.Subscript: self.on_subscript,
+            ast.Call: self.on_call, ast.Compare: self.on_compare}
+
+    def walk(self, tree: ast.AST) -> None:
+        stack: list[tuple[ast.AST, str | None]] = [(tree, None)]
+        while stack:
+            node, function = stack.pop()
+            kind = type(node)
+            handler = self.dispatch.get(kind)
+            if handler is not None:
+                handler(node, function)
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                function = node.name  # type: ignore[attr-defined]
+            for name in node._fields:
+                if name == "ctx":
+                    continue
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    stack.extend((child, function) for child in reversed(value)
+                                 if isinstance(child, ast.AST))
+                elif isinstance(value, ast.AST):
+                    stack.append((value, function))
 
     # imports ---------------------------------------------------------------------------
-    def visit_Import(self, node: ast.Import) -> None:
+    def on_import(self, node: ast.Import, function: str | None) -> None:
         for alias in node.names:
             if alias.name == "os":
                 self.os_names.add(alias.asname or "os")
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+    def on_import_from(self, node: ast.ImportFrom, function: str | None) -> None:
         if node.module == "os":
             for alias in node.names:
                 if alias.name == "environ":
                     self.environ_names.add(alias.asname or "environ")
                 elif alias.name == "getenv":
                     self.getenv_names.add(alias.asname or "getenv")
-
-    # scopes ----------------------------------------------------------------------------
-    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        self.functions.append(node.name)
-        self.generic_visit(node)
-        self.functions.pop()
-
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
     # reads -----------------------------------------------------------------------------
     def _is_environ(self, node: ast.AST) -> bool:
@@ -199,52 +221,48 @@ class _PythonReads(ast.NodeVisitor):
         return (isinstance(node, ast.Attribute) and node.attr == "getenv"
                 and isinstance(node.value, ast.Name) and node.value.id in self.os_names)
 
-    def _record(self, key: ast.AST | None, line: int, default: bool) -> None:
+    def _record(self, key: ast.AST | None, line: int, default: bool,
+                function: str | None) -> None:
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            self.reads.append(Read(key.value, line, default,
-                                   self.functions[-1] if self.functions else None))
+            self.reads.append(Read(key.value, line, default, function))
         elif key is not None:
             self.unknowable.append(Unknowable(line, _text(key)))
 
-    def visit_Assign(self, node: ast.Assign) -> None:
+    def on_assign(self, node: ast.Assign, function: str | None) -> None:
         for target in node.targets:  # os.environ["X"] = ...: the script sets X itself
             if isinstance(target, ast.Subscript) and self._is_environ(target.value):
-                self.subscripts_written.add(id(target))
+                self.written.add(id(target))
                 key = target.slice
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     self.sets.add(key.value)
-        self.generic_visit(node)
 
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        if self._is_environ(node.value) and id(node) not in self.subscripts_written:
-            # os.environ["X"]: a KeyError when unset (a del or an assignment is no read)
-            if isinstance(node.ctx, ast.Load):
-                self._record(node.slice, node.lineno, default=False)
-        self.generic_visit(node)
+    def on_subscript(self, node: ast.Subscript, function: str | None) -> None:
+        # os.environ["X"]: a KeyError when unset (a del or an assignment is no read)
+        if (isinstance(node.ctx, ast.Load) and id(node) not in self.written
+                and self._is_environ(node.value)):
+            self._record(node.slice, node.lineno, False, function)
 
-    def visit_Call(self, node: ast.Call) -> None:
+    def on_call(self, node: ast.Call, function: str | None) -> None:
         func = node.func
         key = node.args[0] if node.args else _keyword(node, "key")
         if self._is_getenv(func):
-            self._record(key, node.lineno, default=len(node.args) > 1 or
-                         _keyword(node, "default") is not None)
+            self._record(key, node.lineno, len(node.args) > 1 or
+                         _keyword(node, "default") is not None, function)
         elif isinstance(func, ast.Attribute) and self._is_environ(func.value):
             if func.attr in ("get", "pop"):
-                self._record(key, node.lineno, default=len(node.args) > 1)
+                self._record(key, node.lineno, len(node.args) > 1, function)
             elif func.attr == "setdefault":
-                self._record(key, node.lineno, default=True)
+                self._record(key, node.lineno, True, function)
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     self.sets.add(key.value)
-        self.generic_visit(node)
 
-    def visit_Compare(self, node: ast.Compare) -> None:
+    def on_compare(self, node: ast.Compare, function: str | None) -> None:
         # "X" in os.environ: the script checks, so it has its own answer when unset
         if (len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn)
                 and self._is_environ(node.comparators[0])):
-            self._record(node.left, node.lineno, default=True)
+            self._record(node.left, node.lineno, True, function)
             if isinstance(node.left, ast.Constant) and isinstance(node.left.value, str):
                 self.sets.add(node.left.value)
-        self.generic_visit(node)
 
 
 def _keyword(node: ast.Call, name: str) -> ast.AST | None:

@@ -99,9 +99,13 @@ def test_python_forms_and_aliases() -> None:
 
 
 def test_an_unparsable_python_file_says_so() -> None:
-    reading = read("broken.py", "def (:\n")
+    reading = read("broken.py", "import os\nos.environ['A']\ndef (:\n")
     assert reading.language == "python" and reading.reads == ()
-    assert reading.error is not None and "line 1" in reading.error
+    assert reading.error is not None and "line 3" in reading.error
+
+
+def test_a_file_that_never_names_the_environment_is_not_even_parsed() -> None:
+    assert read_python("def (:\n") == scripts.Reading("python")
 
 
 def test_language_by_suffix_or_shebang() -> None:
