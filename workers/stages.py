@@ -75,8 +75,7 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     if doc is None:
         _skip("policy", task_id, revision)
         return False
-    Insights(tasks.r, tasks.keys.prefix).near_misses(doc.get("warnings") or [],
-                                                      doc.get("project"))
+    tasks.insights.near_misses(doc.get("warnings") or [], doc.get("project"))
     if doc["state"] == states.REJECTED:
         log.info("task %s r%s rejected by policies %s", task_id, revision,
                  doc.get("policy_versions"))

@@ -14,10 +14,10 @@ from typing import Any
 
 import redis
 
-from shared.policy.model import project_scope
 from shared.doctor.catalog import Catalog, Entry, applying, check_entry, edited
 from shared.errors import EnvInvalid, NotFound, Problem
 from shared.keys import Keys
+from shared.policy.model import project_scope
 from shared.redis_conn import as_text
 
 MAX_ENTRIES = 500
