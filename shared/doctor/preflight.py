@@ -105,14 +105,18 @@ def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str
         return report
     own = set().union(*(r.sets for _, r in readings))
     for path, reading in readings:
+        # Most reads are of a name the task sets itself: settle those by name, at once.
+        worth = {n for n in reading.names
+                 if by_name.get(n, {}).get("source") in (None, "default", "protected")}
         for found in reading.reads:
-            _judge(report, path, found, by_name, own)
+            if found.name in worth:
+                _judge(report, path, found, by_name, own)
         report.unknowable += [{"path": path, "line": u.line, "expression": u.expression,
                                "message": f"{path} line {u.line} reads a variable whose name "
                                           f"is built at run time ({u.expression}): the "
                                           "doctor cannot tell which"}
                               for u in reading.unknowable]
-    read_names = set().union(*(r.names() for _, r in readings))
+    read_names = set().union(*(r.names for _, r in readings))
     _unread(report, resolved, read_names, catalog,
             unknowable=any(r.unknowable for _, r in readings))
     for kind in ("missing", "unread", "from_defaults", "unknowable"):
@@ -122,7 +126,7 @@ def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str
 
 def _summary(path: str, reading: Reading) -> dict[str, Any]:
     out: dict[str, Any] = {"path": path, "language": reading.language,
-                           "reads": sorted(reading.names())}
+                           "reads": sorted(reading.names)}
     if reading.error:
         out["error"] = reading.error
     return out

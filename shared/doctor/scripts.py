@@ -22,15 +22,18 @@ a time reads each script once.
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-MAX_SCRIPT_BYTES = 1024 * 1024  # larger files are not read (and say so)
+MAX_SCRIPT_BYTES = 256 * 1024  # larger files are not read (and say so)
+MAX_READS = 5000  # per script: a report's size never depends on a script's size
 CACHE_SIZE = 512
 SHELL_SUFFIXES = (".sh", ".bash")
 DEFAULT_OPERATORS = {":-", "-", ":=", "=", ":+", "+"}  # "+" forms read nothing if unset
@@ -64,8 +67,10 @@ class Reading:
     sets: frozenset[str] = frozenset()
     error: str | None = None  # why it could not be read
 
-    def names(self) -> set[str]:
-        return {r.name for r in self.reads}
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """Every name read (a reading is immutable: worked out once)."""
+        return frozenset(r.name for r in self.reads)
 
 
 @dataclass
@@ -147,12 +152,15 @@ def read_python(source: str) -> Reading:
         line = getattr(error, "lineno", None)
         return Reading("python", error=f"not valid Python (line {line}): "
                                        f"{error.__class__.__name__}")
+    except (RecursionError, MemoryError):
+        return Reading("python", error="nested too deeply to be read")
     found = _PythonReads()
     found.walk(tree)
     found.reads.sort(key=lambda r: r.line)
     found.unknowable.sort(key=lambda u: u.line)
-    return Reading("python", tuple(found.reads), tuple(found.unknowable),
-                   frozenset(found.sets))
+    return Reading("python", tuple(found.reads[:MAX_READS]),
+                   tuple(found.unknowable[:MAX_READS]), frozenset(found.sets),
+                   _too_many(len(found.reads)))
 
 
 class _PythonReads:
@@ -270,81 +278,105 @@ def _keyword(node: ast.Call, name: str) -> ast.AST | None:
 
 
 def _text(node: ast.AST) -> str:
-    text = ast.unparse(node)
+    try:
+        text = ast.unparse(node)
+    except RecursionError:  # a hostile expression nested past the interpreter's limit
+        return "(an expression nested too deeply to show)"
     return text if len(text) <= 80 else text[:80] + "..."
 
 
 # --- shell -------------------------------------------------------------------------------
 
-def _parser() -> Any:
-    """tree-sitter's bash parser, made once per thread (a parser is not thread-safe)."""
+_QUERY = """
+(simple_expansion (variable_name) @read)
+(expansion) @expansion
+(variable_assignment name: (variable_name) @set)
+(declaration_command (variable_name) @set)
+(for_statement variable: (variable_name) @set)
+(command name: (command_name) @command)
+(function_definition name: (word) @name) @function
+"""
+
+
+def _bash() -> tuple[Any, Any]:
+    """tree-sitter's bash parser and the query of what the doctor looks for, made once per
+    thread (a parser is not thread-safe)."""
     local = _LOCAL
     if not hasattr(local, "parser"):
         import tree_sitter
         import tree_sitter_bash
 
-        local.parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
-    return local.parser
+        language = tree_sitter.Language(tree_sitter_bash.language())
+        local.parser = tree_sitter.Parser(language)
+        local.query = tree_sitter.Query(language, _QUERY)
+    return local.parser, local.query
 
 
 _LOCAL = threading.local()
 
 
 def read_shell(source: str) -> Reading:
-    tree = _parser().parse(source.encode(errors="replace"))
-    reads: list[Read] = []
+    """One parse, one query: the matching runs in tree-sitter's C code, and only the
+    nodes the doctor needs become Python objects."""
+    import tree_sitter
+
+    parser, query = _bash()
+    tree = parser.parse(source.encode(errors="replace"))
+    found = tree_sitter.QueryCursor(query).captures(tree.root_node)
+    functions = _Functions(found.get("function", []), found.get("name", []))
+    reads = [Read(_node_text(n), n.start_point[0] + 1, False, functions.at(n.start_byte))
+             for n in found.get("read", [])]
     unknowable: list[Unknowable] = []
-    sets: set[str] = set()
-    stack: list[tuple[Any, str | None]] = [(tree.root_node, None)]
-    while stack:
-        node, function = stack.pop()
-        kind = node.type
-        if kind == "function_definition":
-            name = node.child_by_field_name("name")
-            function = _node_text(name) if name is not None else function
-        elif kind in ("simple_expansion", "expansion"):
-            _shell_read(node, function, reads, unknowable)
-        elif kind == "variable_assignment":
-            name = node.child_by_field_name("name")
-            if name is not None and name.type == "variable_name":
-                sets.add(_node_text(name))
-        elif kind == "declaration_command":  # export X, local X, declare X
-            sets.update(_node_text(c) for c in node.children if c.type == "variable_name")
-        elif kind in ("for_statement", "command"):
-            sets.update(_assigned_by(node))
-        stack.extend((child, function) for child in reversed(node.children))
+    for node in found.get("expansion", []):
+        _expansion(node, functions, reads, unknowable)
+    sets = {_node_text(n) for n in found.get("set", [])}
+    for name in found.get("command", []):
+        command = name.parent
+        if command is not None and _node_text(name) == "read":  # read X: the script's own
+            sets.update(_node_text(c) for c in command.children[1:]
+                        if c.type == "word" and NAME.fullmatch(_node_text(c)))
+    reads = [r for r in reads if NAME.fullmatch(r.name)]
     reads.sort(key=lambda r: (r.line, r.name))
-    return Reading("shell", tuple(reads), tuple(unknowable), frozenset(sets),
-                   error="could not be parsed in full" if tree.root_node.has_error else None)
+    error = "could not be parsed in full" if tree.root_node.has_error else None
+    return Reading("shell", tuple(reads[:MAX_READS]), tuple(unknowable[:MAX_READS]),
+                   frozenset(sets), error or _too_many(len(reads)))
 
 
-def _shell_read(node: Any, function: str | None, reads: list[Read],
-                unknowable: list[Unknowable]) -> None:
+def _expansion(node: Any, functions: _Functions, reads: list[Read],
+               unknowable: list[Unknowable]) -> None:
     children = node.children
     names = [c for c in children if c.type == "variable_name"]
     line = node.start_point[0] + 1
-    if not names:  # $1, $@, $?: positional and special parameters
+    if not names:  # ${1}, ${@}: positional and special parameters
         return
-    text = _node_text(names[0])
     operators = {_node_text(c) for c in children if not c.is_named}
     if "!" in operators:  # ${!ref}: the name read is ref's value
-        unknowable.append(Unknowable(line, _node_text(node)))
+        unknowable.append(Unknowable(line, _node_text(node)[:80]))
         return
     default = bool(operators & DEFAULT_OPERATORS) or "#" in operators  # ${#X}: a length
-    if NAME.fullmatch(text):
-        reads.append(Read(text, line, default, function))
+    reads.append(Read(_node_text(names[0]), line, default, functions.at(node.start_byte)))
 
 
-def _assigned_by(node: Any) -> set[str]:
-    """``for NAME in`` and ``read NAME``: names the script gives a value itself."""
-    if node.type == "for_statement":
-        variable = node.child_by_field_name("variable")
-        return {_node_text(variable)} if variable is not None else set()
-    name = node.child_by_field_name("name")
-    if name is None or _node_text(name) != "read":
-        return set()
-    return {_node_text(c) for c in node.children[1:]
-            if c.type == "word" and NAME.fullmatch(_node_text(c))}
+class _Functions:
+    """Which shell function a byte of the script is in (the innermost one)."""
+
+    def __init__(self, bodies: list[Any], names: list[Any]) -> None:
+        named = {n.parent.start_byte: _node_text(n) for n in names if n.parent is not None}
+        self.spans = sorted((b.start_byte, b.end_byte, named.get(b.start_byte, "?"))
+                            for b in bodies)
+        self.starts = [s for s, _, _ in self.spans]
+
+    def at(self, position: int) -> str | None:
+        index = bisect.bisect_right(self.starts, position)
+        for start, end, name in reversed(self.spans[max(0, index - 32):index]):
+            if start <= position < end:
+                return name
+        return None
+
+
+def _too_many(count: int) -> str | None:
+    return (f"more than {MAX_READS} reads: only the first {MAX_READS} are used"
+            if count > MAX_READS else None)
 
 
 def _node_text(node: Any) -> str:

@@ -140,3 +140,30 @@ def test_a_huge_script_is_not_read() -> None:
 
 def test_read_dataclass_is_plain_data() -> None:
     assert Read("A", 1, False).function is None
+
+
+# --- hostile scripts: bounded work, a clear word, never an exception ------------------------
+
+def test_a_python_expression_nested_past_the_interpreters_limit_is_reported() -> None:
+    reading = read_python("import os\nos.environ[" + "+".join(["a"] * 50000) + "]\n")
+    assert reading.reads == () and reading.error == "nested too deeply to be read"
+
+
+def test_reads_per_script_are_capped() -> None:
+    python = read_python("import os\n" + "os.environ['A']\n" * (scripts.MAX_READS + 10))
+    shell = read_shell("echo $A\n" * (scripts.MAX_READS + 10))
+    for reading in (python, shell):
+        assert len(reading.reads) == scripts.MAX_READS
+        assert reading.error == (f"more than {scripts.MAX_READS} reads: only the first "
+                                 f"{scripts.MAX_READS} are used")
+
+
+def test_deeply_nested_shell_and_unterminated_quotes_do_not_raise() -> None:
+    assert read_shell("$(" * 3000 + "echo" + ")" * 3000).reads == ()
+    assert read_shell('echo "${A').error == "could not be parsed in full"
+
+
+def test_the_innermost_shell_function_is_named() -> None:
+    reading = read_shell("outer() {\n  inner() { echo $A; }\n  echo $B\n}\necho $C\n")
+    assert [(r.name, r.function) for r in reading.reads] == [
+        ("A", "inner"), ("B", "outer"), ("C", None)]
