@@ -9,6 +9,8 @@ insights page counts the name.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
@@ -17,6 +19,7 @@ from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 __all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
+ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts" / "screenshots"
 
 
 def user_page(context: BrowserContext, stack: Stack, owner: str) -> Page:
@@ -43,6 +46,8 @@ def test_findings_show_beside_the_rows_while_typing(stack: Stack,
     page.fill("[name=env-0-value]", "verbose")
     expect(advice).to_contain_text("VERSION, WARN, INFO, TRACE")
     expect(advice).to_contain_text("doctor.value")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "doctor-new-task.png"), full_page=True)
 
     page.fill("[name=env-0-value]", "INFO")  # fixed: the advice goes
     expect(row.locator(".live-problems")).to_have_count(0)
@@ -87,6 +92,7 @@ def test_a_created_task_carries_the_advice_to_its_page_and_the_insights(
     log_in(page, stack, stack.admin_token)
     page.goto(f"{stack.base}/ui/tasks/{made['id']}")
     expect(page.locator(".doctor-advice")).to_contain_text("did you mean CUDA_LAUNCH_BLOCKING")
+    page.screenshot(path=str(ARTIFACTS / "doctor-task.png"), full_page=True)
     page.goto(stack.base + "/ui/insights")
     expect(page.locator("#near-misses-1")).to_contain_text("CUDA_LAUNCH_BLOKING")
     expect(page.locator("#near-misses-1")).to_contain_text("CUDA_LAUNCH_BLOCKING")
