@@ -125,15 +125,18 @@ def _rows_of(policy: Policy) -> Row:
         for row, entry in zip(rows, entries, strict=True):
             row["when"] = json.dumps(entry["when"]) if entry.get("when") else ""
     return {"defaults": defaults, "protected": protected, "on_conflict": policy.on_conflict,
-            "rules": json.dumps(data["rules"], indent=1) if data["rules"] else ""}
+            "rules": json.dumps(data["rules"], indent=1) if data["rules"] else "",
+            "strict_env": policy.strict_env}
 
 
 def read_policy(form: MultiDict[str, str], current: Policy) -> tuple[Row | None, Row, Row]:
     """The form as policy data: the rows (``api.console.forms``), each row's ``when`` and
     the rules, read as JSON; the form as typed comes back to be shown again."""
     data, errors, typed = forms.read_policy(form, current)
+    strict = form.get("strict_env") == "on"  # a checkbox: absent when not ticked
     shown = {**typed, "defaults": forms.shown(typed["defaults"]),
-             "protected": forms.shown(typed["protected"]), "rules": form.get("rules", "")}
+             "protected": forms.shown(typed["protected"]), "rules": form.get("rules", ""),
+             "strict_env": strict}
     for where in ("defaults", "protected"):
         for index, row in enumerate(typed[where]):
             shown[where][index]["when"] = row.get("when", "")
@@ -147,6 +150,7 @@ def read_policy(form: MultiDict[str, str], current: Policy) -> tuple[Row | None,
         errors["rules"] = [problem]
     if data is not None:
         data["rules"] = rules or []
+        data["strict_env"] = strict
     return (None if errors else data), errors, shown
 
 
@@ -167,6 +171,7 @@ def policy_page(project: str | None, current: Policy, form: Row, status: int = 2
     blank = BLANK_ROWS * extra
     return page("policy.html", status, policy=current, project=project, action=_url(project),
                 on_conflict=form["on_conflict"], rules=form.get("rules", ""),
+                strict_env=bool(form.get("strict_env")),
                 defaults=form["defaults"] + forms.blank(blank, when=""),
                 protected=form["protected"] + forms.blank(blank, reason="", when=""),
                 errors=errors or {}, problems=problems or [], impact=impact,

@@ -104,3 +104,22 @@ def test_insights_count_the_near_misses_by_name(browser: Callable[..., Browser],
     assert "<code class=\"var\">NCCL_DEBGU</code>" in table
     assert "<code class=\"var\">NCCL_DEBUG</code>" in table and "<td>2</td>" in table
     assert "secret-looking-value" not in page
+
+
+def test_the_policy_page_keeps_and_sets_strict_env(browser: Callable[..., Browser],
+                                                   client: FlaskClient) -> None:
+    """A policy's strict_env shows as a ticked box; saving the page keeps it, unticking
+    clears it: an edit on the page never drops what the API set."""
+    body = {"defaults": [], "protected": [], "strict_env": True,
+            "rules": [{"name": "NCCL_*", "documented": True, "severity": "warning"}]}
+    assert client.put("/api/v1/policy", json=body).status_code == 200
+    admin = browser()
+    page = admin.get("/ui/policy").text
+    assert 'id="strict-env" checked' in page and "documented" in page
+    form = {"on_conflict": "reject", "rules": '[{"name": "NCCL_*", "documented": true, '
+                                              '"severity": "warning"}]', "strict_env": "on"}
+    assert admin.post("/ui/policy", form).status_code == 302
+    saved = client.get("/api/v1/policy").get_json()
+    assert saved["strict_env"] is True and saved["rules"][0]["severity"] == "warning"
+    assert admin.post("/ui/policy", {**form, "strict_env": ""}).status_code == 302
+    assert client.get("/api/v1/policy").get_json().get("strict_env") in (None, False)
