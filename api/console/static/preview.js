@@ -67,6 +67,26 @@
     }));
   }
 
+  // The doctor's pre-flight read of the task's scripts, when the form sends some: the
+  // reads a policy default satisfies and the names built at run time (what is missing or
+  // unread is among the warnings above, beside its row).
+  function showDoctor(panel, report) {
+    const box = panel.querySelector("#preview-doctor");
+    if (!box) return;
+    const list = box.querySelector("ul");
+    list.replaceChildren();
+    box.hidden = !report;
+    if (!report) return;
+    const read = (report.scripts || []).map((s) => s.path).join(", ");
+    box.querySelector("#preview-doctor-scripts").textContent =
+      `Scripts read, never run: ${read || "none"}.`;
+    [...(report.from_defaults || []), ...(report.unknowable || [])].forEach((item) => {
+      const li = document.createElement("li");
+      li.textContent = item.message;
+      list.append(li);
+    });
+  }
+
   function render(form, panel, result) {
     panel.hidden = false;
     const errors = result.errors || [];
@@ -74,6 +94,7 @@
       ? `Would be rejected: ${errors.length} problem${errors.length > 1 ? "s" : ""}, marked below and next to the rows.`
       : `Would be accepted with policy version ${result.policy_version}.`;
     showProblems(form, panel, errors, result.warnings || []);
+    showDoctor(panel, result.doctor);
     showEnv(panel, result.variables || []);
   }
 
