@@ -170,3 +170,35 @@ def test_creation_and_change_answer_with_advice_and_the_record_keeps_it(
     top = Insights(svc.redis, svc.keys.prefix).top_near_misses(1)
     assert {(t["typed"], t["likely"]) for t in top} == {("NCCL_DEBGU", "NCCL_DEBUG"),
                                                         ("OMP_NUM_THREAD", "OMP_NUM_THREADS")}
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    (f"{CATALOG}/entries/" + "A" * 201, {}, 422),
+    (f"{CATALOG}/entries/A%00B", {}, 422),
+    (f"{CATALOG}/entries/NCCL_%2A", {}, 422),
+    (f"{CATALOG}/entries/X", {"values": "INFO"}, 422),
+    (f"{CATALOG}/entries/X", {"values": [1, 2]}, 422),
+    (f"{CATALOG}/entries/X", {"min": "nan"}, 422),
+    (f"{CATALOG}/entries/X", {"layer": "builtin"}, 422),
+    (f"{CATALOG}/entries/X?project=" + "p" * 64, {}, 422),
+    (f"{CATALOG}/entries/X?project=nope", {}, 404),
+    (f"{CATALOG}/entries/X?scope=platform", {}, 422),
+])
+def test_hostile_catalog_writes_are_refused(client: FlaskClient, path: str,
+                                            body: dict[str, Any], status: int) -> None:
+    answer = client.put(path, json=body)
+    assert answer.status_code == status, answer.get_json()
+    assert client.get(CATALOG).get_json()["entries"] == \
+        client.application.extensions["taskenv"].catalog.applying(None).listing()
+
+
+def test_a_plain_token_cannot_write_or_switch_anything(users: dict[str, FlaskClient],
+                                                       client: FlaskClient) -> None:
+    before = client.get(CATALOG).get_json()
+    mallory = users["mallory"]
+    assert mallory.put(f"{CATALOG}/entries/NCCL_DEBUG", json={"values": ["x"]}).status_code \
+        == 403
+    assert mallory.delete(f"{CATALOG}/entries/NCCL_DEBUG").status_code == 403
+    assert mallory.put(f"{CATALOG}/settings", json={"builtin": False}).status_code == 403
+    assert mallory.get(f"{CATALOG}?project=vision").status_code == 404
+    assert client.get(CATALOG).get_json() == before
