@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -225,4 +225,4 @@ def _typed_limits(data: Mapping[str, Any], where: str, label: str | None) -> lis
 def edited(data: Mapping[str, Any], scope: str) -> Entry:
     """A checked entry as its layer keeps it."""
     layer = "platform" if scope == "platform" else "project"
-    return replace(Entry.from_dict(data, layer, scope))
+    return Entry.from_dict(data, layer, scope)
