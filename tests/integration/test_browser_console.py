@@ -83,6 +83,8 @@ def test_a_protected_variable_typed_into_the_form_shows_the_reason_beside_its_ro
     assert all(t["owner"] != "quinn" for t in listed)  # nothing was submitted
 
     page.fill("[name=env-1-name]", "NCCL_DEBUG")  # fixed before submit: the problem goes
+    # ("0" is no documented NCCL_DEBUG level: the doctor would say so beside the row)
+    page.fill("[name=env-1-value]", "WARN")
     expect(row.locator(".live-problems")).to_have_count(0)
     expect(page.locator("#preview-state")).to_contain_text("Would be accepted")
 
