@@ -9,8 +9,6 @@ place decides whether an env list is acceptable.
 
 from __future__ import annotations
 
-from typing import Any
-
 import marshmallow as ma
 from marshmallow import fields, validate
 

@@ -108,13 +108,16 @@ def _typed_env(prefix: str) -> list[Row]:
             for row in forms.rows(request.form, prefix) if row.get("name")]
 
 
-def _preview(env: list[Row], project: str | None = None, image: str | None = None) -> Response:
-    """``actions.preview`` on this env; a shape the API would refuse comes back as problems
-    naming the variable, like the policy's own."""
+def _preview(env: list[Row], project: str | None = None, image: str | None = None,
+             files: list[Row] | None = None) -> Response:
+    """``actions.preview`` on this env (and the task's files, which the doctor reads); a
+    shape the API would refuse comes back as problems naming the variable, like the
+    policy's own."""
     try:
         env = actions.with_env_file(env, env_file_sent())
         data = PreviewIn().load({"name": request.form.get("name") or "preview", "env": env,
-                                 "project": project or None, "image": image or None})
+                                 "project": project or None, "image": image or None,
+                                 "files": files or []})
         shown = actions.preview(svc(), data, auth.actor(), auth.identity().is_admin)
     except TaskenvError as error:  # a bad .env line, a project one may not use
         problems = error.problems or [Problem(rule=error.code, message=error.message)]
@@ -137,8 +140,16 @@ def _shape_problems(error: ma.ValidationError, env: list[Row]) -> list[Problem]:
 
 @bp.post("/ui/preview")
 def preview_new() -> Response:
-    """The new-task form's env as the task would get it."""
-    return _preview(_typed_env("env"), request.form.get("project"), request.form.get("image"))
+    """The new-task form's env as the task would get it, its typed files read by the doctor
+    (uploads are read when the form is submitted)."""
+    return _preview(_typed_env("env"), request.form.get("project"), request.form.get("image"),
+                    _typed_files())
+
+
+def _typed_files() -> list[Row]:
+    """The file editor's rows that name a path, as the preview takes them."""
+    return [{"path": row["path"], "content": row.get("content", "").replace("\r\n", "\n")}
+            for row in forms.rows(request.form, "file", forms.FILE_TYPED) if row.get("path")]
 
 
 @bp.post("/ui/tasks/<task_id>/preview")
@@ -159,7 +170,7 @@ def preview_edit(task_id: str) -> Response:
     if problems:
         return jsonify(PreviewOut().dump({"ok": False, "variables": [], "warnings": [],
                                           "errors": problems}))
-    return _preview(env, doc.get("project"), doc.get("image"))
+    return _preview(env, doc.get("project"), doc.get("image"), doc.get("files"))
 
 
 # --- suggestions for the name fields ----------------------------------------------------

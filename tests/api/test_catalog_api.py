@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from shared.doctor import scripts
 from shared.doctor.store import MAX_ENTRIES
 from shared.store.insights import Insights
 from tests.api.conftest import task_body
@@ -129,14 +130,22 @@ def test_preview_reads_the_scripts_it_is_given(users: dict[str, FlaskClient]) ->
     assert {e["rule"] for e in strict["errors"]} == {"doctor.script_unset"}
 
 
-def test_files_are_bounded(users: dict[str, FlaskClient]) -> None:
-    big = "x" * (1024 * 1024 + 1)
-    refused = users["alice"].post("/api/v1/env/preview", json={
-        "env": [], "files": [{"path": "a.py", "content": big}]})
-    assert refused.status_code == 422
-    many = [{"path": f"{i}.py", "content": "y" * 900_000} for i in range(3)]
-    assert users["alice"].post("/api/v1/env/preview", json={
-        "env": [], "files": many}).status_code == 422
+def test_files_over_the_tasks_limits_are_named_and_a_huge_script_is_not_read(
+        users: dict[str, FlaskClient]) -> None:
+    """The task's file limits apply to a preview's files as to a new task's; the doctor
+    reads a script only up to its own bound, and says so."""
+    big = "import os\n" + "x" * (scripts.MAX_SCRIPT_BYTES + 1)
+    body = users["alice"].post("/api/v1/env/preview", json={
+        "env": [], "files": [{"path": "a.py", "content": big}]}).get_json()
+    assert body["ok"] is True  # within the task's limits: stored and run as it is
+    assert body["doctor"]["scripts"] == [{
+        "path": "a.py", "language": "python", "reads": [],
+        "error": f"larger than {scripts.MAX_SCRIPT_BYTES} bytes: not read"}]
+    assert "doctor.script_unreadable" in {w["rule"] for w in body["warnings"]}
+    huge = users["alice"].post("/api/v1/env/preview", json={
+        "env": [], "files": [{"path": "a.py", "content": big * 3}]}).get_json()
+    assert huge["ok"] is False
+    assert [e["rule"] for e in huge["errors"]] == ["files.max_bytes"]
 
 
 def test_creation_and_change_answer_with_advice_and_the_record_keeps_it(

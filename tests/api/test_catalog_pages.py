@@ -77,12 +77,11 @@ def test_the_task_page_shows_advice_beside_the_rows(browser: Callable[..., Brows
 
 def test_the_task_page_shows_the_pre_flight_report(browser: Callable[..., Browser],
                                                    client: FlaskClient, tasks: Any) -> None:
-    made = client.post("/api/v1/tasks", json=task_body(env=[{"name": "BATCH_SZ",
-                                                             "value": "8"}]))
-    task_id = made.get_json()["id"]
     files = [{"path": p.name, "content": p.read_text()} for p in sorted(CORPUS.iterdir())]
-    # The task's files arrive with the task; until then the record is where they live.
-    tasks.r.hset(tasks.keys.task(task_id), "files", __import__("json").dumps(files))
+    made = client.post("/api/v1/tasks", json=task_body(
+        env=[{"name": "BATCH_SZ", "value": "8"}], files=files))
+    assert made.status_code == 202, made.get_json()
+    task_id = made.get_json()["id"]
     resolve(client, task_id)
     page = browser().get(f"/ui/tasks/{task_id}").text
     report = page[page.index('id="doctor"'):]

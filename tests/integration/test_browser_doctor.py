@@ -96,3 +96,27 @@ def test_a_created_task_carries_the_advice_to_its_page_and_the_insights(
     page.goto(stack.base + "/ui/insights")
     expect(page.locator("#near-misses-1")).to_contain_text("CUDA_LAUNCH_BLOKING")
     expect(page.locator("#near-misses-1")).to_contain_text("CUDA_LAUNCH_BLOCKING")
+
+
+def test_a_script_typed_into_the_form_is_read_against_the_env_while_typing(
+        stack: Stack, context: BrowserContext) -> None:
+    page = user_page(context, stack, "fay")
+    page.goto(stack.base + "/ui/tasks/new")
+    page.fill("[name=env-0-name]", "LR")
+    page.fill("[name=env-0-value]", "0.1")
+    page.fill("[name=file-0-path]", "train.py")
+    page.fill("[name=file-0-content]",
+              "import os\nlr = float(os.environ['LEARNING_RATE'])\n"
+              "stage = os.environ.get('STAGE', 'pretrain')\n"
+              "w = os.environ['W_' + stage]\n")
+    rest = page.locator("#preview-problems")
+    expect(rest).to_contain_text("train.py line 2 reads LEARNING_RATE, which this task does "
+                                 "not set and the script gives no default; did you mean LR?")
+    expect(page.locator("#env-rows tr").nth(0).locator(".live-problems")).to_contain_text(
+        "LR is set by the task but no script reads it")
+    expect(page.locator("#preview-doctor")).to_contain_text("Scripts read, never run: train.py")
+    expect(page.locator("#preview-doctor")).to_contain_text("built at run time ('W_' + stage)")
+    expect(page.locator("#preview-state")).to_contain_text("Would be accepted")  # advice only
+    page.fill("[name=file-0-content]", "import os\nlr = float(os.environ['LR'])\n")
+    expect(rest).not_to_contain_text("LEARNING_RATE")
+    expect(page.locator("#env-rows tr").nth(0).locator(".live-problems")).to_have_count(0)
