@@ -70,3 +70,48 @@ def test_a_stranger_neither_reads_nor_edits_the_projects_catalog(
     assert edit.returncode != 0 and "403" in edit.stderr
     platform = taskenv(stack, tokens["max"], "catalog", "builtin", "off")
     assert platform.returncode != 0 and "403" in platform.stderr
+
+
+SCRIPT = """\
+import os
+
+lr = float(os.environ["LR"])
+epochs = int(os.environ.get("EPOCHS", "1"))
+
+
+def push() -> str:  # never called: its read is still reported
+    return os.environ["HUB_REPO"]
+
+
+print("trained with", lr, epochs)
+"""
+FILES_TASK = """\
+name: doctor-files
+project: lab
+steps:
+  - [python3, train.py]
+env:
+  - {name: LR, value: "0.5"}
+  - {name: EPOCHZ, value: "3"}
+files:
+  - {path: train.py, source: train.py}
+"""
+
+
+def test_a_tasks_own_files_are_read_by_the_policy_stage_on_the_real_stack(
+        stack: Stack, tokens: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(SCRIPT, encoding="utf-8")
+    task = tmp_path / "task.yaml"
+    task.write_text(FILES_TASK, encoding="utf-8")
+    ran = taskenv(stack, tokens["mia"], "submit", str(task), "--follow")
+    assert ran.returncode == 0, ran.stderr
+    assert "trained with 0.5 1" in ran.stdout
+    assert "train.py line 8 reads HUB_REPO (inside push()" in ran.stderr
+    assert "EPOCHZ is set by the task but no script reads it" in ran.stderr
+    assert "the scripts read EPOCHS" in ran.stderr
+    listed = stack.call("GET", "/api/v1/tasks?limit=100", token=tokens["mia"]).json()["items"]
+    task_id = next(t["id"] for t in listed if t["name"] == "doctor-files")
+    doc = stack.call("GET", f"/api/v1/tasks/{task_id}", token=tokens["mia"]).json()
+    assert [m["name"] for m in doc["doctor"]["missing"]] == ["HUB_REPO"]
+    assert doc["doctor"]["scripts"][0] == {"path": "train.py", "language": "python",
+                                           "reads": ["EPOCHS", "HUB_REPO", "LR"]}
