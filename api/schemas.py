@@ -520,6 +520,8 @@ class RevisionOut(RevisionSummary):
     drift = fields.List(fields.Nested(DriftEntry), allow_none=True, metadata={
         "description": "For a rerun: each variable whose value differs from the revision "
                        "it was made from, and why."})
+    doctor = fields.Dict(allow_none=True, metadata={
+        "description": "The doctor's pre-flight report on the revision's scripts."})
     events = fields.List(fields.Nested(Event))
     files = fields.List(fields.Nested(FileOut), metadata={
         "description": "The revision's own files: path, mode, size and digest."})

@@ -33,6 +33,7 @@ def show(app: App, task_id: str, revision: int | None, as_json: bool) -> int:
     app.out.print(render.task_facts(doc))
     render.print_problems(app.out, "errors:", doc.get("errors") or [])
     render.print_problems(app.out, "warnings:", doc.get("warnings") or [], style="yellow")
+    render.print_doctor(app.out, doc.get("doctor"))
     variables, which = variables_of(doc, as_set=False)
     app.out.print(render.env_table(variables, title=f"env {which}"))
     return Exit.SUCCEEDED

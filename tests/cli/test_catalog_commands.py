@@ -77,3 +77,19 @@ def test_preview_sends_the_scripts_and_prints_the_report(api: FakeApi, run,
     assert sent["files"] == [{"path": "train.py", "content": script.read_text()}]
     assert sent["strict_env"] is True
     assert "doctor: read train.py" in result.err and "did you mean LR?" in result.err
+
+
+def test_show_prints_the_pre_flight_report(api: FakeApi, run) -> None:
+    report = {"scripts": [{"path": "train.py"}], "missing": [], "unread": [],
+              "from_defaults": [{"message": "train.py line 3 reads DATA_DIR: set by a default "
+                                            "of project:vision"}],
+              "unknowable": [{"message": "train.py line 9 reads a variable whose name is "
+                                        "built at run time ('LR_' + stage)"}]}
+    api.on("GET", "/tasks/t1", Answer(200, {
+        "id": "t1", "name": "n", "status": "succeeded", "revision": 1, "errors": [],
+        "warnings": [], "env": [], "resolved_env": [], "doctor": report}))
+    result = run("show", "t1")
+    assert result.code == 0
+    assert "doctor: read train.py" in result.out
+    assert "set by a default of project:vision" in result.out
+    assert "built at run time" in result.out
