@@ -99,7 +99,7 @@ def phase(quick: bool = False) -> dict[str, Any]:
         return preview(ENV, "bench", policy, limits, {})
 
     def warm() -> Any:
-        return preview(ENV, "bench", policy, limits, task, None, doctor)
+        return preview(ENV, "bench", policy, limits, task, None, doctor=doctor)
 
     def cold() -> Any:
         scripts.CACHE.clear()

@@ -170,7 +170,8 @@ def test_creation_and_change_answer_with_advice_and_the_record_keeps_it(
     # The policy stage records the same advice with the revision, and counts the names.
     svc = client.application.extensions["taskenv"]
     assert stages.validate(svc.tasks, svc.limits, task_id, 2)
-    assert stages.apply_policy(svc.tasks, svc.policies, task_id, 2, svc.catalog)
+    assert stages.apply_policy(svc.tasks, svc.policies, task_id, 2,
+                               catalogs=svc.catalog)
     shown = users["alice"].get(f"/api/v1/tasks/{task_id}").get_json()
     assert shown["status"] == "resolved"
     assert {w["variable"] for w in shown["warnings"] if w["rule"] == "doctor.near_miss"} == {

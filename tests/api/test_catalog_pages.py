@@ -61,7 +61,7 @@ def test_only_an_admin_switches_the_builtin_catalog(browser: Callable[..., Brows
 def resolve(client: FlaskClient, task_id: str) -> None:
     svc = client.application.extensions["taskenv"]
     assert stages.validate(svc.tasks, svc.limits, task_id, 1)
-    assert stages.apply_policy(svc.tasks, svc.policies, task_id, 1, svc.catalog)
+    assert stages.apply_policy(svc.tasks, svc.policies, task_id, 1, catalogs=svc.catalog)
 
 
 def test_the_task_page_shows_advice_beside_the_rows(browser: Callable[..., Browser],

@@ -140,7 +140,7 @@ def test_a_warning_rule_warns_instead_of_rejecting() -> None:
 def test_preview_carries_the_report_and_the_advice() -> None:
     task = {"files": FILES, "project": "vision"}
     shown = preview(ENV + [{"name": "NCCL_DEBGU", "value": "INFO"}], "p", Policy(), Limits(),
-                    task, PROJECT, Doctor(CATALOG))
+                    task, PROJECT, doctor=Doctor(CATALOG))
     assert shown["ok"]
     assert {w["variable"] for w in shown["warnings"] if w["rule"] == "doctor.near_miss"} == {
         "NCCL_DEBGU"}
