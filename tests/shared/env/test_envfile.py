@@ -33,7 +33,14 @@ def test_hostile_values_round_trip_or_are_named_as_left_out() -> None:
     assert "# 'NEWLINES' is not exported: its value holds a carriage return" in text
 
 
-values_st = st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True),
+# Names bash sets or owns itself when it sources a file: what it makes of them is its own.
+BASH_OWNED = {"_", "PWD", "OLDPWD", "SHLVL", "UID", "EUID", "PPID", "BASHPID", "RANDOM",
+              "SRANDOM", "SECONDS", "LINENO", "GROUPS", "HOSTNAME", "HOSTTYPE", "OSTYPE",
+              "MACHTYPE", "IFS", "OPTIND", "OPTERR", "PS4", "SHELLOPTS", "BASHOPTS"}
+names_st = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True).filter(
+    lambda name: name not in BASH_OWNED and not name.startswith(("BASH", "FUNCNAME", "EPOCH",
+                                                                 "COMP_", "HIST")))
+values_st = st.dictionaries(names_st,
                             st.text(st.characters(exclude_characters="\x00",
                                                   exclude_categories=("Cs",)), max_size=60),
                             max_size=8)
