@@ -10,23 +10,15 @@ tell something about it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from shared.doctor.catalog import HF_FALSE, HF_TRUE, Catalog, Entry
 from shared.errors import Problem
+from shared.policy.rules import Valued
 
 NEAR_MISS = "doctor.near_miss"
 VALUE = "doctor.value"
 MAX_SHOWN = 40  # characters of a value quoted in a message
-
-
-class Valued(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> str: ...
-    @property
-    def secret(self) -> bool: ...
 
 
 # --- names -----------------------------------------------------------------------------------
