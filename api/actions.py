@@ -16,10 +16,12 @@ import marshmallow as ma
 
 from api import project_actions
 from shared.access.projects import CHANGE
+from shared.access.quotas import never_admitted, user
 from shared.derived_keys import derived_keys
 from shared.doctor import advice as doctor_advice
 from shared.doctor.checkup import Doctor
 from shared.env import envfile, envlist
+from shared.env.identity import LOOPBACK, Group
 from shared.errors import (
     BadRequest,
     EnvInvalid,
@@ -50,6 +52,7 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
     refuse_unrunnable(data.get("resources"), svc)
+    refuse_unadmittable(svc, data, actor)
     project = svc.projects.for_task(actor, data.get("project"))
     refuse_unstorable(svc, in_project(dict(data), project))
     svc.room.check()  # new work stops short of maxmemory: running tasks keep their room
@@ -365,6 +368,39 @@ def resolved_now(svc: Services, doc: Doc) -> Doc:
     return {**doc, **decided}
 
 
+def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]:
+    """Why a task of this many replicas could never run whole, every reason at once: over
+    ``TASKENV_MAX_REPLICAS``, or over a quota that counts its replicas even alone."""
+    replicas = int(data.get("replicas") or 1)
+    limit = svc.settings.max_replicas
+    problems = []
+    if replicas > limit:
+        problems.append(Problem(
+            rule="replicas.max", field="replicas", limit=limit,
+            message=f"replicas: {replicas} asked for; at most {limit} are allowed per task "
+                    "(TASKENV_MAX_REPLICAS)"))
+    if owner is not None:
+        problems += never_admitted(svc.quotas.quotas, user(owner), replicas)
+    return problems
+
+
+# Kubernetes names replica 0 after the task's Job, which a preview's task does not have yet.
+PREVIEW_JOB = "<the task's job>"
+
+
+def preview_group(svc: Services, data: Doc) -> Group:
+    """The group a new task would run as, with replica 0's address as its launcher gives it."""
+    kubernetes = svc.settings.launcher == "kubernetes"
+    return Group(int(data.get("replicas") or 1), int(data.get("procs_per_replica") or 1),
+                 f"{PREVIEW_JOB}-0.{PREVIEW_JOB}" if kubernetes else LOOPBACK)
+
+
+def refuse_unadmittable(svc: Services, data: Doc, owner: str) -> None:
+    problems = group_problems(svc, data, owner)
+    if problems:
+        raise BadRequest("the task's replicas can never be admitted whole", problems)
+
+
 def in_project(doc: Doc, project: str | None) -> Doc:
     """A new record in ``project``; a task in no project has no such field at all."""
     return doc if project is None else {**doc, "project": project}
@@ -381,16 +417,21 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
     project = (svc.projects.for_task(owner, data.get("project"), is_admin)
                if owner is not None else data.get("project"))
     task = {"project": project, "resources": data.get("resources"), "image": data.get("image"),
-            "files": data.get("files") or [], "strict_env": data.get("strict_env", False)}
+            "files": data.get("files") or [], "strict_env": data.get("strict_env", False),
+            "replicas": data.get("replicas"), "procs_per_replica": data.get("procs_per_replica")}
     project_policy = svc.policies.project(project)
     doctor = Doctor(svc.catalog.applying(project, [policy, project_policy]))
     shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
-                               project_policy, svc.hooks, doctor=doctor)
+                               project_policy, svc.hooks, doctor=doctor,
+                               group=preview_group(svc, data))
     file_problems = check_files(svc, data.get("files") or [], data["env"])
-    if file_problems:  # every problem at once: the files' join the env's
+    # Every problem at once: the replicas' first (the request's shape), then the env's, then
+    # the files'.
+    group = group_problems(svc, data, owner)
+    if group or file_problems:
         errors = [Problem(**e) for e in shown["errors"] if e["rule"] != "errors.truncated"]
         shown.update(ok=False, errors=[p.to_dict() for p in
-                                       envlist.capped(errors + file_problems)])
+                                       envlist.capped(group + errors + file_problems)])
     return {**shown, "variables": [masked(v) for v in shown["variables"]]}
 
 

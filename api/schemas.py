@@ -120,6 +120,28 @@ def env_file_field(shared_with: str) -> fields.String:
                   "example": "LEARNING_RATE=0.01\nDATA_DIR='/data/set 1'\n"})
 
 
+# A hard ceiling on what a request may even ask for; the platform's own bound is
+# TASKENV_MAX_REPLICAS, checked by api.actions with an error naming it.
+MAX_REPLICAS_ASKED = 4096
+MAX_PROCS_PER_REPLICA = 256
+
+
+def replicas_field() -> fields.Integer:
+    return fields.Integer(
+        strict=True, load_default=1, validate=validate.Range(min=1, max=MAX_REPLICAS_ASKED),
+        metadata={"description": "How many replicas of the container run, each with its own "
+                                 "identity (TASK_REPLICA, RANK, PET_NODE_RANK, ...): at most "
+                                 "TASKENV_MAX_REPLICAS; each counts in the owner's quotas."})
+
+
+def procs_field() -> fields.Integer:
+    return fields.Integer(
+        strict=True, load_default=1, validate=validate.Range(min=1, max=MAX_PROCS_PER_REPLICA),
+        metadata={"description": "Processes torchrun starts in each replica "
+                                 "(PET_NPROC_PER_NODE); above 1, RANK and WORLD_SIZE are "
+                                 "torchrun's to set in each process."})
+
+
 class TaskCreate(Strict):
     name = fields.String(required=True, validate=[validate.Length(min=1, max=200), no_nul])
     image = fields.String(load_default=None, validate=[validate.Length(max=500), no_nul])
@@ -149,6 +171,8 @@ class TaskCreate(Strict):
     strict_env = StrictBool(load_default=False, metadata={
         "description": "A variable a script reads with no value and no default rejects "
                        "the task (a warning otherwise)."})
+    replicas = replicas_field()
+    procs_per_replica = procs_field()
 
 
 class EnvPatch(Strict):
@@ -267,6 +291,12 @@ class TaskOut(ma.Schema):
                                  "rerun; null when there is none."})
     cancelled_by = fields.String(allow_none=True)
     cancelled_at = Timestamp(allow_none=True)
+    replicas = fields.Integer()
+    procs_per_replica = fields.Integer()
+    replica_exit_codes = fields.List(
+        fields.Integer(allow_none=True), allow_none=True,
+        metadata={"description": "Each replica's exit code, by index, once the revision "
+                                 "ended (null: that replica never ended on its own)."})
 
 
 class ManifestOut(ma.Schema):
@@ -281,6 +311,10 @@ class ManifestOut(ma.Schema):
         "description": "A v1 ConfigMap of the task's own files (one key each), which an "
                        "init container copies into the writable working directory; null "
                        "for a task without files."})
+    service = fields.Dict(metadata={"description": "A task of several replicas: the headless "
+                                                   "Service naming each replica's pod."})
+    network_policy = fields.Dict(metadata={"description": "A task of several replicas: its "
+                                                          "pods reach each other and DNS only."})
 
 
 class TaskAccepted(ma.Schema):
@@ -330,6 +364,8 @@ class WhenIn(Strict):
     gpus = fields.Raw(metadata={"description": "A GPU count or comparison: 0, \">=1\", \"<2\"."})
     image = fields.String(metadata={"description": "A glob the task's image must match."})
     project = fields.String(metadata={"description": "A glob the task's project must match."})
+    replicas = fields.Raw(metadata={"description": "A replica count or comparison: \">1\" "
+                                                   "is every distributed task."})
 
 
 def when_field() -> fields.Nested:
@@ -443,6 +479,14 @@ class PreviewIn(Strict):
                         load_default=list)
     strict_env = StrictBool(load_default=False, metadata={
         "description": "A script read with no value and no default is an error."})
+    replicas = replicas_field()
+    procs_per_replica = procs_field()
+
+
+class DiffersOut(ma.Schema):
+    name = fields.String()
+    values = fields.String(metadata={"description": "What each replica holds: "
+                                                    "\"the replica's index, 0..n-1\"."})
 
 
 class NotApplied(ma.Schema):
@@ -465,6 +509,10 @@ class PreviewOut(ma.Schema):
     doctor = fields.Dict(metadata={
         "description": "With files: the pre-flight report (scripts read, reads with no "
                        "value, variables no script reads, reads a default satisfies)."})
+    replicas = fields.Integer(metadata={"description": "How many replicas would run; "
+                                                       "variables are replica 0's."})
+    differs = fields.List(fields.Nested(DiffersOut), metadata={
+        "description": "The identity variables whose value differs in the other replicas."})
 
 
 class RerunIn(Strict):
@@ -506,6 +554,7 @@ class RevisionSummary(ma.Schema):
     reason = fields.String(allow_none=True)
     pinned_from = fields.Integer(allow_none=True)
     rerun_of = fields.Integer(allow_none=True)
+    replica_exit_codes = fields.List(fields.Integer(allow_none=True), allow_none=True)
 
 
 class RevisionList(ma.Schema):

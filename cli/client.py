@@ -131,16 +131,23 @@ class Client:
             params["cursor"] = cursor
         return self.json("GET", "/tasks", params=params)
 
-    def logs(self, task_id: str, revision: int | None = None) -> str:
+    def logs(self, task_id: str, revision: int | None = None,
+             replica: int | None = None) -> str:
         params = {"revision": revision} if revision else {}
+        if replica is not None:
+            params["replica"] = replica
         resp = self.call("GET", f"/tasks/{segment(task_id)}/logs", params=params)
         resp.encoding = resp.encoding or "utf-8"
         return resp.text
 
-    def logs_since(self, task_id: str, revision: int, offset: int) -> tuple[str, int, int]:
-        """The output after ``offset`` bytes: (text, where to go on, bytes dropped unread)."""
-        resp = self.call("GET", f"/tasks/{segment(task_id)}/logs",
-                         params={"revision": revision, "offset": offset})
+    def logs_since(self, task_id: str, revision: int, offset: int,
+                   replica: int | None = None) -> tuple[str, int, int]:
+        """The output after ``offset`` bytes (of every replica's log: one replica's lines
+        with ``replica``): (text, where to go on, bytes dropped unread)."""
+        params: dict[str, Any] = {"revision": revision, "offset": offset}
+        if replica is not None:
+            params["replica"] = replica
+        resp = self.call("GET", f"/tasks/{segment(task_id)}/logs", params=params)
         resp.encoding = "utf-8"
         try:
             after = int(resp.headers["Log-Offset"])

@@ -71,24 +71,24 @@ class Follower:
         return self.task(task_id), etag
 
     def drain(self, task_id: str, revision: int, offset: int,
-              write: Callable[[str], None]) -> tuple[int, bool]:
+              write: Callable[[str], None], replica: int | None = None) -> tuple[int, bool]:
         """Print the output after ``offset``, every chunk of it; (new offset, any printed)."""
         printed = False
         while True:
             text, after, skipped = self.retrying(
-                functools.partial(self.client.logs_since, task_id, revision, offset))
+                functools.partial(self.client.logs_since, task_id, revision, offset, replica))
             if skipped:
                 self.progress.print(Text(f"[{skipped} bytes of output were dropped before "
                                          "they could be shown]", style="yellow"))
             if text:
                 write(text)
                 printed = True
-            if after == offset or not text:
+            if after == offset:
                 return after, printed
             offset = after
 
-    def stream(self, task_id: str, revision: int,
-               write: Callable[[str], None]) -> dict[str, Any]:
+    def stream(self, task_id: str, revision: int, write: Callable[[str], None],
+               replica: int | None = None) -> dict[str, Any]:
         """Print each state ``revision`` passes (on the progress console) and its output as
         it grows (through ``write``), until it is final; the last state read."""
         self.started, offset, last, pause = self.clock(), 0, None, self.interval
@@ -102,7 +102,7 @@ class Follower:
                 self.progress.print(Text(shown(self.label(task_id, doc))))
             printed = False
             if doc["status"] != "rejected":  # a rejected revision never ran: no output
-                offset, printed = self.drain(task_id, revision, offset, write)
+                offset, printed = self.drain(task_id, revision, offset, write, replica)
             if finished(doc, revision):
                 return doc
             if state != last or printed:

@@ -17,6 +17,7 @@ import yaml
 
 from cli import envfile
 from cli.errors import EnvRejected, UsageProblem
+from shared.env.identity import IDENTITY_NAMES, reserved_message
 
 
 def load_yaml(path: Path) -> Any:
@@ -92,3 +93,11 @@ def read_files(files: Any, task_file: Path) -> list[dict[str, Any]]:
                                    f"{exc}") from exc
         out.append(entry)
     return out
+
+
+def identity_problems(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The env's entries naming a variable the platform sets per replica, as the API would
+    word them: the CLI refuses them before submitting anything."""
+    return [{"rule": "platform.identity", "variable": e["name"],
+             "message": reserved_message(e["name"])}
+            for e in env if e.get("name") in IDENTITY_NAMES]

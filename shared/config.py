@@ -61,6 +61,9 @@ class Settings:
     metrics_port: int = 0
     # Sentinel: with a sentinel:// URL, the name of the monitored master.
     redis_master_name: str = "mymaster"
+    # The most replicas one task may ask for (``replicas`` on creation); each also counts in
+    # the owner's quotas.
+    max_replicas: int = 8
     # The image a task that names none runs in, per launcher.  podman: the local runtime
     # image (deploy/image/build.sh).  kubernetes: one every node can pull; set your own
     # training image in the ConfigMap (deploy/k8s/base/configmap.yaml).

@@ -156,6 +156,13 @@ class Keys:
         scripts); without a name after ``user:``, the stem the move script completes."""
         return f"{self.prefix}:quota:bytes:{subject}"
 
+    def extra_replicas(self, owner: str) -> str:
+        """A counter: the replicas beyond each task's first in the owner's unfinished tasks.
+
+        Kept by the scripts that move tasks between states (``shared.store.scripts``, which
+        name it the same way), so unfinished replicas are this plus the tasks counted."""
+        return f"{self.index(owner)}:extra-replicas"
+
     def quota_creates(self, subject: str, window: int) -> str:
         """Tasks a subject (``user:<owner>``) created in one minute window (a counter)."""
         return f"{self.prefix}:quota:creates:{subject}:{window}"

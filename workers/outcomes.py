@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -54,14 +54,18 @@ def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
 
 
 def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
-                   exit_code: int | None, reason: str | None) -> bool:
+                   exit_code: int | None, reason: str | None,
+                   replica_exit_codes: Sequence[int | None] | None = None) -> bool:
     """What a launcher or the backend reported: a final state ends the revision; ``running``
     moves it on from ``launching`` (a start the launch worker did not live to record).
+    ``replica_exit_codes``: each replica's, for a task of several (kept with the revision).
     False if the revision was elsewhere (cancelled, say) or the task gone."""
     if state == states.RUNNING:
         return started(tasks, task_id, revision)
+    codes = {} if replica_exit_codes is None else {
+        "replica_exit_codes": list(replica_exit_codes)}
     moved = move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
-                  exit_code=exit_code, reason=reason)
+                 exit_code=exit_code, reason=reason, **codes)
     if moved:
         log.info("task %s r%s %s (exit code %s)", task_id, revision, state, exit_code)
     return moved

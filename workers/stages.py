@@ -129,7 +129,8 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         if outcome.state != states.RUNNING:
             # The outcome cannot be had again (the local steps ran once): hold on to it.
             insist(lambda: moved.append(record_outcome(
-                tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)))
+                tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
+                outcome.replica_exit_codes)))
         if not (moved and all(moved)):  # a move refused (or none made): cancelled?
             _cancelled_meanwhile(tasks, launcher, workload)
 

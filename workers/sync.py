@@ -33,7 +33,8 @@ def record_observed(tasks: TaskStore, launcher: Launcher, workload: Workload,
         if text:
             secrets = [v.value for v in workload.env if v.secret]
             tasks.append_log(task_id, revision, redact(text, secrets))
-    record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason)
+    record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
+                   outcome.replica_exit_codes)
     return outcome.state != states.RUNNING
 
 

@@ -133,6 +133,9 @@ class TaskForm(Form):
     steps = Steps(required=True)
     env = fields.List(fields.Nested(EnvRow), load_default=list)
     files = fields.List(fields.Nested(FileRow), load_default=list)
+    replicas = fields.Integer(load_default=1, validate=validate.Range(
+        min=1, error="replicas: a whole number of at least 1"),
+        error_messages={"invalid": "replicas: a whole number of at least 1"})
 
     @ma.post_load
     def no_empty_image(self, data: Row, **_: Any) -> Row:
@@ -182,7 +185,8 @@ def read_task(form: MultiDict[str, str],
     shown in the editor again if the form comes back)."""
     typed = {"name": form.get("name", ""), "image": form.get("image", ""),
              "steps": form.get("steps", ""), "env": rows(form, "env"),
-             "files": rows(form, "file", FILE_TYPED) + (uploaded or [])}
+             "files": rows(form, "file", FILE_TYPED) + (uploaded or []),
+             "replicas": form.get("replicas") or "1"}
     data, errors = load(TaskForm(), typed)
     if data is not None:
         data, errors = load(TaskCreate(), data)

@@ -37,7 +37,7 @@ from api.schemas import PreviewIn, PreviewOut
 from shared.errors import Problem, TaskenvError
 from shared.policy.model import Policy
 from shared.policy.rules import Rule
-from shared.task import records, states
+from shared.task import records, replica_logs, states
 
 Row = dict[str, Any]
 
@@ -68,7 +68,8 @@ def task_live(task_id: str) -> Response:
     """A task's state, revision and exit code, and its log after ``offset`` bytes.
 
     ``log_revision`` is the revision whose log the page shows (the current one by
-    default).  Final tasks answer ``final: true``; the page then stops asking.
+    default); ``replica``, the replica whose lines it shows (every replica's without).
+    Final tasks answer ``final: true``; the page then stops asking.
     """
     doc = actions.task_to_read(svc(), task_id, auth.scope())[0]  # its maintainers' too
     revision = request.args.get("log_revision", type=int) or doc["revision"]
@@ -84,7 +85,10 @@ def task_live(task_id: str) -> Response:
     if unchanged is not None:
         return unchanged
     chunk = tail.since(task_id, revision, offset)
-    return _answer({**state, "log": {"revision": revision, "text": chunk.text,
+    replica = request.args.get("replica", type=int)
+    text = chunk.text if replica is None or int(doc.get("replicas") or 1) == 1 \
+        else replica_logs.only(chunk.text, replica)  # offsets stay the whole log's
+    return _answer({**state, "log": {"revision": revision, "text": text,
                                      "offset": chunk.offset, "reset": chunk.reset,
                                      "skipped": chunk.skipped}}, tag)
 
@@ -109,15 +113,16 @@ def _typed_env(prefix: str) -> list[Row]:
 
 
 def _preview(env: list[Row], project: str | None = None, image: str | None = None,
-             files: list[Row] | None = None) -> Response:
+             files: list[Row] | None = None, replicas: str | None = None) -> Response:
     """``actions.preview`` on this env (and the task's files, which the doctor reads); a
     shape the API would refuse comes back as problems naming the variable, like the
     policy's own."""
     try:
         env = actions.with_env_file(env, env_file_sent())
+        count = int(replicas) if replicas and replicas.strip().isdigit() else 1
         data = PreviewIn().load({"name": request.form.get("name") or "preview", "env": env,
                                  "project": project or None, "image": image or None,
-                                 "files": files or []})
+                                 "files": files or [], "replicas": max(1, count)})
         shown = actions.preview(svc(), data, auth.actor(), auth.identity().is_admin)
     except TaskenvError as error:  # a bad .env line, a project one may not use
         problems = error.problems or [Problem(rule=error.code, message=error.message)]
@@ -143,7 +148,7 @@ def preview_new() -> Response:
     """The new-task form's env as the task would get it, its typed files read by the doctor
     (uploads are read when the form is submitted)."""
     return _preview(_typed_env("env"), request.form.get("project"), request.form.get("image"),
-                    _typed_files())
+                    _typed_files(), request.form.get("replicas"))
 
 
 def _typed_files() -> list[Row]:

@@ -54,7 +54,7 @@ from shared.errors import (
 )
 from shared.secrets import MASK, blanked, masked
 from shared.store.tasks import REVISION_FIELDS, Page, TaskStore
-from shared.task import records, states
+from shared.task import records, replica_logs, states
 from shared.timestamps import rfc3339
 
 # No inline script or style anywhere: only our own static files may run or style the page.
@@ -118,7 +118,7 @@ def page_headers(response: Any) -> Any:
 @bp.context_processor
 def helpers() -> dict[str, Any]:
     return {"csrf_token": csrf_token, "MASK": MASK, "NOTE": records.NOTE,
-            "row_errors": forms.row_errors}
+            "row_errors": forms.row_errors, "max_replicas": lambda: svc().settings.max_replicas}
 
 
 bp.add_app_template_filter(forms.messages, "messages")
@@ -272,6 +272,7 @@ def task_new() -> Any:
     rows = forms.shown(typed["env"]) + forms.blank(BLANK_ROWS * (2 if more else 1))
     typed["env_file"] = request.form.get("env_file", "")
     typed["project"] = request.form.get("project", "")
+    typed["replicas"] = request.form.get("replicas", "1")
     if more or data is None:
         return new_task_page(typed, rows, form_id, 200 if more else 422,
                              errors={} if more else errors)
@@ -354,6 +355,14 @@ def task(task_id: str) -> Any:
     return task_page(doc, read_only=access != CHANGE)
 
 
+def shown_replica(view: dict[str, Any]) -> int | None:
+    """The replica whose lines the log shows (``?replica=k``); None: every replica's."""
+    replica = request.args.get("replica", type=int)
+    replicas = int(view.get("replicas") or 1)
+    return replica if replica is not None and replicas > 1 and 0 <= replica < replicas \
+        else None
+
+
 def task_page(doc: dict[str, Any], status: int = 200,
               env_rows: list[dict[str, Any]] | None = None,
               new_rows: list[dict[str, Any]] | None = None,
@@ -371,10 +380,12 @@ def task_page(doc: dict[str, Any], status: int = 200,
     record = doc if number == view["revision"] else revision_record(doc, number)
     shown = view if record is doc else records.public_view(record, url)
     log = svc().tasks.logs.since(doc["id"], number, 0, most=TaskStore.LOG_LIMIT)
+    replica = shown_replica(view)
+    text = log.text if replica is None else replica_logs.only(log.text, replica)
     return page("task.html", status, task=view, shown=shown,
                 task_files=record.get("files") or [],  # the shown revision's files
                 revisions=svc().tasks.revisions(doc["id"], view["revision"]),
-                log=log.text, log_offset=log.offset, log_revision=number,
+                log=text, log_offset=log.offset, log_revision=number, log_replica=replica,
                 env_rows=env_rows, new_rows=new_rows or forms.blank(BLANK_ROWS),
                 errors=errors or {}, error=error, read_only=read_only,
                 running=view["status"] in (states.LAUNCHING, states.RUNNING),

@@ -31,7 +31,7 @@ from api.schemas import (
 from shared.env import envfile
 from shared.errors import BadRequest, NotFound, StateConflict
 from shared.secrets import masked
-from shared.task import manifest, records
+from shared.task import manifest, records, replica_logs
 from shared.task.workload import Workload
 
 blp = Blueprint("tasks", __name__, url_prefix="/api/v1/tasks",
@@ -263,20 +263,38 @@ class TaskLogs(MethodView):
          "schema": {"type": "integer", "minimum": 0},
          "description": "Only the output after this many bytes (at most 256 KiB of it; ask "
                         "again from Log-Offset): how a client follows a running task. "
-                        "Offsets count from the log's first byte and survive trimming."}])
+                        "Offsets count from the log's first byte and survive trimming."},
+        {"name": "replica", "in": "query", "required": False,
+         "schema": {"type": "integer", "minimum": 0},
+         "description": "A task of several replicas: only replica k's lines, unprefixed "
+                        "(offsets still count the whole log's bytes)."}])
     def get(self, task_id: str) -> Response:
         """The output of the task's steps, for the current revision or ``?revision=n``;
-        with ``?offset=n`` only what came after byte n, to follow a task as it runs."""
+        with ``?offset=n`` only what came after byte n, to follow a task as it runs.
+
+        A task of several replicas: every replica's lines, each prefixed with
+        ``[replica k]``; ``?replica=k`` keeps replica k's, unprefixed."""
         doc = readable(task_id)
         revision = request.args.get("revision", type=int) or doc["revision"]
         if not 1 <= revision <= doc["revision"]:
             raise NotFound(f"task {task_id} has no revision {revision}")
+        replica = request.args.get("replica", type=int)
+        replicas = int(doc.get("replicas") or 1)
+        if replica is not None and not 0 <= replica < replicas:
+            raise NotFound(f"task {task_id} has no replica {replica}: its replicas are "
+                           f"0..{replicas - 1}")
+
+        def shown(text: str) -> str:
+            return replica_logs.only(text, replica) if replica is not None and replicas > 1 \
+                else text
+
         offset = request.args.get("offset")
         if offset is None:
-            return Response(svc().tasks.read_log(task_id, revision), mimetype="text/plain")
+            return Response(shown(svc().tasks.read_log(task_id, revision)),
+                            mimetype="text/plain")
         if not BYTE_OFFSET.fullmatch(offset):
             raise BadRequest(f"offset must be a number of bytes, not {offset[:40]!r}")
         chunk = svc().tasks.logs.since(task_id, revision, int(offset))
-        return Response(chunk.text, mimetype="text/plain",
+        return Response(shown(chunk.text), mimetype="text/plain",
                         headers={"Log-Offset": str(chunk.offset),
                                  "Log-Skipped": str(chunk.skipped)})

@@ -39,9 +39,10 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
     return for_status(status)
 
 
-def follow_to_end(app: App, task_id: str, revision: int) -> Exit:
-    """Stream the revision's output while it runs (states on stderr); exit with its outcome."""
-    doc = Follower(app.client(), app.err).stream(task_id, revision, write_stdout)
+def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = None) -> Exit:
+    """Stream the revision's output (one replica's, or all) while it runs (states on
+    stderr); exit with its outcome."""
+    doc = Follower(app.client(), app.err).stream(task_id, revision, write_stdout, replica)
     return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
 
 
@@ -55,14 +56,27 @@ def follow_to_end(app: App, task_id: str, revision: int) -> Exit:
               help="Print the task's output as it runs (states on stderr) until it is final; "
                    "exit with its outcome.")
 @click.option("--idempotency-key", help="Retries with the same key return the same task.")
+@click.option("--replicas", type=click.IntRange(min=1),
+              help="Run this many replicas, each with its own RANK (overrides the file's).")
+@click.option("--procs-per-replica", type=click.IntRange(min=1),
+              help="Processes torchrun starts in each replica (overrides the file's).")
 @pass_app
 def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str, ...],
-           follow: bool, idempotency_key: str | None) -> int:
-    """Create a task from TASK_FILE (YAML: name, image, workdir, steps, env, resources).
+           follow: bool, idempotency_key: str | None, replicas: int | None,
+           procs_per_replica: int | None) -> int:
+    """Create a task from TASK_FILE (YAML: name, image, workdir, steps, env, resources,
+    replicas, procs_per_replica).
 
     Without --follow, prints the new task's id and exits 0 once the API accepted it.
+    An env that sets a variable the platform sets per replica (RANK, MASTER_ADDR, ...)
+    is refused here, before anything is submitted (exit code 2).
     """
-    body = taskfile.body(task_file, env_file, secrets)
+    body = group_options(taskfile.body(task_file, env_file, secrets), replicas,
+                         procs_per_replica)
+    problems = taskfile.identity_problems(body["env"])
+    if problems:
+        render.print_problems(app.err, "the env would be rejected:", problems)
+        return Exit.REJECTED
     accepted = app.client().create_task(body, idempotency_key)
     render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
     if not follow:
@@ -73,18 +87,29 @@ def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str,
     return follow_to_end(app, accepted["id"], accepted["revision"])
 
 
+def group_options(body: dict[str, Any], replicas: int | None,
+                  procs_per_replica: int | None) -> dict[str, Any]:
+    """The body with the command line's replicas, which win over the file's."""
+    given = {"replicas": replicas, "procs_per_replica": procs_per_replica}
+    return {**body, **{k: v for k, v in given.items() if v is not None}}
+
+
 @click.command()
 @click.argument("task_id")
 @click.option("--revision", type=click.IntRange(min=1), help="Another revision than the latest.")
+@click.option("--replica", type=click.IntRange(min=0),
+              help="Only this replica's output (a task of several prefixes each line with "
+                   "[replica k]).")
 @click.option("--follow", is_flag=True, help="Keep printing new output until the task is final.")
 @pass_app
-def logs(app: App, task_id: str, revision: int | None, follow: bool) -> int:
+def logs(app: App, task_id: str, revision: int | None, replica: int | None,
+         follow: bool) -> int:
     """Print the output of a task's steps (secret values appear as [secret])."""
     if not follow:
-        write_stdout(app.client().logs(task_id, revision))
+        write_stdout(app.client().logs(task_id, revision, replica))
         return Exit.SUCCEEDED
     revision = revision or Follower(app.client(), app.err).task(task_id)["revision"]
-    return follow_to_end(app, task_id, revision)
+    return follow_to_end(app, task_id, revision, replica)
 
 
 def all_tasks(app: App, status: str | None) -> list[dict[str, Any]]:
@@ -120,18 +145,22 @@ def list_tasks(app: App, status: str | None) -> int:
                    "run; repeatable.")
 @click.option("--strict-env", is_flag=True,
               help="A variable a script reads with no value and no default is an error.")
+@click.option("--replicas", type=click.IntRange(min=1), help="As submit --replicas.")
 @pass_app
 def preview(app: App, task_file: Path, env_file: Path | None,
-            policy_version: int | None, scripts: tuple[Path, ...], strict_env: bool) -> int:
-    """Show the env a task from TASK_FILE would get; nothing is created.
+            policy_version: int | None, scripts: tuple[Path, ...], strict_env: bool,
+            replicas: int | None) -> int:
+    """Show the env a task from TASK_FILE would get (replica 0's, with what the other
+    replicas hold differently); nothing is created.
 
     With --script, the doctor reads each script against that env: each variable a script
     reads that the task does not set, each it sets that no script reads.  Exits 2 when
     validation or the policy would reject the env.
     """
-    body = taskfile.body(task_file, env_file)
+    body = group_options(taskfile.body(task_file, env_file), replicas, None)
     asked: dict[str, Any] = {"name": body.get("name") or "preview", "env": body["env"],
                              "policy_version": policy_version}
+    asked.update({k: body[k] for k in ("replicas", "procs_per_replica") if k in body})
     # The task file's own files, and the scripts named with --script (read, never run);
     # sent only when there are some: a server without them still answers.
     files = list(body.get("files") or []) + [
@@ -144,6 +173,9 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     app.out.print(render.env_table(result.get("variables") or [],
                                    title=f"policy version {result.get('policy_version')}"))
     render.print_doctor(app.err, result.get("doctor"))
+    for differ in result.get("differs") or []:
+        app.err.print(render.line(f"{differ.get('name')} differs per replica: "
+                                  f"{differ.get('values')}"))
     render.print_problems(app.err, "warnings:", result.get("warnings") or [], style="yellow")
     render.print_problems(app.err, "the env would be rejected:", result.get("errors") or [])
     return Exit.SUCCEEDED if result.get("ok") else Exit.REJECTED

@@ -9,7 +9,11 @@ Four quotas, each off when set to 0 (``Settings.quota_*``):
 * creations per clock minute: over it the API answers 429 with ``Retry-After``
   (the seconds left in the minute);
 * tasks not yet finished (any state but succeeded, failed, rejected, cancelled),
-  counted with one ZCARD per state on the owner's per-state indexes, O(1) each;
+  counted replica by replica: one ZCARD per state on the owner's per-state indexes
+  (each task once), O(1) each, plus a counter of the replicas beyond each task's
+  first that the scripts moving tasks between states keep (``Keys.extra_replicas``);
+  creations are counted replica by replica too, so one task of 8 replicas takes what
+  8 tasks would;
 * revisions per task;
 * stored bytes: what the subject's task records take in Redis (every revision's env,
   resolved env and outcome, and the values they share), kept as a counter by the
@@ -76,23 +80,43 @@ def user(owner: str) -> str:
 
 
 def over_rate(quotas: Quotas, subject: str, created: int) -> Problem | None:
-    """``created``: creations this minute, this one included."""
+    """``created``: creations this minute (each replica one), this task's included."""
     limit = quotas.creates_per_minute
     if not limit or created <= limit:
         return None
     return Problem(rule="quota.creates_per_minute", limit=limit,
-                   message=f"{subject} may create at most {limit} tasks per minute; "
-                           "wait for the next minute (Retry-After)")
+                   message=f"{subject} may create at most {limit} tasks per minute (a task "
+                           "counts once per replica); wait for the next minute (Retry-After)")
 
 
-def over_unfinished(quotas: Quotas, subject: str, unfinished: int) -> Problem | None:
-    """``unfinished``: tasks not yet finished before this one starts."""
+def over_unfinished(quotas: Quotas, subject: str, unfinished: int,
+                    replicas: int = 1) -> Problem | None:
+    """``unfinished``: replicas of tasks not yet finished before this task of ``replicas``
+    starts."""
     limit = quotas.unfinished_tasks
-    if not limit or unfinished < limit:
+    if not limit or unfinished + replicas <= limit:
         return None
+    this = f"; this task's {replicas} replicas would take it over" if replicas > 1 else ""
     return Problem(rule="quota.unfinished_tasks", limit=limit,
-                   message=f"{subject} has {unfinished} tasks not yet finished; at most "
-                           f"{limit} may be at once: wait for some to finish")
+                   message=f"{subject} has {unfinished} task replicas not yet finished (a "
+                           f"task counts once per replica); at most {limit} may be at "
+                           f"once{this}: wait for some to finish")
+
+
+def never_admitted(quotas: Quotas, subject: str, replicas: int) -> list[Problem]:
+    """The quotas a task of ``replicas`` exceeds on its own: it could never be admitted
+    whole, so it is refused at creation whatever else runs."""
+    found: list[Problem] = []
+    for rule, limit, what in (("quota.unfinished_tasks", quotas.unfinished_tasks,
+                               "not yet finished at once"),
+                              ("quota.creates_per_minute", quotas.creates_per_minute,
+                               "created per minute")):
+        if limit and replicas > limit:
+            found.append(Problem(
+                rule=rule, field="replicas", limit=limit,
+                message=f"a task of {replicas} replicas can never run: {subject} may have "
+                        f"at most {limit} task replicas {what}"))
+    return found
 
 
 def over_revisions(quotas: Quotas, task_id: str, revisions: int) -> Problem | None:
@@ -148,12 +172,12 @@ class CreateBudget:
     def refuse_bytes(self, stored: int, adding: int) -> None:
         refuse_bytes(self.quotas, self.subject, stored, adding)
 
-    def refuse(self, created: int, unfinished: int) -> None:
+    def refuse(self, created: int, unfinished: int, replicas: int = 1) -> None:
         """Raise the refusal for the counts the script found over a limit."""
         if problem := over_rate(self.quotas, self.subject, created):
             raise TooManyRequests(problem.message, [problem],
                                   retry_after=seconds_left(self.now))
-        if problem := over_unfinished(self.quotas, self.subject, unfinished):
+        if problem := over_unfinished(self.quotas, self.subject, unfinished, replicas):
             raise QuotaExceeded(problem.message, [problem])
         raise AssertionError(f"refused within quota: {created} created, {unfinished} open")
 
@@ -191,7 +215,8 @@ class QuotaCounter:
             raise QuotaExceeded(problem.message, [problem])
         if doc["state"] in states.FINAL:
             owner = doc["owner"]
-            problem = over_unfinished(self.quotas, user(owner), self.unfinished(owner))
+            problem = over_unfinished(self.quotas, user(owner), self.unfinished(owner),
+                                      int(doc.get("replicas") or 1))
             if problem:
                 raise QuotaExceeded(problem.message, [problem])
 
@@ -199,4 +224,5 @@ class QuotaCounter:
         pipe = self.r.pipeline(transaction=False)
         for state in UNFINISHED:
             pipe.zcard(self.keys.index(owner, state))
-        return sum(int(n) for n in pipe.execute())
+        pipe.get(self.keys.extra_replicas(owner))
+        return sum(int(n or 0) for n in pipe.execute())

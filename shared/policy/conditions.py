@@ -1,8 +1,9 @@
-"""Conditions on policy entries: ``when: {gpus, image, project}`` matched against a task.
+"""Conditions on policy entries: ``when: {gpus, replicas, image, project}`` matched against a task.
 
 A default, protected entry or rule that carries ``when`` applies only to the tasks
 it matches; the resolved variable names the condition that matched
-(``when: "gpus>=1"``).  ``gpus`` is a comparison (``">=1"``, ``"0"``, ``"<2"``);
+(``when: "gpus>=1"``).  ``gpus`` and ``replicas`` are comparisons (``">=1"``, ``"0"``,
+``"<2"``; ``replicas: ">1"`` is every distributed task);
 ``image`` and ``project`` are globs (``fnmatch.fnmatchcase``).
 """
 
@@ -17,7 +18,8 @@ from typing import Any
 
 from shared.errors import Problem
 
-WHEN_KEYS = ("gpus", "image", "project")
+WHEN_KEYS = ("gpus", "replicas", "image", "project")
+COUNT_KEYS = ("gpus", "replicas")
 GPUS_EXPRESSION = re.compile(r"\s*(>=|<=|==|!=|>|<|=)?\s*(\d{1,6})\s*")
 COMPARE: dict[str, Callable[[int, int], bool]] = {
     ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
@@ -33,38 +35,44 @@ class TaskFacts:
     gpus: int = 0
     image: str = ""
     project: str | None = None
+    replicas: int = 1
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], default_image: str = "") -> TaskFacts:
-        """The facts of a task record (``resources.gpus``, ``image``, ``project``)."""
+        """The facts of a task record (``resources.gpus``, ``replicas``, ``image``,
+        ``project``)."""
         resources = doc.get("resources") or {}
         return cls(gpus=int(resources.get("gpus") or 0),
-                   image=doc.get("image") or default_image, project=doc.get("project"))
+                   image=doc.get("image") or default_image, project=doc.get("project"),
+                   replicas=int(doc.get("replicas") or 1))
 
 
 @dataclass(frozen=True)
 class GpuCondition:
+    """A comparison of one of a task's counts: its GPUs, or (``key``) its replicas."""
+
     op: str
     count: int
+    key: str = "gpus"
 
     @classmethod
-    def parse(cls, expression: str | int) -> GpuCondition | None:
+    def parse(cls, expression: str | int, key: str = "gpus") -> GpuCondition | None:
         """``">=1"`` -> (>=, 1); a bare number means equality; None if not an expression."""
         if isinstance(expression, bool):
             return None
         if isinstance(expression, int):
-            return cls("==", expression) if expression >= 0 else None
+            return cls("==", expression, key) if expression >= 0 else None
         found = GPUS_EXPRESSION.fullmatch(expression) if isinstance(expression, str) else None
         if found is None:
             return None
         op = found.group(1) or "=="
-        return cls("==" if op == "=" else op, int(found.group(2)))
+        return cls("==" if op == "=" else op, int(found.group(2)), key)
 
     def holds(self, gpus: int) -> bool:
         return COMPARE[self.op](gpus, self.count)
 
     def text(self) -> str:
-        return f"gpus{self.op}{self.count}"
+        return f"{self.key}{self.op}{self.count}"
 
 
 @dataclass(frozen=True)
@@ -72,20 +80,25 @@ class When:
     gpus: GpuCondition | None = None
     image: str | None = None
     project: str | None = None
+    replicas: GpuCondition | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> When | None:
         """A checked ``when`` mapping as a condition; None (or empty) means always."""
         if not data:
             return None
-        gpus = data.get("gpus")
+        gpus, replicas = data.get("gpus"), data.get("replicas")
         return cls(gpus=GpuCondition.parse(gpus) if gpus is not None else None,
-                   image=data.get("image"), project=data.get("project"))
+                   image=data.get("image"), project=data.get("project"),
+                   replicas=GpuCondition.parse(replicas, "replicas")
+                   if replicas is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.gpus is not None:
             out["gpus"] = f"{self.gpus.op}{self.gpus.count}"
+        if self.replicas is not None:
+            out["replicas"] = f"{self.replicas.op}{self.replicas.count}"
         if self.image is not None:
             out["image"] = self.image
         if self.project is not None:
@@ -95,6 +108,8 @@ class When:
     def matches(self, task: TaskFacts) -> bool:
         if self.gpus is not None and not self.gpus.holds(task.gpus):
             return False
+        if self.replicas is not None and not self.replicas.holds(task.replicas):
+            return False
         if self.image is not None and not fnmatchcase(task.image, self.image):
             return False
         return self.project is None or (
@@ -102,7 +117,7 @@ class When:
 
     def text(self) -> str:
         """How provenance names the condition: ``gpus>=1 and image=nvcr.io/*``."""
-        parts = [self.gpus.text()] if self.gpus is not None else []
+        parts = [c.text() for c in (self.gpus, self.replicas) if c is not None]
         parts += [f"{key}={glob}" for key, glob in (("image", self.image),
                                                    ("project", self.project)) if glob is not None]
         return " and ".join(parts)
@@ -128,12 +143,15 @@ def check_when(data: object, where: str) -> list[Problem]:
                         message=f"{where}: unknown condition {key!r}; "
                                 f"conditions are {', '.join(WHEN_KEYS)}")
                 for key in data if key not in WHEN_KEYS]
-    gpus = data.get("gpus")
-    if gpus is not None and GpuCondition.parse(gpus) is None:
-        problems.append(Problem(
-            rule="when.gpus_invalid", field=f"{where}.gpus",
-            message=f"{where}.gpus: {str(gpus)[:40]!r} is not a GPU count condition; "
-                    "write a number or a comparison such as \">=1\", \"0\", \"<2\", \"!=4\""))
+    for key in COUNT_KEYS:
+        count = data.get(key)
+        if count is not None and GpuCondition.parse(count, key) is None:
+            what = "GPU" if key == "gpus" else "replica"
+            problems.append(Problem(
+                rule=f"when.{key}_invalid", field=f"{where}.{key}",
+                message=f"{where}.{key}: {str(count)[:40]!r} is not a {what} count condition; "
+                        "write a number or a comparison such as \">=1\", \"0\", \"<2\", "
+                        "\"!=4\""))
     for key in ("image", "project"):
         if key in data and not isinstance(data[key], str):
             problems.append(Problem(rule="when.invalid", field=f"{where}.{key}",
@@ -145,7 +163,8 @@ def may_overlap(a: When | None, b: When | None) -> bool:
     """Whether some task could match both conditions (conservative for globs)."""
     if a is None or b is None:
         return True
-    return (_gpus_overlap(a.gpus, b.gpus) and _globs_overlap(a.image, b.image)
+    return (_gpus_overlap(a.gpus, b.gpus) and _gpus_overlap(a.replicas, b.replicas)
+            and _globs_overlap(a.image, b.image)
             and _globs_overlap(a.project, b.project))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from shared.env import envlist
 from shared.env.envlist import EnvVar, Limits
+from shared.env.identity import IDENTITY_NAMES, reserved_message
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, withheld_warning
@@ -212,6 +213,7 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                 rule="policy.platform_reserved", variable=name,
                 message=f"{name} is set by the platform for every task; "
                         "a policy cannot default or protect it"))
+    problems += _identity_entries(defaults, protected, data.get("rules"))
     for entry in protected:
         problems += _check_protected_entry(entry, default_names)
     if data.get("on_conflict", REJECT) not in ON_CONFLICT:
@@ -223,6 +225,21 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                                 message="strict_env must be true or false"))
     problems += check_rule_entries(data.get("rules"))
     return problems + values_against_rules(data, valid_rules(data.get("rules")), "this policy's")
+
+
+def _identity_entries(defaults: list[Any], protected: list[Any], rules: Any) -> list[Problem]:
+    """Every entry naming a replica's identity variable: the platform sets those per replica."""
+    problems: list[Problem] = []
+    lists = (("defaults", defaults), ("protected", protected),
+             ("rules", rules if isinstance(rules, list) else []))
+    for where, entries in lists:
+        for index, entry in enumerate(entries):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if name in IDENTITY_NAMES:
+                problems.append(Problem(
+                    rule="policy.platform_identity", variable=name,
+                    field=f"{where}[{index}].name", message=reserved_message(name)))
+    return problems
 
 
 def _check_lists(defaults: list[Any], protected: list[Any], limits: Limits) -> list[Problem]:
@@ -347,6 +364,7 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
     result = Resolution(policy_version=layers[0].version if layers else 0,
                         versions={layer.scope: layer.version for layer in layers})
     layers = [_without_hooks(layer, hooks, task, result) for layer in layers]
+    layers = [_without_identity(layer, result) for layer in layers]
     platform = list(platform)
     protected = _active(layers, task, protected=True)
     defaults = _active(layers, task, protected=False)
@@ -399,6 +417,26 @@ def _without_hooks(layer: Policy, hooks: StartupHooks, task: TaskFacts,
     return replace(layer, defaults=defaults, protected=protected)
 
 
+def _without_identity(layer: Policy, result: Resolution) -> Policy:
+    """The layer without the entries a version stored before replicas existed may hold on a
+    replica's identity variable (a policy naming one can no longer be saved): each is left
+    out of every task, with a warning naming it, until the admins save a version without it."""
+    names = [*(d.name for d in layer.defaults), *(p.name for p in layer.protected),
+             *(r.name for r in layer.rules)]
+    named = [name for name in names if name in IDENTITY_NAMES]
+    if not named:
+        return layer
+    for name in dict.fromkeys(named):
+        result.warnings.append(Problem(
+            rule="policy.identity_ignored", variable=name,
+            message=f"{_scope_name(layer)}'s policy version {layer.version} names {name}, "
+                    f"which the platform sets per replica: its entry is ignored"))
+    return replace(layer,
+                   defaults=tuple(d for d in layer.defaults if d.name not in IDENTITY_NAMES),
+                   protected=tuple(p for p in layer.protected if p.name not in IDENTITY_NAMES),
+                   rules=tuple(r for r in layer.rules if r.name not in IDENTITY_NAMES))
+
+
 def _active(layers: Sequence[Policy], task: TaskFacts, protected: bool) -> dict[str, list[_Entry]]:
     """Per name, the entries whose condition matches the task, highest precedence first:
     a higher scope's protected entry wins, a lower scope's default (closer to the task) wins."""
@@ -421,7 +459,10 @@ def _admit(user_env: Iterable[EnvVar], reserved: set[str], protected: dict[str, 
     accepted: list[EnvVar] = []
     dropped: dict[str, EnvVar] = {}
     for var in user_env:
-        if var.name in reserved:
+        if var.name in IDENTITY_NAMES:
+            result.errors.append(Problem(rule="platform.identity", variable=var.name,
+                                         message=reserved_message(var.name)))
+        elif var.name in reserved:
             result.errors.append(Problem(
                 rule="platform.reserved", variable=var.name,
                 message=f"{var.name} is set by the platform for every task and cannot be set"))

@@ -66,14 +66,16 @@ end
 #       6 state-index, 7 owner-state-index, 8 seq, 9 project-index (or ""), 10 insights key
 #       of every task, 11 insights key of the project (or ""), 12 audit stream (or ""),
 #       13 the task's value pool, 14 the owner's stored-bytes counter, 15 the owner's
-#       creations this minute (or "": not counted), then the owner's unfinished-state
-#       indexes (none: not counted)
+#       creations this minute (or "": not counted), 16 the owner's extra-replicas counter,
+#       then the owner's unfinished-state indexes (none: not counted)
 # ARGV: 1 id, 2 idem-ttl, 3 number of task fields n, 4 the state, 5 insights TTL, 6 audit
 #       stream length, 7 number of audit fields and values m (twice the pairs), 8
-#       creations per minute allowed, 9 the creations counter's TTL, 10 unfinished tasks
-#       allowed, 11 stored bytes allowed (0: no limit), 12 number of revision pairs r,
-#       then the audit fields and values (m), n task
+#       creations per minute allowed, 9 the creations counter's TTL, 10 unfinished
+#       replicas allowed, 11 stored bytes allowed (0: no limit), 12 number of revision
+#       pairs r, 13 the task's replicas, then the audit fields and values (m), n task
 #       pairs, r revision pairs, the pool's id/value pairs
+# Both count quotas count replicas: a task of k replicas is k creations and k unfinished
+# (the unfinished indexes count each task once, the extra-replicas counter the other k-1).
 # Returns {0, id} for a key used before (nothing counted), {-1, created, unfinished} or
 # {-2, stored, size} when a quota refuses (nothing stored; shared.access.quotas words the
 # refusal), {1, id} once stored.
@@ -83,17 +85,21 @@ if KEYS[3] ~= '' then
   if existing then return {0, existing} end
 end
 local created, unfinished = 0, 0
+local replicas = tonumber(ARGV[13])
 if KEYS[15] ~= '' then
-  created = redis.call('INCR', KEYS[15])
-  if created == 1 then redis.call('EXPIRE', KEYS[15], ARGV[9]) end
+  created = redis.call('INCRBY', KEYS[15], replicas)
+  if created == replicas then redis.call('EXPIRE', KEYS[15], ARGV[9]) end
 end
-for i = 16, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
+if #KEYS > 16 then
+  unfinished = tonumber(redis.call('GET', KEYS[16]) or '0')
+  for i = 17, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
+end
 if (KEYS[15] ~= '' and created > tonumber(ARGV[8]))
-    or (#KEYS > 15 and unfinished >= tonumber(ARGV[10])) then
+    or (#KEYS > 16 and unfinished + replicas > tonumber(ARGV[10])) then
   return {-1, created, unfinished}
 end
 local n, m, r = tonumber(ARGV[3]), tonumber(ARGV[7]), tonumber(ARGV[12])
-local tf = 13 + m
+local tf = 14 + m
 local rf = tf + 2 * n
 local pf = rf + 2 * r
 local size = grow('', ARGV, tf, rf - 1) + grow('', ARGV, rf, pf - 1) + grow('', ARGV, pf, #ARGV)
@@ -101,6 +107,7 @@ local stored = tonumber(redis.call('GET', KEYS[14]) or '0')
 if tonumber(ARGV[11]) > 0 and stored + size > tonumber(ARGV[11]) then
   return {-2, stored, size}
 end
+if replicas > 1 then redis.call('INCRBY', KEYS[16], replicas - 1) end
 local seq = redis.call('INCR', KEYS[8])
 redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, 'bytes', size, unpack(ARGV, tf, rf - 1))
 if r > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, rf, pf - 1)) end
@@ -111,7 +118,7 @@ if KEYS[9] ~= '' then redis.call('ZADD', KEYS[9], seq, ARGV[1]) end
 if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
 count_entry(KEYS[10], KEYS[11], ARGV[4], ARGV[5])
 if KEYS[12] ~= '' then
-  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 13, 12 + m))
+  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 14, 13 + m))
 end
 return {1, ARGV[1]}
 """
@@ -119,12 +126,13 @@ return {1, ARGV[1]}
 # KEYS: 1 task, 2 revision, 3 old-state-index, 4 new-state-index, 5 old-owner-state-index,
 #       6 new-owner-state-index, 7 expiry, 8 insights key of every task (or "": not
 #       counted), 9 insights key of the task's project (or ""), 10 the task's value pool,
-#       11 the owner's stored-bytes counter
+#       11 the owner's stored-bytes counter, 12 the owner's extra-replicas counter
 # ARGV: 1 expected v, 2 id, 3 expires-at (0: leave the expiry index be; "leave": the task
 #       leaves a final state), 4 number of task fields n, 5 the state entered, 6 insights
 #       TTL, 7 stored bytes allowed (0: not judged: a stage's write, which must land), 8
-#       number of revision pairs r, 9 the revision key's suffix, then n task field/value
-#       pairs, r revision pairs, the pool's id/value pairs
+#       number of revision pairs r, 9 the revision key's suffix, 10 the change to the
+#       extra-replicas counter (a task of several replicas ending or reopening), then n
+#       task field/value pairs, r revision pairs, the pool's id/value pairs
 # Returns 0 if the task moved on meanwhile, {-2, stored, growth} when the owner's stored
 # bytes would pass the limit (nothing written), 1 once written.
 UPDATE = COUNT_ENTRY + BYTES + """
@@ -132,7 +140,7 @@ local t = redis.call('HMGET', KEYS[1], 'v', 'seq', 'bytes', 'revision')
 local v = t[1]
 if v ~= ARGV[1] then return 0 end
 local n, r = tonumber(ARGV[4]), tonumber(ARGV[8])
-local tf = 10
+local tf = 11
 local rf = tf + 2 * n
 local pf = rf + 2 * r
 local adopted = 0
@@ -152,6 +160,7 @@ redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, 'bytes', had + delta,
 if r > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, rf, pf - 1)) end
 if #ARGV >= pf then redis.call('HSET', KEYS[10], unpack(ARGV, pf, #ARGV)) end
 count(KEYS[11], adopted + delta)
+if ARGV[10] ~= '0' then redis.call('INCRBY', KEYS[12], ARGV[10]) end
 if KEYS[3] ~= KEYS[4] then
   redis.call('ZREM', KEYS[3], ARGV[2])
   redis.call('ZREM', KEYS[5], ARGV[2])
@@ -178,7 +187,7 @@ return 1
 # {1, project, task fields, revision fields, pool values} when asked for the record.
 MOVE = COUNT_ENTRY + BYTES + """
 local t = redis.call('HMGET', KEYS[1], 'v', 'state', 'revision', 'owner', 'seq', 'project',
-                     'bytes')
+                     'bytes', 'replicas')
 if not t[1] then return false end
 if not t[3] then return {2} end
 if t[3] ~= ARGV[1] then return {0} end
@@ -217,6 +226,11 @@ redis.call('HSET', KEYS[1], 'v', tonumber(t[1]) + 1, 'bytes', had + delta, unpac
 redis.call('HSET', rev, unpack(fields))
 count(ARGV[14] .. owner, adopted + delta)
 if old ~= new then
+  -- A task of several replicas that ends gives back the replicas beyond its first.
+  local extra = (t[8] and tonumber(t[8]) or 1) - 1
+  if extra > 0 and member(ARGV[4], new) and not member(ARGV[4], old) then
+    redis.call('DECRBY', ARGV[8] .. ':owner:' .. owner .. ':extra-replicas', extra)
+  end
   for _, pair in ipairs({{'ZREM', old}, {'ZADD', new}}) do
     local by_state = ARGV[8] .. ':state:' .. pair[2]
     local by_owner = ARGV[8] .. ':owner:' .. owner .. ':state:' .. pair[2]

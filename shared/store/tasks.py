@@ -62,7 +62,7 @@ REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
-    "next_env", "files", "refs", "doctor",
+    "next_env", "files", "refs", "doctor", "replica_exit_codes",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
@@ -72,7 +72,7 @@ SUMMARY_FIELDS = ("id", "name", "owner", "project", "state", "revision", "create
                   "updated_at")
 REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "how",
                     "made_at", "started_at", "ended_at", "exit_code", "reason", "pinned_from",
-                    "rerun_of")
+                    "rerun_of", "replica_exit_codes")
 COUNTERS = ("v", "seq")
 # Per-revision lists stored deflated once their JSON is this long (bytes).
 PACKED_FIELDS = frozenset({"env", "resolved", "next_env", "files"})
@@ -127,6 +127,19 @@ def _decoded(flat: list[Any]) -> Doc:
     return {as_text(k): as_text(v) if as_text(k) in COUNTERS else _unpacked(as_text(k),
                                                                             json.loads(v))
             for k, v in zip(it, it, strict=True)}
+
+
+def replicas_of(doc: Doc) -> int:
+    """A task's replicas (records from before replicas existed have one)."""
+    return int(doc.get("replicas") or 1)
+
+
+def _extra_replicas_change(old_state: str, new: Doc) -> int:
+    """How a state change moves the owner's count of extra replicas: a task of several
+    replicas that ends gives the ones beyond its first back, one that reopens (a new
+    revision) takes them again."""
+    was_open, is_open = old_state not in states.FINAL, new["state"] not in states.FINAL
+    return (replicas_of(new) - 1) * (int(is_open) - int(was_open))
 
 
 class TaskStore:
@@ -192,7 +205,7 @@ class TaskStore:
         if int(answer[0]) == -2 and budget is not None:
             budget.refuse_bytes(int(answer[1]), int(answer[2]))
         if int(answer[0]) < 0 and budget is not None:
-            budget.refuse(int(answer[1]), int(answer[2]))
+            budget.refuse(int(answer[1]), int(answer[2]), replicas_of(doc))
         if not int(answer[0]):
             return self.get(as_text(answer[1])), False
         self._entered(doc["state"], doc.get("project"))
@@ -228,14 +241,14 @@ class TaskStore:
                 k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
                 k.project_index(project) if project else "", *self._insights_keys(project),
                 stream, k.values(task_id), k.quota_bytes(user(owner)),
-                budget.rate_key if budget else "",
+                budget.rate_key if budget else "", k.extra_replicas(owner),
                 *(budget.unfinished_keys if budget else ())]
         q = budget.quotas if budget else Quotas(0, 0, 0, 0)
         revision_pairs = _pairs(rev_fields)
         args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields), state, KEEP_SECONDS,
                 stream_length, 2 * len(entry), q.creates_per_minute, 2 * QUOTA_WINDOW,
                 q.unfinished_tasks, q.stored_bytes, len(revision_pairs) // 2,
-                *(x for pair in entry.items() for x in pair),
+                replicas_of(doc), *(x for pair in entry.items() for x in pair),
                 *_pairs(task_fields), *revision_pairs, *_flat(pool)]
         return keys, args
 
@@ -367,10 +380,11 @@ class TaskStore:
             keys=[k.task(task_id), k.revision(task_id, new["revision"]),
                   k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
                   k.index(owner, state), k.expiry(), *insights, k.values(task_id),
-                  k.quota_bytes(user(owner))],
+                  k.quota_bytes(user(owner)), k.extra_replicas(owner)],
             args=[v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
                   KEEP_SECONDS, budget.stored_bytes if budget else 0,
-                  len(revision_pairs) // 2, REVISION_SUFFIX, *_pairs(task_fields),
+                  len(revision_pairs) // 2, REVISION_SUFFIX,
+                  _extra_replicas_change(old_state, new), *_pairs(task_fields),
                   *revision_pairs, *_flat(pool)]),
             self.patience, f"task {task_id} r{new['revision']} -> {state}")
         if isinstance(answer, list) and budget is not None:  # {-2, stored, growth}

@@ -55,7 +55,18 @@ from kubernetes.client import (
     V1EnvVarSource,
     V1Job,
     V1JobSpec,
+    V1LabelSelector,
+    V1NetworkPolicy,
+    V1NetworkPolicyEgressRule,
+    V1NetworkPolicyIngressRule,
+    V1NetworkPolicyPeer,
+    V1NetworkPolicyPort,
+    V1NetworkPolicySpec,
+    V1ObjectFieldSelector,
     V1ObjectMeta,
+    V1PodFailurePolicy,
+    V1PodFailurePolicyOnExitCodesRequirement,
+    V1PodFailurePolicyRule,
     V1PodSpec,
     V1PodTemplateSpec,
     V1ResourceRequirements,
@@ -63,11 +74,15 @@ from kubernetes.client import (
     V1Secret,
     V1SecretKeySelector,
     V1SecurityContext,
+    V1Service,
+    V1ServicePort,
+    V1ServiceSpec,
     V1Volume,
     V1VolumeMount,
 )
 
 from shared.config import DEFAULTS
+from shared.env.identity import INDEX_NAMES, LOOPBACK, replica_env
 from shared.task.limits import Limits, Maxima, limits_for, show_cpu
 from shared.task.workload import Workload, with_default_image
 
@@ -83,10 +98,13 @@ GPU_RESOURCE = "nvidia.com/gpu"
 LABEL_TASK_ID = "taskenv.io/task-id"
 LABEL_REVISION = "taskenv.io/revision"
 LABEL_POLICY_VERSION = "taskenv.io/policy-version"
+LABEL_REPLICAS = "taskenv.io/replicas"
 ANNOTATION_TASK_ID = "taskenv.io/task-id"
 ANNOTATION_TASK_NAME = "taskenv.io/task-name"
 MAX_NAME = 63  # a DNS-1123 label; Job names become pod-name prefixes and label values
 TASK_UID = 65534  # the step's user: never root, whatever the image says
+# Where an Indexed Job's pod finds its index (the control plane sets it on every pod).
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE_CHARS = re.compile(r"[^-A-Za-z0-9_.]+")
@@ -120,6 +138,11 @@ class Manifests:
     job: V1Job
     secret: V1Secret | None
     config_map: V1ConfigMap | None = None  # the task's own files
+    # A task of several replicas: the headless Service that gives each pod a stable name
+    # (``<job>-<index>.<job>``) and the NetworkPolicy that lets only the task's own pods
+    # (and DNS) reach them; both owned by the Job once it exists.
+    service: V1Service | None = None
+    network_policy: V1NetworkPolicy | None = None
 
 
 def escape(value: str) -> str:
@@ -185,12 +208,15 @@ def label_value(text: str) -> str:
 
 
 def task_labels(workload: Workload) -> dict[str, str]:
-    return {
+    labels = {
         "app.kubernetes.io/managed-by": "taskenv",
         LABEL_TASK_ID: label_value(workload.task_id),
         LABEL_REVISION: str(workload.revision),
         LABEL_POLICY_VERSION: str(workload.policy_version),
     }
+    if workload.replicas > 1:  # how many replicas a listing of the task's pods should find
+        labels[LABEL_REPLICAS] = str(workload.replicas)
+    return labels
 
 
 def task_annotations(workload: Workload) -> dict[str, str]:
@@ -269,27 +295,72 @@ def scratch_volumes(limits: Limits | None) -> tuple[list[V1Volume], list[V1Volum
     return volumes, mounts
 
 
-def pod_spec(workload: Workload, secret_name: str | None,
-             limits: Limits | None = None) -> V1PodSpec:
-    """One container running the steps in order with the resolved env, never restarted.
+def identity_vars(workload: Workload, index: int | None,
+                  master_addr: str = LOOPBACK) -> list[V1EnvVar]:
+    """Replica ``index``'s identity (``shared.env.identity``); with ``index`` None, the
+    variables whose value is the index read it from the pod's own Indexed-Job annotation
+    (the downward API), so one pod template serves every replica."""
+    out = []
+    for name, value in replica_env(workload.group(master_addr), index or 0):
+        if index is None and name in INDEX_NAMES:
+            field = V1ObjectFieldSelector(field_path=f"metadata.annotations['{INDEX_ANNOTATION}']")
+            out.append(V1EnvVar(name=name, value_from=V1EnvVarSource(field_ref=field)))
+        else:
+            out.append(V1EnvVar(name=name, value=escape(value)))
+    return out
 
-    Service links are off and no service-account token is mounted, so the container's
-    env is the resolved env (plus the ``KUBERNETES_SERVICE_*`` pair the kubelet always adds).
-    With ``limits`` (every launcher passes them) the container has them as its
-    resources, and size-capped scratch volumes.
-    """
-    volumes, mounts = scratch_volumes(limits)
-    container = V1Container(
-        name=CONTAINER_NAME,
+
+def container(workload: Workload, secret_name: str | None, identity: list[V1EnvVar],
+              limits: Limits | None, mounts: list[V1VolumeMount],
+              name: str = CONTAINER_NAME) -> V1Container:
+    """The container running the steps in order: the resolved env, then the identity."""
+    return V1Container(
+        name=name,
         image=workload.image,
         command=[*SHELL, escape(script(workload))],
-        env=env_vars(workload, secret_name) or None,
+        env=env_vars(workload, secret_name) + identity,
         working_dir=workload.workdir or None,
         resources=resources(workload, limits),
         security_context=security_context(),
-        volume_mounts=mounts or None,
+        volume_mounts=list(mounts) or None,
     )
-    spec = V1PodSpec(containers=[container], restart_policy="Never",
+
+
+def replica_container_name(index: int, replicas: int) -> str:
+    """A replica's container in a pod of several (podman); a task of one keeps ``task``."""
+    return CONTAINER_NAME if replicas == 1 else f"{CONTAINER_NAME}-{index}"
+
+
+def pod_spec(workload: Workload, secret_name: str | None, limits: Limits | None = None,
+             identity: list[V1EnvVar] | None = None) -> V1PodSpec:
+    """One container running the steps in order with the resolved env, never restarted.
+
+    ``identity``: the replica's identity variables; replica 0 of the workload's group
+    (listening on loopback) when not given.  Service links are off and no service-account
+    token is mounted, so the container's env is the resolved env and the identity (plus
+    the ``KUBERNETES_SERVICE_*`` pair the kubelet always adds).  With ``limits`` (every
+    launcher passes them) the container has them as its resources, and size-capped
+    scratch volumes.
+    """
+    ident = identity_vars(workload, 0) if identity is None else identity
+    return _pod(workload, limits, lambda mounts: [
+        container(workload, secret_name, ident, limits, mounts)])
+
+
+def replicas_pod_spec(workload: Workload, secret_name: str | None,
+                      limits: Limits | None = None) -> V1PodSpec:
+    """Every replica as a container of one pod, sharing its network: replica 0 listens on
+    the pod's loopback (podman's form of a distributed task)."""
+    return _pod(workload, limits, lambda mounts: [
+        container(workload, secret_name, identity_vars(workload, k), limits, mounts,
+                  replica_container_name(k, workload.replicas))
+        for k in range(workload.replicas)])
+
+
+def _pod(workload: Workload, limits: Limits | None,
+         containers: Callable[[list[V1VolumeMount]], list[V1Container]]) -> V1PodSpec:
+    volumes, mounts = scratch_volumes(limits)
+    spec = V1PodSpec(containers=containers(mounts), restart_policy="Never",
                      enable_service_links=False, automount_service_account_token=False,
                      volumes=volumes or None)
     if workload.files:
@@ -308,8 +379,9 @@ def file_key(index: int) -> str:
 
 def with_files(spec: V1PodSpec, workload: Workload, limits: Limits | None = None) -> None:
     """Add the files' volumes, the init container that copies them into the writable
-    working directory, and that directory to the task's container.  The init container
-    is held like the task's: unprivileged, within the same limits."""
+    working directory, and that directory to the task's containers (podman's replicas
+    share the pod's).  The init container is held like the task's: unprivileged, within
+    the same limits."""
     work = V1VolumeMount(name="work", mount_path=WORK_DIR)
     args: list[str] = []
     for index, file in enumerate(workload.files):
@@ -321,10 +393,10 @@ def with_files(spec: V1PodSpec, workload: Workload, limits: Limits | None = None
         volume_mounts=[V1VolumeMount(name="files", mount_path=FILES_DIR, read_only=True),
                        work],
         security_context=security_context(), resources=resources(workload, limits))]
-    task = spec.containers[0]
-    mounts = task.volume_mounts or []
-    task.volume_mounts = mounts if any(m.name == "work" for m in mounts) else [*mounts, work]
-    task.working_dir = work_dir(workload)
+    for task in spec.containers:
+        mounts = task.volume_mounts or []
+        task.volume_mounts = mounts if any(m.name == "work" for m in mounts) else [*mounts, work]
+        task.working_dir = work_dir(workload)
     volumes = spec.volumes or []
     files = V1Volume(name="files", config_map=V1ConfigMapVolumeSource(
         name=files_name(workload), default_mode=0o444))
@@ -359,8 +431,71 @@ def build(workload: Workload, settings: ManifestSettings) -> Manifests:
             ),
         ),
     )
-    return Manifests(job=job, secret=_secret(workload, secret, settings) if secret else None,
-                     config_map=config_map(workload, settings))
+    found = Manifests(job=job, secret=_secret(workload, secret, settings) if secret else None,
+                      config_map=config_map(workload, settings))
+    return found if workload.replicas == 1 else _distributed(workload, found, secret, settings)
+
+
+def master_addr(workload: Workload) -> str:
+    """Replica 0's stable name: its pod's hostname under the task's headless Service."""
+    name = job_name(workload)
+    return f"{name}-0.{name}"
+
+
+def _distributed(workload: Workload, found: Manifests, secret: str | None,
+                 settings: ManifestSettings) -> Manifests:
+    """An Indexed Job (one pod per replica, each reading its index from its own
+    annotation), failing as a whole on the first pod that fails: a pod failure policy,
+    not retries of one index while its peers wait in the rendezvous."""
+    name = job_name(workload)
+    spec = found.job.spec
+    assert spec is not None
+    spec.completion_mode = "Indexed"
+    spec.completions = spec.parallelism = workload.replicas
+    spec.backoff_limit = 0
+    spec.pod_failure_policy = V1PodFailurePolicy(rules=[V1PodFailurePolicyRule(
+        action="FailJob", on_exit_codes=V1PodFailurePolicyOnExitCodesRequirement(
+            container_name=CONTAINER_NAME, operator="NotIn", values=[0]))])
+    pod = pod_spec(workload, secret, settings.limits(workload),
+                   identity_vars(workload, None, master_addr(workload)))
+    pod.subdomain = name  # hostname <job>-<index>, resolvable under the Service
+    spec.template.spec = pod
+    return Manifests(job=found.job, secret=found.secret, config_map=found.config_map,
+                     service=_service(workload, name, settings),
+                     network_policy=_network_policy(workload, name, settings))
+
+
+def _pod_selector(workload: Workload) -> dict[str, str]:
+    """What selects the pods of this task revision, and nothing else's."""
+    labels = task_labels(workload)
+    return {LABEL_TASK_ID: labels[LABEL_TASK_ID], LABEL_REVISION: labels[LABEL_REVISION]}
+
+
+def _service(workload: Workload, name: str, settings: ManifestSettings) -> V1Service:
+    """Headless: DNS answers with each pod's own address, ready or not (a replica must
+    find replica 0 while it starts, as Kubeflow's Services do)."""
+    port = workload.group().master_port
+    return V1Service(api_version="v1", kind="Service",
+                     metadata=_metadata(workload, name, settings.namespace),
+                     spec=V1ServiceSpec(cluster_ip="None", selector=_pod_selector(workload),
+                                        publish_not_ready_addresses=True,
+                                        ports=[V1ServicePort(name="rendezvous", port=port,
+                                                             target_port=port)]))
+
+
+def _network_policy(workload: Workload, name: str,
+                    settings: ManifestSettings) -> V1NetworkPolicy:
+    """The task's pods reach each other and DNS; no other pod reaches them."""
+    own = V1NetworkPolicyPeer(pod_selector=V1LabelSelector(match_labels=_pod_selector(workload)))
+    dns = [V1NetworkPolicyPort(protocol=protocol, port=53) for protocol in ("UDP", "TCP")]
+    return V1NetworkPolicy(
+        api_version="networking.k8s.io/v1", kind="NetworkPolicy",
+        metadata=_metadata(workload, name, settings.namespace),
+        spec=V1NetworkPolicySpec(
+            pod_selector=V1LabelSelector(match_labels=_pod_selector(workload)),
+            policy_types=["Ingress", "Egress"],
+            ingress=[V1NetworkPolicyIngressRule(_from=[own])],
+            egress=[V1NetworkPolicyEgressRule(to=[own]), V1NetworkPolicyEgressRule(ports=dns)]))
 
 
 def _metadata(workload: Workload, name: str, namespace: str) -> V1ObjectMeta:
@@ -392,6 +527,10 @@ def for_display(manifests: Manifests) -> dict[str, Any]:
     out: dict[str, Any] = {"job": to_dict(manifests.job), "secret": None,
                            "config_map": None if manifests.config_map is None
                            else to_dict(manifests.config_map)}
+    if manifests.service is not None:
+        out["service"] = to_dict(manifests.service)
+    if manifests.network_policy is not None:
+        out["network_policy"] = to_dict(manifests.network_policy)
     if manifests.secret is not None:
         secret = to_dict(manifests.secret)
         secret["data"] = {key: "<redacted>" for key in secret.get("data", {})}

@@ -22,7 +22,7 @@ NOTE = ("A running container's env cannot change: a change to the env makes a ne
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
 _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason",
-                  "doctor")
+                  "doctor", "replica_exit_codes")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
                  "cancelled_at", "apply", "policy_versions")
@@ -46,7 +46,9 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         "resources": data.get("resources"), "env": list(data.get("env", [])),
         "files": task_files.stored(data.get("files") or []),
         **({"strict_env": True} if data.get("strict_env") else {}),
-        "revision": 1, "state": states.PENDING, "created_at": now, "updated_at": now,
+        "replicas": int(data.get("replicas") or 1),
+        "procs_per_replica": int(data.get("procs_per_replica") or 1), "revision": 1,
+        "state": states.PENDING, "created_at": now, "updated_at": now,
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
         "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
         "events": [{"at": now, "revision": 1, "state": states.PENDING}],
@@ -124,6 +126,9 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
         "rerun_of": doc.get("rerun_of"), "doctor": doc.get("doctor"),
         "files": task_files.summary(doc.get("files") or []),
+        "replicas": doc.get("replicas") or 1,
+        "procs_per_replica": doc.get("procs_per_replica") or 1,
+        "replica_exit_codes": doc.get("replica_exit_codes"),
     }
 
 

@@ -14,10 +14,11 @@ from shared.config import DEFAULT_IMAGE
 from shared.doctor.checkup import Doctor, Findings, examine
 from shared.env import envlist
 from shared.env.envlist import Limits
+from shared.env.identity import Group, differing, replica_env
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
-from shared.policy.model import Policy, Resolution, platform_env, resolve_layers
+from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_layers
 from shared.task import revisions, states
 
 Decision = tuple[str, dict[str, Any]]
@@ -81,19 +82,25 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
             task: Mapping[str, Any] | None = None,
             project: Policy | None = None,
             hooks: StartupHooks = DEFAULT_HOOKS,
-            doctor: Doctor | None = None) -> dict[str, Any]:
+            doctor: Doctor | None = None, group: Group | None = None) -> dict[str, Any]:
     """What a new task with this env would get: both stages' decisions, nothing stored.
 
-    ``task`` holds the facts conditions look at (``project``, ``resources``, ``image``);
-    ``not_applied`` lists the conditional entries that do not reach such a task, and why.
-    Unlike a rejected record, a preview the policy refuses still lists the variables.
+    ``task`` holds the facts conditions look at (``project``, ``resources``, ``image``,
+    ``replicas``); ``not_applied`` lists the conditional entries that do not reach such a
+    task, and why.  Unlike a rejected record, a preview the policy refuses still lists the
+    variables.  They are replica 0's, its identity included (``group``: the task's
+    replicas and where replica 0 listens); ``differs`` names what the other replicas hold
+    differently.
     """
     doc: dict[str, Any] = {**(task or {}), "id": PLACEHOLDER_ID, "name": name, "revision": 1,
                            "env": env}
+    group = group or Group(int(doc.get("replicas") or 1),
+                           int(doc.get("procs_per_replica") or 1))
     layers = _layers(policy, project)
     shown = {"policy_version": policy.version,
              "policy_versions": {layer.scope: layer.version for layer in layers},
-             "not_applied": not_applied(layers, facts_of(doc))}
+             "not_applied": not_applied(layers, facts_of(doc)),
+             "replicas": group.replicas, "differs": differs(group)}
     state, checked = decide_validation(doc, limits, policy, project)
     if state == states.REJECTED:
         return {"ok": False, **shown, "variables": [], "warnings": [],
@@ -103,11 +110,29 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
     state, decided = _policy_decision(doc, policy, result,
                                       _examined(doc, result, policy, project, doctor))
     out = {"ok": state == states.RESOLVED, **shown,
-           "variables": [v.to_dict() for v in result.variables],
+           "variables": with_identity([v.to_dict() for v in result.variables], group, 0),
            "warnings": decided["warnings"], "errors": decided.get("errors", [])}
     if "doctor" in decided:
         out["doctor"] = decided["doctor"]
     return out
+
+
+def with_identity(variables: list[dict[str, Any]], group: Group, index: int
+                  ) -> list[dict[str, Any]]:
+    """A resolved env as replica ``index`` holds it: its identity after the platform's
+    other variables, where a reader looks for who the task is."""
+    platform = [v for v in variables if v.get("source") == "platform"]
+    rest = [v for v in variables if v.get("source") != "platform"]
+    identity = [Resolved(name, value, "platform").to_dict()
+                for name, value in replica_env(group, index)]
+    return platform + identity + rest
+
+
+def differs(group: Group) -> list[dict[str, str]]:
+    """What the other replicas hold differently from replica 0."""
+    last = group.replicas - 1
+    return [{"name": name, "values": f"the replica's index: 0 in replica 0 ... {last} in "
+                                     f"replica {last}"} for name in differing(group)]
 
 
 def draft_resolution(doc: dict[str, Any], policy: Policy, project: Policy | None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shared.config import DEFAULT_IMAGE
+from shared.env.identity import LOOPBACK, Group, replica_env
 from shared.policy.model import Resolved
 from shared.task.files import TaskFile
 
@@ -33,6 +34,8 @@ class Workload:
     workdir: str | None = None
     resources: Resources = field(default_factory=Resources)
     files: tuple[TaskFile, ...] = ()  # placed in the working directory before the first step
+    replicas: int = 1
+    procs_per_replica: int = 1
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Workload:
@@ -48,10 +51,21 @@ class Workload:
             workdir=doc.get("workdir"),
             resources=Resources(res.get("cpu"), res.get("memory"), int(res.get("gpus", 0))),
             files=tuple(TaskFile.from_dict(f) for f in doc.get("files") or []),
+            replicas=int(doc.get("replicas") or 1),
+            procs_per_replica=int(doc.get("procs_per_replica") or 1),
         )
 
     def env_dict(self) -> dict[str, str]:
+        """The resolved env every replica shares (its identity is added per replica)."""
         return {v.name: v.value for v in self.env}
+
+    def group(self, master_addr: str = LOOPBACK) -> Group:
+        """The task's replicas, with replica 0 listening at ``master_addr``."""
+        return Group(self.replicas, self.procs_per_replica, master_addr)
+
+    def replica_env(self, index: int, master_addr: str = LOOPBACK) -> dict[str, str]:
+        """Replica ``index``'s whole env: the shared one, then its identity."""
+        return {**self.env_dict(), **dict(replica_env(self.group(master_addr), index))}
 
     @property
     def run_name(self) -> str:

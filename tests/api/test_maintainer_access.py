@@ -286,3 +286,29 @@ def main(html: str) -> str:
     found = re.search(r'<main id="content">.*</main>', html, re.S)
     assert found is not None
     return found.group(0)
+
+
+def test_a_maintainer_reads_a_members_replica_log_and_an_outsider_finds_nothing(
+        users: dict[str, FlaskClient], tasks: TaskStore) -> None:
+    made = users["alice"].post("/api/v1/tasks", json={**task_body(), "replicas": 2})
+    task_id = made.get_json()["id"]
+    tasks.append_log(task_id, 1, "[replica 0] zero\n[replica 1] one\n")
+    assert users["carol"].get(f"/api/v1/tasks/{task_id}/logs?replica=1").get_data(
+        as_text=True) == "one\n"
+    for outsider in ("erin", "bob", "dave"):
+        assert users[outsider].get(f"/api/v1/tasks/{task_id}/logs?replica=1").status_code \
+            == 404
+
+
+def test_a_maintainer_cannot_put_an_identity_variable_in_the_projects_policy(
+        users: dict[str, FlaskClient]) -> None:
+    answer = users["carol"].put("/api/v1/projects/vision/policy", json={
+        "defaults": [{"name": "MASTER_PORT", "value": "1234"}],
+        "protected": [{"name": "PET_NNODES", "value": "2", "reason": "ours"}],
+        "rules": [{"name": "WORLD_SIZE", "max": 2}]})
+    assert answer.status_code == 422
+    named = [(e["rule"], e["variable"]) for e in answer.get_json()["errors"]
+             if e["rule"] == "policy.platform_identity"]
+    assert named == [("policy.platform_identity", "MASTER_PORT"),
+                     ("policy.platform_identity", "PET_NNODES"),
+                     ("policy.platform_identity", "WORLD_SIZE")]

@@ -392,3 +392,48 @@ def test_follow_asks_with_the_etag_and_keeps_the_task_on_a_304(api: FakeApi, run
     sent = [s.headers.get("If-None-Match") for s in api.requests_to("GET", "/tasks/t1")]
     assert sent == [None, '"1-aaaaaaaaaaaaaaaa"', '"1-aaaaaaaaaaaaaaaa"']
     assert result.err.count("revision 1: running") == 1
+
+
+def test_submit_replicas_sends_them_and_overrides_the_file(api: FakeApi, run, tmp_path: Path):
+    path = tmp_path / "ddp.yaml"
+    path.write_text(TASK_YAML + "replicas: 2\n", encoding="utf-8")
+    accept(api)
+
+    result = run("submit", str(path), "--replicas", "3", "--procs-per-replica", "2")
+
+    assert result.code == 0
+    assert (api.seen[0].body["replicas"], api.seen[0].body["procs_per_replica"]) == (3, 2)
+
+
+def test_submit_refuses_identity_variables_before_calling_the_api(
+        api: FakeApi, run, task_file: Path, tmp_path: Path):
+    (tmp_path / ".env").write_text("RANK=0\nMASTER_PORT=1\n", encoding="utf-8")
+
+    result = run("submit", str(task_file), "--env-file", str(tmp_path / ".env"))
+
+    assert result.code == 2 and api.seen == []
+    assert "RANK" in result.err and "MASTER_PORT" in result.err
+    assert "per replica" in result.err
+
+
+def test_logs_of_one_replica_asks_for_it(api: FakeApi, run):
+    api.on("GET", "/tasks/t1/logs", Answer(200, "rank 1 ready\n"))
+
+    result = run("logs", "t1", "--replica", "1")
+
+    assert (result.code, result.out) == (0, "rank 1 ready\n")
+    assert api.seen[0].query == {"replica": "1"}
+
+
+def test_preview_with_replicas_asks_for_them_and_says_what_differs(
+        api: FakeApi, run, task_file: Path):
+    api.on("POST", "/env/preview", Answer(200, {
+        "ok": True, "policy_version": 4, "warnings": [], "errors": [], "replicas": 3,
+        "variables": [{"name": "RANK", "value": "0", "source": "platform"}],
+        "differs": [{"name": "RANK", "values": "the replica's index: 0 in replica 0 ... 2 "
+                                               "in replica 2"}]}))
+
+    result = run("preview", str(task_file), "--replicas", "3")
+
+    assert result.code == 0 and api.seen[0].body["replicas"] == 3
+    assert "RANK differs per replica: the replica's index" in result.err

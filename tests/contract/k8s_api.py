@@ -11,7 +11,14 @@ server-side behaviour the launcher depends on:
   the path 400 ``BadRequest``; a name that is not a DNS-1123 label 422 ``Invalid``;
 * a Secret's ``stringData`` is folded into base64 ``data``;
 * a Job gets a uid, a ``controller-uid`` selector and the ``job-name`` labels on
-  its pod template, and ``status: {}``;
+  its pod template, and ``status: {}``; an Indexed one without ``completions``, or a
+  pod failure policy on a template that restarts, is refused 422 ``Invalid``; an
+  Indexed Job's pods (:meth:`FakeKubeApi.add_pod` with ``index``) carry their index
+  in the ``batch.kubernetes.io/job-completion-index`` annotation and label and the
+  hostname ``<job>-<index>``;
+* Services (a headless one keeps ``clusterIP: None``, any other gets an address) and
+  NetworkPolicies (``spec.podSelector`` required) are created, read, patched and
+  deleted like Secrets;
 * pods are listed by ``labelSelector`` (``k=v``, ``k==v``, ``k!=v``, comma-separated);
   a pod log is ``text/plain``; asking for the log of a container that is still
   waiting answers 400, as the real server does;
@@ -19,8 +26,9 @@ server-side behaviour the launcher depends on:
   patch, RFC 7386: enough for the launcher's ``metadata.ownerReferences``);
 * ``DELETE`` of a Job reads ``propagationPolicy`` from the ``DeleteOptions`` body
   or the query: ``Foreground`` or ``Background`` deletes the pods it owns (and a
-  Secret it owns) with it, while none (or ``Orphan``) leaves them behind, as a
-  batch/v1 Job's default does.  Deletion is immediate (no finalizers modelled);
+  Secret, Service or NetworkPolicy it owns) with it, while none (or ``Orphan``)
+  leaves them behind, as a batch/v1 Job's default does.  Deletion is immediate (no
+  finalizers modelled);
 * Jobs and pods are listed by ``labelSelector``, the list's ``metadata`` carrying the
   ``resourceVersion`` it was read at; every change (create, patch, status, delete)
   takes the next resourceVersion and is kept as an event;
@@ -84,6 +92,18 @@ ROUTES = [
     ("DELETE", re.compile(rf"/api/v1/namespaces/{_NS}/secrets/{_NAME}"), "delete_secret"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods"), "list_pods"),
     ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/pods/{_NAME}/log"), "read_log"),
+    ("POST", re.compile(rf"/api/v1/namespaces/{_NS}/services"), "create_service"),
+    ("GET", re.compile(rf"/api/v1/namespaces/{_NS}/services/{_NAME}"), "read_service"),
+    ("PATCH", re.compile(rf"/api/v1/namespaces/{_NS}/services/{_NAME}"), "patch_service"),
+    ("DELETE", re.compile(rf"/api/v1/namespaces/{_NS}/services/{_NAME}"), "delete_service"),
+    ("POST", re.compile(rf"/apis/networking.k8s.io/v1/namespaces/{_NS}/networkpolicies"),
+     "create_network_policy"),
+    ("GET", re.compile(rf"/apis/networking.k8s.io/v1/namespaces/{_NS}/networkpolicies/{_NAME}"),
+     "read_network_policy"),
+    ("PATCH", re.compile(rf"/apis/networking.k8s.io/v1/namespaces/{_NS}/networkpolicies/{_NAME}"),
+     "patch_network_policy"),
+    ("DELETE", re.compile(rf"/apis/networking.k8s.io/v1/namespaces/{_NS}/networkpolicies/"
+                          rf"{_NAME}"), "delete_network_policy"),
 ]
 WATCHABLE = {  # collection path → route family
     re.compile(rf"/apis/batch/v1/namespaces/{_NS}/jobs"): "job",
@@ -94,7 +114,11 @@ KINDS = {  # route family → (kind, apiVersion, resource, group)
     "configmap": ("ConfigMap", "v1", "configmaps", ""),
     "job": ("Job", "batch/v1", "jobs", "batch"),
     "pod": ("Pod", "v1", "pods", ""),
+    "service": ("Service", "v1", "services", ""),
+    "networkpolicy": ("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies",
+                      "networking.k8s.io"),
 }
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 
 
 @dataclass
@@ -255,11 +279,20 @@ class FakeKubeApi:
 
     def add_pod(self, job: str, *, state: dict[str, Any], namespace: str = "default",
                 name: str | None = None, phase: str = "Running", log: str = "",
-                created: datetime | None = None) -> str:
-        """A pod of ``job`` as the Job controller would make it, its one container in ``state``."""
+                created: datetime | None = None, index: int | None = None) -> str:
+        """A pod of ``job`` as the Job controller would make it, its one container in ``state``.
+
+        An Indexed Job's pod carries its index (``index``) in its annotation and label,
+        its hostname ``<job>-<index>`` and its template's subdomain, as the controller
+        sets them."""
         with self.lock:
             owner = self.objects[("job", namespace, job)]
-            name = name or f"{job}-{uuid.uuid4().hex[:5]}"
+            indexed = owner["spec"].get("completionMode") == "Indexed"
+            if indexed and (index is None or not 0 <= index < owner["spec"]["completions"]):
+                raise ValueError(f"a pod of Indexed Job {job} needs an index below "
+                                 f"{owner['spec']['completions']}")
+            name = name or (f"{job}-{index}-{uuid.uuid4().hex[:5]}" if indexed
+                            else f"{job}-{uuid.uuid4().hex[:5]}")
             spec = copy.deepcopy(owner["spec"]["template"].get("spec", {}))
             container = spec["containers"][0]
             pod = {
@@ -278,6 +311,11 @@ class FakeKubeApi:
                     "name": container["name"], "image": container["image"], "imageID": "",
                     "ready": "running" in state, "restartCount": 0, "state": state}]},
             }
+            if indexed:
+                meta = pod["metadata"]
+                meta.setdefault("annotations", {})[INDEX_ANNOTATION] = str(index)
+                meta["labels"][INDEX_ANNOTATION] = str(index)
+                spec["hostname"] = f"{job}-{index}"
             self._put("pod", namespace, name, pod, "ADDED")
             self.pod_logs[(namespace, name)] = log
         return name
@@ -440,7 +478,7 @@ class FakeKubeApi:
             raise _ApiError(400, "the namespace of the provided object does not match the "
                                  "namespace sent on the request")
         name = meta.get("name")
-        valid = DNS_LABEL if family == "job" else DNS_SUBDOMAIN
+        valid = DNS_LABEL if family in ("job", "service") else DNS_SUBDOMAIN
         if not name or len(name) > (63 if family == "job" else 253) or not valid.fullmatch(name):
             raise _ApiError(422, f'{kind} "{name}" is invalid: metadata.name: Invalid value',
                             name=name, group=group, kind=resource)
@@ -517,6 +555,7 @@ class FakeKubeApi:
         """What the server adds to a new Job: defaults, its selector and pod labels."""
         uid = body["metadata"]["uid"]
         spec = body.setdefault("spec", {})
+        _check_job_spec(name, spec)
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("completions", 1)
         spec.setdefault("parallelism", 1)
@@ -539,6 +578,60 @@ class FakeKubeApi:
             for key in [k for k, obj in self.objects.items() if _owned_by(obj, uid)]:
                 self._remove(key)
         return _deleted(name)
+
+    def create_service(self, req: Recorded, content_type: str, ns: str) -> Response:
+        body = copy.deepcopy(req.body)
+        name = self._check_new("service", body, ns, content_type)
+        spec = body.setdefault("spec", {})
+        if spec.get("clusterIP") != "None":  # a headless Service allocates no address
+            spec["clusterIP"] = f"10.96.0.{len(self.objects) % 250 + 2}"
+        spec.setdefault("type", "ClusterIP")
+        self._put("service", ns, name, body, "ADDED")
+        return Response(201, copy.deepcopy(body))
+
+    def read_service(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
+        return Response(200, copy.deepcopy(self._get("service", ns, name)))
+
+    def patch_service(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
+        return self._patch("service", req, content_type, ns, name)
+
+    def delete_service(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
+        self._get("service", ns, name)
+        self._remove(("service", ns, name))
+        return _deleted(name)
+
+    def create_network_policy(self, req: Recorded, content_type: str, ns: str) -> Response:
+        body = copy.deepcopy(req.body)
+        name = self._check_new("networkpolicy", body, ns, content_type)
+        if "podSelector" not in (body.get("spec") or {}):
+            raise _ApiError(422, f'NetworkPolicy.networking.k8s.io "{name}" is invalid: '
+                                 "spec.podSelector: Required value", name=name,
+                            group="networking.k8s.io", kind="networkpolicies")
+        self._put("networkpolicy", ns, name, body, "ADDED")
+        return Response(201, copy.deepcopy(body))
+
+    def read_network_policy(self, req: Recorded, content_type: str, ns: str,
+                            name: str) -> Response:
+        return Response(200, copy.deepcopy(self._get("networkpolicy", ns, name)))
+
+    def patch_network_policy(self, req: Recorded, content_type: str, ns: str,
+                             name: str) -> Response:
+        return self._patch("networkpolicy", req, content_type, ns, name)
+
+    def delete_network_policy(self, req: Recorded, content_type: str, ns: str,
+                              name: str) -> Response:
+        self._get("networkpolicy", ns, name)
+        self._remove(("networkpolicy", ns, name))
+        return _deleted(name)
+
+    def _patch(self, family: str, req: Recorded, content_type: str, ns: str,
+               name: str) -> Response:
+        if content_type.split(";")[0].strip() not in PATCH_TYPES:
+            raise _ApiError(415, f"the body of the request was in an unknown format - "
+                                 f"accepted media types include: {', '.join(PATCH_TYPES)}")
+        patched = _merge(self._get(family, ns, name), req.body)
+        self._put(family, ns, name, patched, "MODIFIED")
+        return Response(200, copy.deepcopy(patched))
 
     def delete_secret(self, req: Recorded, content_type: str, ns: str, name: str) -> Response:
         self._get("secret", ns, name)
@@ -577,6 +670,27 @@ class FakeKubeApi:
         if limit:  # the API server sends at most this many bytes of the log
             text = text.encode()[:int(limit[0])].decode(errors="ignore")
         return Response(200, text)
+
+
+def _check_job_spec(name: str, spec: dict[str, Any]) -> None:
+    """What the API server's validation refuses of the Job fields the launcher uses."""
+    problems = []
+    pod = (spec.get("template") or {}).get("spec") or {}
+    if spec.get("completionMode", "NonIndexed") not in ("Indexed", "NonIndexed"):
+        problems.append("spec.completionMode: Unsupported value")
+    if spec.get("completionMode") == "Indexed" and spec.get("completions") is None:
+        problems.append("spec.completions: Required value: when completion mode is Indexed")
+    if spec.get("podFailurePolicy") is not None and pod.get("restartPolicy") != "Never":
+        problems.append("spec.podFailurePolicy: Invalid value: only allowed when "
+                        "restartPolicy is Never")
+    for rule in (spec.get("podFailurePolicy") or {}).get("rules") or []:
+        codes = rule.get("onExitCodes") or {}
+        if codes.get("operator") == "In" and 0 in (codes.get("values") or []):
+            problems.append("spec.podFailurePolicy.rules.onExitCodes.values: Invalid value: "
+                            "0 is not allowed for the In operator")
+    if problems:
+        raise _ApiError(422, f'Job.batch "{name}" is invalid: ' + ", ".join(problems),
+                        name=name, group="batch", kind="jobs")
 
 
 def _deleted(name: str) -> Response:

@@ -417,10 +417,13 @@ def test_roles_live_in_the_task_namespace_and_grant_only_what_the_launcher_uses(
                for role in roles for rule in role["rules"]
                for group in rule["apiGroups"] for resource in rule["resources"]}
     assert set(granted) == {("batch", "jobs"), ("", "pods"), ("", "pods/log"), ("", "secrets"),
-                            ("", "configmaps")}
+                            ("", "configmaps"), ("", "services"),
+                            ("networking.k8s.io", "networkpolicies")}
     assert granted[("", "configmaps")] == {"create", "patch", "delete"}  # a task's files
     assert granted[("batch", "jobs")] >= {"create", "get", "list", "watch"}
-    assert granted[("", "secrets")] >= {"create", "patch"}  # patch: ownerReferences to the Job
+    # patch: ownerReferences to the Job (a task of several replicas' Service and policy too)
+    for owned in (("", "secrets"), ("", "services"), ("networking.k8s.io", "networkpolicies")):
+        assert granted[owned] >= {"create", "patch", "delete"}
     assert "create" not in granted[("", "pods")]  # the Job controller makes the pods
     assert all("*" not in verbs for verbs in granted.values())
 
@@ -541,12 +544,15 @@ def test_keda_reaches_the_redis_the_stages_use_with_its_password():
 # --- the Role, the launcher's calls and the docs say the same ------------------------------
 
 LAUNCHER = Path(__file__).resolve().parents[2] / "workers" / "launchers" / "kubernetes.py"
-CALL = re.compile(r"self\.(batch|core)\.(create|read|list|patch|delete)_namespaced_(\w+?)\b")
+CALL = re.compile(r"self\.(batch|core|networking)\.(create|read|list|patch|delete)"
+                  r"_namespaced_(\w+?)\b")
 VERB = {"create": "create", "read": "get", "list": "list", "patch": "patch",
         "delete": "delete"}
 RESOURCE = {"job": ("batch", "jobs"), "pod": ("", "pods"), "pod_log": ("", "pods/log"),
-            "secret": ("", "secrets"), "config_map": ("", "configmaps")}
-TABLE_ROW = re.compile(r"^\| `([a-z/]+)`(?: \((\w+)\))? \| ([a-z, ]+) \|", re.MULTILINE)
+            "secret": ("", "secrets"), "config_map": ("", "configmaps"),
+            "service": ("", "services"),
+            "network_policy": ("networking.k8s.io", "networkpolicies")}
+TABLE_ROW = re.compile(r"^\| `([a-z/]+)`(?: \(([\w.]+)\))? \| ([a-z, ]+) \|", re.MULTILINE)
 
 
 def granted(objects: list[Doc]) -> dict[tuple[str, str], set[str]]:

@@ -8,6 +8,7 @@ import time
 import pytest
 from celery import Celery
 
+from shared.env.identity import Group, replica_env
 from tests.integration.conftest import HOSTILE, Stack
 
 pytestmark = pytest.mark.integration
@@ -68,7 +69,8 @@ def test_task_runs_every_step_with_exactly_the_resolved_env(stack: Stack,
     for seen in seen_by_steps:
         assert seen.pop("HOME") == "/home/task"  # the task's own home, in its sandbox
         assert seen.pop("PATH") == "/usr/local/bin:/usr/bin:/bin"
-        assert seen == expected  # nothing missing, nothing from the worker's environment
+        assert seen == {**expected, **dict(replica_env(Group(), 0))}  # and its identity:
+        # nothing missing, nothing from the worker's environment
     for name, value in HOSTILE.items():
         assert expected[name] == value
 

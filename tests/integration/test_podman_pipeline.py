@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from shared.env.identity import Group, replica_env
 from shared.task import manifest
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
@@ -48,7 +49,7 @@ def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
     """What podman, the image and the step shell add (see tests/workers/test_podman_launcher)."""
     run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.task.workload.Workload.run_name
     return {"HOSTNAME": run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH, "PWD": "/work",
-            "SHLVL": "1"}
+            "SHLVL": "1", **dict(replica_env(Group(), 0))}
 
 
 

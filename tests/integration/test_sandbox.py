@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from shared.env.identity import Group, replica_env
 from tests.integration.conftest import FINAL, Stack
 
 pytestmark = pytest.mark.integration
@@ -106,6 +107,7 @@ def test_the_step_gets_exactly_its_env_and_nothing_of_the_workers(stack: Stack,
     environs = printed(logs, "ENVIRONS")
     expected = {v["name"]: v["value"] for v in doc["resolved_env"]}
     expected.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME="/home/task")
+    expected.update(replica_env(Group(), 0))  # a task of one: a world of one
     assert environs["self"] == expected
     assert environs["pid1"] == expected  # PID 1 is bwrap, started with the step's env only
     assert environs["parent"] == expected

@@ -20,6 +20,7 @@ from kubernetes.client import Configuration
 from kubernetes.config import ConfigException
 
 from shared.config import DEFAULT_IMAGE, Settings
+from shared.env.identity import IDENTITY_NAMES
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import Resolved
 from shared.store.tasks import TaskStore
@@ -136,7 +137,8 @@ def test_launch_creates_the_secret_then_the_job(api, launcher):
     (job,) = api.stored("job", NS)
     assert job["metadata"]["name"] == job_name(w)
     container = job["spec"]["template"]["spec"]["containers"][0]
-    assert [e["name"] for e in container["env"]] == ["TASK_ID", "LR", "DATA", "HF_TOKEN"]
+    assert [e["name"] for e in container["env"]][:4] == ["TASK_ID", "LR", "DATA", "HF_TOKEN"]
+    assert [e["name"] for e in container["env"]][4:] == list(IDENTITY_NAMES)
     assert container["env"][2]["value"] == "/data/$$(TASK_ID)"  # escaped: arrives literally
     assert container["env"][3]["valueFrom"]["secretKeyRef"] == {
         "name": secret_name(w), "key": "HF_TOKEN", "optional": False}

@@ -22,6 +22,7 @@ import redis
 
 from shared.config import Settings
 from shared.env.envlist import Limits
+from shared.env.identity import Group, replica_env
 from shared.errors import LaunchFailed
 from shared.policy.model import Resolved
 from shared.policy.store import PolicyStore
@@ -68,6 +69,9 @@ TRICKY_VALUES = {
 KEY = new_key()
 
 pytestmark = pytest.mark.sandbox  # real bwrap sandboxes and runner processes
+
+# The identity of a task of one replica: a world of one (docs/distributed.md).
+ONE = dict(replica_env(Group(), 0))
 
 
 def workload(steps: Sequence[Sequence[str]], env: dict[str, str] | None = None,
@@ -117,7 +121,7 @@ def test_every_step_sees_exactly_the_resolved_env_plus_path_and_home(
     env = {"TASK_ID": "task-local", "LEARNING_RATE": "0.01", "DATA_DIR": "/data"}
     outcome, text = run(launcher, workload([python(PRINT_ENV), python(PRINT_ENV)], env))
     assert outcome == Outcome("succeeded", exit_code=0)
-    expected = {**env, "PATH": MINIMAL_PATH, "HOME": TASK_HOME}
+    expected = {**env, **ONE, "PATH": MINIMAL_PATH, "HOME": TASK_HOME}
     assert printed(text, "ENV") == [expected, expected]
 
 
@@ -155,7 +159,7 @@ def test_argv_is_passed_as_a_list_without_a_shell(launcher: LocalLauncher) -> No
 def test_resolved_path_and_home_win_over_the_minimal_ones(launcher: LocalLauncher) -> None:
     env = {"PATH": "/usr/bin:/bin:/opt/tools/bin", "HOME": "/home/trainer"}
     _, text = run(launcher, workload([["/usr/bin/python3", "-c", PRINT_ENV]], env))
-    assert printed(text, "ENV") == [env]
+    assert printed(text, "ENV") == [{**env, **ONE}]
 
 
 def test_steps_share_the_revision_home_and_run_in_it(launcher: LocalLauncher) -> None:
@@ -257,7 +261,8 @@ def test_the_unsafe_mode_runs_plain_processes_in_the_home(tmp_path: Path,
     outcome, text = run(launcher, job)
     home = launcher.run_dir(job) / "home"
     assert outcome.state == "succeeded"
-    assert printed(text, "ENV") == [{"A": "1", "PATH": MINIMAL_PATH, "HOME": str(home)}]
+    assert printed(text, "ENV") == [{"A": "1", **ONE, "PATH": MINIMAL_PATH,
+                                     "HOME": str(home)}]
     assert f"CWD={home / 'sub'}\n" in text
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from shared.config import DEFAULT_IMAGE, Settings
+from shared.env.identity import Group, replica_env
 from shared.errors import LaunchFailed, PermanentError, TransientError
 from shared.store.tasks import TaskStore
 from shared.task import manifest
@@ -45,9 +46,10 @@ def runtime_added(workload: Workload) -> dict[str, str]:
     image's /etc/passwd: the step never runs as root); the
     image sets PATH; the /bin/sh that runs the steps in order exports PWD (the image's
     WORKDIR) and SHLVL.  Unlike ``podman run``, ``kube play`` adds no TERM or container.
+    The platform adds the replica's identity (a task of one: a world of one).
     """
     return {"HOSTNAME": workload.run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH,
-            "PWD": "/work", "SHLVL": "1"}
+            "PWD": "/work", "SHLVL": "1", **dict(replica_env(Group(), 0))}
 
 
 HOSTILE = {

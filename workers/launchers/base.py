@@ -16,6 +16,8 @@ class Outcome:
     state: str  # "running" | "succeeded" | "failed"
     exit_code: int | None = None
     reason: str | None = None
+    # Each replica's exit code, by index, for a task of several (None: it did not end).
+    replica_exit_codes: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)

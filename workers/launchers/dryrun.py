@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from shared.env.identity import replica_env
+from shared.task.replica_logs import prefixed
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 
@@ -19,7 +21,13 @@ class DryRunLauncher:
         for file in workload.files:  # what would be placed in the working directory
             hooks.log(f"dry run: file {file.path} ({len(file.content.encode())} bytes, "
                       f"mode {file.mode:o})\n")
-        return Outcome("succeeded", exit_code=0)
+        if workload.replicas == 1:
+            return Outcome("succeeded", exit_code=0)
+        # Each replica's identity, as it would be given: names and values are not secret.
+        for index in range(workload.replicas):
+            identity = replica_env(workload.group(), index)
+            hooks.log(prefixed(index, " ".join(f"{n}={v}" for n, v in identity) + "\n"))
+        return Outcome("succeeded", exit_code=0, replica_exit_codes=(0,) * workload.replicas)
 
     def observe(self, workload: Workload) -> Outcome | None:
         return None

@@ -159,6 +159,17 @@ class JobStatus:
         self.pods_of[job].add(name)
         return job
 
+    def _admitted(self, job: Obj, name: str, outcome: Outcome) -> Outcome:
+        """A running Indexed Job with fewer pods than replicas: some could not be created
+        (a ResourceQuota, a LimitRange): said so, so the task fails visibly once it has
+        waited ``stuck_after`` rather than hang in its rendezvous."""
+        spec = job.get("spec") or {}
+        wanted = int(spec.get("completions") or 1)
+        if (outcome.state != "running" or spec.get("completionMode") != "Indexed"
+                or len(self.pods_of.get(name, ())) >= wanted):
+            return outcome
+        return Outcome("running", reason=REPLICAS_NOT_ADMITTED)
+
     def _gone(self, name: str, job: Obj) -> Change | None:
         self.outcomes.pop(name, None)
         self.pods_of.pop(name, None)
@@ -171,10 +182,15 @@ class JobStatus:
         if job is None or key is None:
             return None
         outcome = job_outcome(job, self.latest_pod(name))
+        outcome = self._admitted(job, name, outcome)
         if self.outcomes.get(name) == outcome:
             return None
         self.outcomes[name] = outcome
         return Change(*key, outcome)
+
+
+# The reason a running task of several replicas shows while some of its pods do not exist.
+REPLICAS_NOT_ADMITTED = "ReplicasNotAdmitted: not every replica's pod could be created"
 
 
 def slim_job(job: Obj) -> Obj:
@@ -183,7 +199,8 @@ def slim_job(job: Obj) -> Obj:
     return {"metadata": {"name": meta.get("name"), "labels": meta.get("labels") or {},
                          "annotations": {ANNOTATION_TASK_ID: (meta.get("annotations") or {})
                                          .get(ANNOTATION_TASK_ID)}},
-            "spec": {"backoffLimit": (job.get("spec") or {}).get("backoffLimit")},
+            "spec": {key: (job.get("spec") or {}).get(key)
+                     for key in ("backoffLimit", "completionMode", "completions")},
             "status": job.get("status") or {}}
 
 
@@ -227,6 +244,10 @@ def job_outcome(job: Obj, pod: Obj | None) -> Outcome:
     condition = conditions.get("Failed") or conditions.get("FailureTarget")
     if condition is not None or (status.get("failed") or 0) > limit:
         reason = terminated.get("reason") or (condition or {}).get("reason") or "Failed"
+        if (job.get("spec") or {}).get("completionMode") == "Indexed" and condition:
+            # The controller's message names the pod that failed (``<job>-<index>-...``)
+            # and its exit code; the others were stopped by the pod failure policy.
+            reason = condition.get("message") or reason
         return Outcome("failed", exit_code=exit_code, reason=reason)
     return Outcome("running", reason=(state.get("waiting") or {}).get("reason"))
 

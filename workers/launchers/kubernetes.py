@@ -41,6 +41,7 @@ from kubernetes.client import (
     BatchV1Api,
     Configuration,
     CoreV1Api,
+    NetworkingV1Api,
     V1DeleteOptions,
     V1Job,
     V1ObjectMeta,
@@ -54,9 +55,12 @@ from shared.errors import LaunchFailed, PermanentError, TransientError
 from shared.secrets import redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
+from shared.task import replica_logs
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
+    INDEX_ANNOTATION,
+    Manifests,
     ManifestSettings,
     build,
     files_name,
@@ -67,6 +71,7 @@ from shared.task.workload import Workload
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.kube_watch import (
     GONE,
+    REPLICAS_NOT_ADMITTED,
     SELECTOR,
     Fetch,
     Gone,
@@ -102,7 +107,8 @@ def load_api_client() -> ApiClient:
 class KubernetesLauncher:
     name = "kubernetes"
     sweep_every_pass = False
-    never_starts: frozenset[str] = CONTAINER_NEVER_STARTS
+    # A task of several replicas some of whose pods cannot be created waits as visibly.
+    never_starts: frozenset[str] = CONTAINER_NEVER_STARTS | {REPLICAS_NOT_ADMITTED}
 
     def __init__(self, settings: Settings, api_client: ApiClient | None = None, *,
                  rate: float = 20, burst: int = 30, max_retries: int = 5,
@@ -115,6 +121,7 @@ class KubernetesLauncher:
         self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
         self.api = api_client or load_api_client()
         self.batch, self.core = BatchV1Api(self.api), CoreV1Api(self.api)
+        self.networking = NetworkingV1Api(self.api)
         self.bucket = TokenBucket(rate, burst, clock=clock, sleep=sleep)
         self.max_retries, self.backoff_base, self.backoff_cap = (
             max_retries, backoff_base, backoff_cap)
@@ -146,6 +153,7 @@ class KubernetesLauncher:
         if manifests.config_map is not None:
             self._let_job_own(name, _meta(job).uid, files_name(workload), hooks,
                               "configmap", self.core.patch_namespaced_config_map)
+        self._group_objects(manifests, name, _meta(job).uid, hooks)
         hooks.log(f"kubernetes: {verb} job {self.namespace}/{name}\n")
         hooks.started()
         return Outcome("running")
@@ -167,6 +175,8 @@ class KubernetesLauncher:
         return self.status.seen(job_name(workload))
 
     def logs(self, workload: Workload) -> str | None:
+        if workload.replicas > 1:
+            return self._replica_logs(workload)
         name = job_name(workload)
         known = self.status.latest_pod(name)  # the watch knows the pod: no list call
         pod = known["metadata"]["name"] if known else _name(self._latest_pod(name))
@@ -198,9 +208,44 @@ class KubernetesLauncher:
         if workload.files:
             self._delete("delete configmap", self.core.delete_namespaced_config_map,
                          files_name(workload), V1DeleteOptions())
+        if workload.replicas > 1:  # owned by the Job, unless a crash came before that patch
+            for what, delete in (("service", self.core.delete_namespaced_service),
+                                 ("network policy",
+                                  self.networking.delete_namespaced_network_policy)):
+                self._delete(f"delete {what}", delete, job_name(workload), V1DeleteOptions())
         if self.observe(workload) is not None:
             raise TransientError(f"job {self.namespace}/{job_name(workload)} is still "
                                  "being deleted")
+
+    def _replica_logs(self, workload: Workload) -> str | None:
+        """Each replica's pod log (its latest pod per index), prefixed with its index."""
+        pods = self._call("list pods", self.core.list_namespaced_pod, self.namespace,
+                          label_selector=f"job-name={job_name(workload)}").items or []
+        latest: dict[int, V1Pod] = {}
+        for pod in pods:
+            found = (_meta(pod).annotations or {}).get(INDEX_ANNOTATION) or ""
+            if not found.isdigit():
+                continue
+            index = int(found)
+            if index not in latest or _created_at(pod) > _created_at(latest[index]):
+                latest[index] = pod
+        secrets = [v.value for v in workload.env if v.secret]
+        budget = self.log_budget // workload.replicas  # the log's budget, shared
+        parts = []
+        for k in sorted(latest):
+            try:
+                text = self._call("read log", self.core.read_namespaced_pod_log,
+                                  _meta(latest[k]).name, self.namespace,
+                                  container=CONTAINER_NAME, limit_bytes=budget + 1,
+                                  passthrough={400, 404})
+            except ApiException:
+                continue
+            data = (text or "").encode(errors="surrogatepass")
+            shown = redact_cut(data[:budget].decode(errors="ignore"), secrets)
+            if len(data) > budget:
+                shown += head_only_note(budget)
+            parts.append(replica_logs.prefixed(k, shown))
+        return "".join(parts) if parts else None
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -227,10 +272,26 @@ class KubernetesLauncher:
                                f"another task ({owner!r}); not adopting it")
         return job
 
+    def _group_objects(self, manifests: Manifests, job: str, uid: str | None,
+                       hooks: Hooks) -> None:
+        """A task of several replicas: its headless Service and NetworkPolicy, created after
+        the Job (a redelivered launch that adopted the Job creates what a crash left
+        missing: an existing one is taken as made) and owned by it, so they go with it."""
+        extras: list[tuple[str, Callable[..., Any], Callable[..., Any], Any]] = [
+                  ("service", self.core.create_namespaced_service,
+                   self.core.patch_namespaced_service, manifests.service),
+                  ("network policy", self.networking.create_namespaced_network_policy,
+                   self.networking.patch_namespaced_network_policy, manifests.network_policy)]
+        for what, create, patch, body in extras:
+            if body is None:
+                continue
+            self._create(f"create {what}", create, body)
+            self._let_job_own(job, uid, body.metadata.name, hooks, what, patch)
+
     def _let_job_own(self, job: str, uid: str | None, owned: str, hooks: Hooks, kind: str,
                      patch_call: Callable[..., Any]) -> None:
-        """Make the Secret (or ConfigMap) an owned object of the Job, so deleting the Job
-        deletes it."""
+        """Make the Secret (or ConfigMap, Service, NetworkPolicy) an owned object of the
+        Job, so deleting the Job deletes it."""
         if not uid:
             return
         ref = V1OwnerReference(api_version="batch/v1", kind="Job", name=job, uid=uid,

@@ -65,6 +65,8 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox was asked for and cannot be had: refuse rather than run unsandboxed."""
 
 
+RUNNER = "workers.local_run"  # a task of one replica
+GROUP_RUNNER = "workers.launchers.local_group"  # a task of several
 OUTCOME_FILE = "outcome.json"  # how the runner ended, written before it tells Redis
 # The runners this process started, kept to reap them once they end.  Per process, not per
 # launcher: a launcher dropped while its runners live must not drop their handles (an
@@ -100,7 +102,10 @@ class LocalLauncher:
         limits = limits_for(resources_doc(workload), self.maxima)
         spec = {**runner_spec(self.settings, workload, home, self.bwrap),
                 **self.containment_spec(workload, limits)}
-        pid = self._start_runner(run_dir, spec)
+        module = RUNNER
+        if workload.replicas > 1:
+            spec, module = with_replicas(spec, workload, run_dir, self.bwrap), GROUP_RUNNER
+        pid = self._start_runner(run_dir, spec, module)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
         hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
@@ -246,14 +251,14 @@ class LocalLauncher:
     def run_dir(self, workload: Workload) -> Path:
         return self.root / workload.task_id / f"r{workload.revision}"
 
-    def _start_runner(self, run_dir: Path, spec: dict[str, Any]) -> int:
+    def _start_runner(self, run_dir: Path, spec: dict[str, Any], module: str = "") -> int:
         runner_log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                              0o600)
         env = {"PATH": MINIMAL_PATH, "PYTHONPATH": str(PROJECT_ROOT),
                **{k: os.environ[k] for k in RUNNER_PASSES if k in os.environ}}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "workers.local_run"], stdin=subprocess.PIPE,
+                [sys.executable, "-m", module or RUNNER], stdin=subprocess.PIPE,
                 stdout=runner_log, stderr=runner_log, env=env, cwd=run_dir,
                 start_new_session=True)  # its own session: stopping the worker spares it
         finally:
@@ -328,11 +333,25 @@ def resources_doc(workload: Workload) -> dict[str, Any]:
     return {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus}
 
 
-def step_env(workload: Workload, home: str) -> dict[str, str]:
-    env = workload.env_dict()
+def step_env(workload: Workload, home: str, replica: int = 0) -> dict[str, str]:
+    """The resolved env, the replica's identity (a task of one: a world of one), and a
+    minimal ``PATH`` and ``HOME`` when the env does not set them."""
+    env = workload.replica_env(replica)
     env.setdefault("PATH", MINIMAL_PATH)
     env.setdefault("HOME", home)
     return env
+
+
+def with_replicas(spec: dict[str, Any], workload: Workload, run_dir: Path,
+                  bwrap: str | None) -> dict[str, Any]:
+    """The runner's spec for a task of several replicas: each one's env (its identity,
+    replica 0 listening on the task network's loopback) and its own home."""
+    homes = [prepare_home(run_dir, workload.workdir, k) for k in range(workload.replicas)]
+    for home in homes[1:]:  # replica 0's home has them already: each replica its own copy
+        write_files(home / (workload.workdir or ""), workload.files)
+    return {**spec, "replica_homes": [str(h) for h in homes],
+            "replica_envs": [step_env(workload, TASK_HOME if bwrap else str(homes[k]), k)
+                             for k in range(workload.replicas)]}
 
 
 def runner_spec(settings: Settings, workload: Workload, home: Path,
@@ -357,12 +376,14 @@ def workload_doc(workload: Workload) -> dict[str, Any]:
         "policy_version": workload.policy_version, "image": workload.image,
         "workdir": workload.workdir,
         "resources": {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus},
+        "replicas": workload.replicas, "procs_per_replica": workload.procs_per_replica,
     }
 
 
-def prepare_home(run_dir: Path, workdir: str | None) -> Path:
-    """A fresh home for the revision, with the workdir made inside it."""
-    home = run_dir / "home"
+def prepare_home(run_dir: Path, workdir: str | None, replica: int = 0) -> Path:
+    """A fresh home for the revision (replica k > 0 of several: one of its own), with the
+    workdir made inside it."""
+    home = run_dir / ("home" if replica == 0 else f"home-{replica}")
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     if workdir:  # already checked: relative, no '..'; the home holds no links yet
         (home / workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -390,7 +411,8 @@ def write_files(workdir: Path, files: Iterable[TaskFile]) -> None:
 def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
     tmp = run_dir / f"{OUTCOME_FILE}.tmp"
     tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
-                               "reason": outcome.reason}))
+                               "reason": outcome.reason,
+                               "replica_exit_codes": outcome.replica_exit_codes}))
     tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
 
 
@@ -408,7 +430,9 @@ def read_outcome_file(run_dir: Path) -> Outcome | None:
         found = json.loads((run_dir / OUTCOME_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return Outcome(found["state"], found.get("exit_code"), found.get("reason"))
+    codes = found.get("replica_exit_codes")
+    return Outcome(found["state"], found.get("exit_code"), found.get("reason"),
+                   tuple(codes) if codes is not None else None)
 
 
 def write_pid_file(run_dir: Path, pid: int) -> None:

@@ -108,6 +108,10 @@ class Runner:
             env_sets_pwd="PWD" in self.env, tmp_bytes=plan.limits.tmp_bytes,
             share_net=plan.own_netns), self.env)
 
+    def popen_options(self) -> dict[str, Any]:
+        """More of how a step's process is started (a replica's: in its task's network)."""
+        return {}
+
     def cwd(self) -> Path:
         # Sandboxed, bwrap changes into the workdir itself, inside the sandbox.
         return self.home / self.workload.workdir if self.bwrap is None and self.workload.workdir \
@@ -119,7 +123,7 @@ class Runner:
             proc = subprocess.Popen(
                 argv, env=self.env, cwd=self.cwd(), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=fds)
+                pass_fds=fds, **self.popen_options())
         except OSError as exc:
             return Outcome("failed", reason=f"step {number} could not start: {exc.strerror}")
         finally:

@@ -57,9 +57,10 @@ from shared.errors import LaunchFailed, TransientError
 from shared.secrets import redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
-from shared.task import manifest
+from shared.task import manifest, replica_logs
 from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
+from workers.launchers.group import first_failed, group_outcome
 from workers.launchers.kube_watch import SELECTOR
 
 # podman's messages for trouble that a later attempt can get past.
@@ -90,6 +91,9 @@ class PodmanLauncher:
         self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
         self.images_present: set[str] = set()  # local images found; forgotten on a failed play
         self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
+        # The last listing's view of each replica container: outcome and when it exited.
+        self.replica_seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
+        self.first_failure: dict[tuple[str, int], int] = {}  # by task: its first failed replica
 
     # -- the Launcher interface ------------------------------------------------------
 
@@ -100,12 +104,27 @@ class PodmanLauncher:
         return Outcome("running")
 
     def observe(self, workload: Workload) -> Outcome | None:
-        state = self.container_state(workload)
-        return None if state is None else state_outcome(state)
+        """The group's outcome from each replica's container (None: there is none)."""
+        found = [self._inspect(self.container_name(workload, k))
+                 for k in range(workload.replicas)]
+        if all(state is None for state in found):
+            return None
+        if workload.replicas == 1:
+            return state_outcome(found[0]) if found[0] is not None else None
+        return group_outcome([state_outcome(s) if s is not None else None for s in found],
+                             [_exited_at(s) for s in found],
+                             self.first_failure.get((workload.task_id, workload.revision)))
 
     def changes(self) -> list[Change]:
-        """What differs between this listing of taskenv's containers and the last one."""
-        before, now = self.listed, self.listing(self.listed)
+        """What differs between this listing of taskenv's containers and the last one.
+
+        A task of several replicas one of which failed has the others stopped at once
+        (``pod stop``: their logs stay until the pod is removed), and is listed again,
+        so the failure is reported with every replica's exit code."""
+        before = self.listed
+        now = self.listing(self.listed)
+        if self._stop_failed_groups():
+            now = self.listing(self.listed)
         self.listed = now
         gone = [Change(*key, None, POD_REMOVED) for key in before if key not in now]
         return gone + [Change(*key, outcome) for key, outcome in now.items()
@@ -115,16 +134,57 @@ class PodmanLauncher:
         return self.listed.get((workload.task_id, workload.revision))
 
     def listing(self, known: dict[tuple[str, int], Outcome]) -> dict[tuple[str, int], Outcome]:
-        """Every taskenv container's outcome, from one ``podman ps --all``."""
+        """Every taskenv task's outcome, from one ``podman ps --all``: a task of several
+        replicas is one outcome, from each replica container's (``group_outcome``)."""
         result = self.podman("ps", "--all", "--filter", f"label={SELECTOR}", "--format", "json")
         if result.returncode != 0:
             raise self._error("ps", result)
-        out: dict[tuple[str, int], Outcome] = {}
+        seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
+        sizes: dict[tuple[str, int], int] = {}
         for container in json.loads(result.stdout or "[]") or []:
-            key = _task_key(container)
-            if key is not None:
-                out[key] = self._listed_outcome(container, known.get(key))
+            found = _task_key(container)
+            if found is None:
+                continue
+            key, index, replicas = found
+            earlier = self.replica_seen.get(key, {}).get(index)
+            outcome = self._listed_outcome(container, earlier[0] if earlier else known.get(key)
+                                           if replicas == 1 else None)
+            seen.setdefault(key, {})[index] = (outcome, _exited_at(container))
+            sizes[key] = replicas
+        self.replica_seen = seen
+        out: dict[tuple[str, int], Outcome] = {}
+        for key, replicas in sizes.items():
+            if replicas == 1:
+                out[key] = seen[key][0][0] if 0 in seen[key] else Outcome("running")
+                continue
+            each = [seen[key].get(k) for k in range(replicas)]
+            outcomes, ended = [e[0] if e else None for e in each], [e[1] if e else None
+                                                                   for e in each]
+            # The replica that failed before the others were stopped is the one named.
+            if key not in self.first_failure:
+                failed = first_failed(outcomes, ended)
+                if failed is not None:
+                    self.first_failure[key] = failed
+            out[key] = group_outcome(outcomes, ended, self.first_failure.get(key))
+        self.first_failure = {k: v for k, v in self.first_failure.items() if k in seen}
         return out
+
+    def _stop_failed_groups(self) -> bool:
+        """Stop every replica still running in a task another replica of which failed;
+        True if any was stopped."""
+        stopped = False
+        for (task_id, revision), replicas in self.replica_seen.items():
+            outcomes = [o for o, _ in replicas.values()]
+            if any(o.state == "failed" for o in outcomes) and \
+                    any(o.state == "running" for o in outcomes):
+                pod = run_name(task_id, revision)
+                log.info("task %s r%s: a replica failed; stopping the others", task_id,
+                         revision)
+                result = self.podman("pod", "stop", "--time", "0", pod)
+                if result.returncode != 0 and not NO_SUCH.search(result.stderr):
+                    raise self._error("pod stop", result)
+                stopped = True
+        return stopped
 
     def _listed_outcome(self, container: dict[str, Any], known: Outcome | None) -> Outcome:
         if container.get("State") not in FINISHED:
@@ -139,16 +199,28 @@ class PodmanLauncher:
             "failed", exit_code=code, reason=f"container exited with {code}")
 
     def logs(self, workload: Workload) -> str | None:
-        """The container's output, read up to the log's budget and no further: one huge
-        line costs this worker what the budget does.  Past it, a line says so."""
-        # One pipe for both streams keeps the container's stdout and stderr in order.
-        code, data = self.read_bounded(["logs", self.container_name(workload)],
-                                       self.log_budget + 1)
-        if len(data) <= self.log_budget:
-            return data.decode(errors="replace") if code == 0 else None
-        head = data[:self.log_budget].decode(errors="ignore")
+        """The output of each replica's container, read up to the log's budget (shared
+        among the replicas) and no further: one huge line costs this worker what the budget
+        does.  Past it, a line says so.  Several replicas' lines are prefixed with their
+        index, each replica's redacted before it is prefixed."""
         secrets = [v.value for v in workload.env if v.secret]
-        return redact_cut(head, secrets) + head_only_note(self.log_budget)
+        budget = self.log_budget // workload.replicas
+        parts = [self._container_logs(self.container_name(workload, k), budget, secrets)
+                 for k in range(workload.replicas)]
+        if workload.replicas == 1:
+            return parts[0]
+        if all(part is None for part in parts):
+            return None
+        return "".join(replica_logs.prefixed(k, redact_cut(part, secrets))
+                       for k, part in enumerate(parts) if part)
+
+    def _container_logs(self, name: str, budget: int, secrets: list[str]) -> str | None:
+        # One pipe for both streams keeps the container's stdout and stderr in order.
+        code, data = self.read_bounded(["logs", name], budget + 1)
+        if len(data) <= budget:
+            return data.decode(errors="replace") if code == 0 else None
+        head = data[:budget].decode(errors="ignore")
+        return redact_cut(head, secrets) + head_only_note(budget)
 
     def read_bounded(self, args: list[str], most: int) -> tuple[int | None, bytes]:
         """A podman command's exit code and at most ``most`` bytes of its output; a command
@@ -195,8 +267,8 @@ class PodmanLauncher:
         """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""
         job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
         template = job["spec"]["template"]["metadata"]
-        spec = manifest.to_dict(manifest.pod_spec(workload, secret_name,
-                                                  self.manifest_settings.limits(workload)))
+        spec = manifest.to_dict(manifest.replicas_pod_spec(
+            workload, secret_name, self.manifest_settings.limits(workload)))
         for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
             expand_container(container)
         metadata = {"name": workload.run_name, "labels": template.get("labels", {}),
@@ -222,8 +294,9 @@ class PodmanLauncher:
             data[key] = base64.b64encode(value.encode()).decode()
         return json.dumps(data).encode()
 
-    def container_name(self, workload: Workload) -> str:
-        return f"{workload.run_name}-{manifest.CONTAINER_NAME}"  # kube play's naming
+    def container_name(self, workload: Workload, replica: int = 0) -> str:
+        """kube play's naming: ``<pod>-<container>``; replica k's container is ``task-k``."""
+        return f"{workload.run_name}-{manifest.replica_container_name(replica, workload.replicas)}"
 
     # -- podman ----------------------------------------------------------------------
 
@@ -357,15 +430,37 @@ def state_outcome(state: dict[str, Any]) -> Outcome:
     return Outcome("failed", exit_code=code, reason=f"container {reason}")
 
 
-def _task_key(container: dict[str, Any]) -> tuple[str, int] | None:
-    """The task id and revision a listed container runs (None: not a task's container)."""
+REPLICA_CONTAINER = re.compile(rf"-{manifest.CONTAINER_NAME}(?:-(\d+))?$")
+
+
+def _task_key(container: dict[str, Any]) -> tuple[tuple[str, int], int, int] | None:
+    """The task id and revision a listed container runs, its replica's index and how many
+    replicas the task has (None: not a task's container)."""
     labels = container.get("Labels") or {}
     names = container.get("Names") or []
     task_id, revision = labels.get(manifest.LABEL_TASK_ID), labels.get(manifest.LABEL_REVISION)
-    ours = any(str(n).endswith(f"-{manifest.CONTAINER_NAME}") for n in names)
-    if not ours or not task_id or not str(revision or "").isdigit():
+    replicas = str(labels.get(manifest.LABEL_REPLICAS) or "1")
+    found = next((m for n in names if (m := REPLICA_CONTAINER.search(str(n)))), None)
+    if found is None or not task_id or not str(revision or "").isdigit() \
+            or not replicas.isdigit():
         return None
-    return str(task_id), int(str(revision))
+    index = int(found.group(1) or 0)
+    if (found.group(1) is None) != (replicas == "1") or index >= int(replicas):
+        return None
+    return (str(task_id), int(str(revision))), index, int(replicas)
+
+
+def _exited_at(found: dict[str, Any] | None) -> float | None:
+    """When a listed or inspected container exited, if podman says (None: it has not)."""
+    if not found:
+        return None
+    at = found.get("ExitedAt")
+    return float(at) if isinstance(at, (int, float)) and at > 0 else None
+
+
+def run_name(task_id: str, revision: int) -> str:
+    """The pod a task revision runs in: ``Workload.run_name``'s form."""
+    return f"taskenv-{task_id[:20]}-r{revision}"
 
 
 def expand_container(container: dict[str, Any]) -> None:

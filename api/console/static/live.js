@@ -102,7 +102,8 @@
     let logRevision = Number(live.dataset.logRevision);
     let offset = Number(live.dataset.offset);
     let seen = `${live.dataset.status}/${live.dataset.revision}`;
-    const url = () => `${live.dataset.url}?log_revision=${logRevision}&offset=${offset}`;
+    const replica = live.dataset.replica === undefined ? "" : `&replica=${live.dataset.replica}`;
+    const url = () => `${live.dataset.url}?log_revision=${logRevision}&offset=${offset}${replica}`;
     poll(url, async (data) => {
       if (data.log.revision === logRevision) {
         appendLog(log, data.log);

@@ -96,6 +96,9 @@
     showProblems(form, panel, errors, result.warnings || []);
     showDoctor(panel, result.doctor);
     showEnv(panel, result.variables || []);
+    const differs = (result.differs || []).map((d) => `${d.name}: ${d.values}`);
+    panel.querySelector("#preview-differs").textContent = differs.length
+      ? `Replica 0 is shown; in the other replicas, ${differs.join("; ")}.` : "";
   }
 
   function watch(form) {

@@ -478,7 +478,7 @@ PLATFORM_POLICY = Policy.from_dict({
     "protected": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128", "reason": "egress"},
                   {"name": "CUDA_VISIBLE_DEVICES", "reason": "the scheduler sets it"},
                   {"name": "HF_TOKEN", "value": "hf_platform", "secret": True, "reason": "org"}],
-    "rules": [{"name": "WORLD_SIZE", "min": 1, "max": 64, "description": "64 nodes"}],
+    "rules": [{"name": "NUM_WORKERS", "min": 1, "max": 64, "description": "64 cores"}],
 })
 
 
@@ -552,11 +552,11 @@ def test_a_platform_protected_secret_shadowing_a_project_entry_is_masked() -> No
 
 def test_rules_of_every_layer_reject_with_names_and_descriptions() -> None:
     vision = project(rules=[{"name": "DATA_ROOT", "required": True, "description": "our data"}])
-    result = layered([EnvVar("WORLD_SIZE", "128")], PLATFORM_POLICY, vision)
+    result = layered([EnvVar("NUM_WORKERS", "128")], PLATFORM_POLICY, vision)
     assert sorted((e.rule, e.variable) for e in result.errors) == [
-        ("rule.max", "WORLD_SIZE"), ("rule.required", "DATA_ROOT")]
+        ("rule.max", "NUM_WORKERS"), ("rule.required", "DATA_ROOT")]
     messages = " ".join(e.message for e in result.errors)
-    assert "64 nodes" in messages and "our data" in messages and "project vision" in messages
+    assert "64 cores" in messages and "our data" in messages and "project vision" in messages
 
 
 def test_a_gpu_only_default_reaches_a_gpu_task_and_not_a_cpu_one() -> None:
@@ -639,11 +639,11 @@ def test_the_platforms_secret_value_is_not_shown_in_a_conflict() -> None:
 
 
 def test_a_project_value_breaking_a_platform_rule_is_refused() -> None:
-    data = {"defaults": [{"name": "WORLD_SIZE", "value": "128"}],
-            "protected": [{"name": "WORLD_SIZE_HINT", "value": "2", "reason": "r"}]}
+    data = {"defaults": [{"name": "NUM_WORKERS", "value": "128"}],
+            "protected": [{"name": "NUM_WORKERS_HINT", "value": "2", "reason": "r"}]}
     problem = the_one(check_layer(data, PLATFORM_POLICY, LIMITS), "rule.max")
-    assert (problem.variable, problem.field) == ("WORLD_SIZE", "defaults[0].value")
-    assert "platform's rule" in problem.message and "64 nodes" in problem.message
+    assert (problem.variable, problem.field) == ("NUM_WORKERS", "defaults[0].value")
+    assert "platform's rule" in problem.message and "64 cores" in problem.message
 
 
 def test_a_project_rule_the_platforms_protected_value_breaks_is_refused() -> None:
@@ -665,7 +665,7 @@ def test_a_project_rule_a_platform_default_breaks_needs_a_project_default() -> N
 
 def test_a_project_adding_within_the_limits_passes() -> None:
     data = {"defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
-                         {"name": "WORLD_SIZE", "value": "8"}],
+                         {"name": "NUM_WORKERS", "value": "8"}],
             "protected": [{"name": "DATA_ROOT", "value": "/mnt/vision", "reason": "our data"}],
             "rules": [{"name": "HTTPS_PROXY", "pattern": "http://.*"},
                       {"name": "LR", "min": 0, "max": 1}], "on_conflict": "drop"}

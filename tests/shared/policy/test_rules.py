@@ -59,10 +59,10 @@ def test_pattern_is_a_full_match() -> None:
 
 @pytest.mark.parametrize(("value", "kind", "limit"), [("0", "rule.min", 1), ("65", "rule.max", 64)])
 def test_min_and_max_name_the_limit(value: str, kind: str, limit: int) -> None:
-    rule = Rule("WORLD_SIZE", min=1, max=64, description="the cluster has 64 nodes")
-    problem = only(check({"WORLD_SIZE": value}, rule))
-    assert (problem.rule, problem.variable, problem.limit) == (kind, "WORLD_SIZE", limit)
-    assert str(limit) in problem.message and "64 nodes" in problem.message
+    rule = Rule("NUM_WORKERS", min=1, max=64, description="the nodes have 64 cores")
+    problem = only(check({"NUM_WORKERS": value}, rule))
+    assert (problem.rule, problem.variable, problem.limit) == (kind, "NUM_WORKERS", limit)
+    assert str(limit) in problem.message and "64 cores" in problem.message
 
 
 @pytest.mark.parametrize("value", ["1", "64", " 8 ", "1e1", "32.5"])

@@ -10,12 +10,14 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
 from shared.config import Settings
+from shared.env.identity import IDENTITY_NAMES, Group, replica_env
 from shared.policy.model import Resolved
 from shared.task import manifest
 from shared.task.limits import Maxima
@@ -44,6 +46,9 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 HOSTILE_VALUES = ["$(HOME)", "$$(X)", "a$b", "a$$b", "$(TASK_ID)", "$", "x$", "$$", "$(",
                   "$(UNCLOSED", "`id`; rm -rf / && echo $((1+1))\n'\"", "naïve – 学习率 🚀", ""]
+
+# A task of one replica's identity: a world of one, listening on loopback.
+ONE = dict(replica_env(Group(), 0))
 
 
 def assert_valid(obj: Any) -> dict[str, Any]:
@@ -163,7 +168,9 @@ def test_the_validator_is_strict():
 def test_env_holds_the_resolved_variables_in_order():
     w = workload()
     container = assert_valid(build(w, SETTINGS).job)["spec"]["template"]["spec"]["containers"][0]
-    assert [e["name"] for e in container["env"]] == [v.name for v in w.env]
+    # The resolved env, then the replica's identity (a task of one: a world of one).
+    assert [e["name"] for e in container["env"]] == [v.name for v in w.env] + list(
+        IDENTITY_NAMES)
     assert container["env"][1] == {"name": "NCCL_DEBUG", "value": "INFO"}
 
 
@@ -173,7 +180,7 @@ def test_every_value_arrives_as_typed_after_kubernetes_expansion():
     w = workload(env)
     manifests = build(w, SETTINGS)
     assert_valid(manifests.job)
-    assert container_env(manifests) == w.env_dict()
+    assert container_env(manifests) == {**w.env_dict(), **ONE}
 
 
 @pytest.mark.parametrize("value", HOSTILE_VALUES)
@@ -215,7 +222,7 @@ def test_secret_names_that_are_not_valid_keys_get_stable_keys():
     manifests = build(workload(env), SETTINGS)
     assert_valid(manifests.secret)
     assert len(manifests.secret.data) == 3
-    assert container_env(manifests) == {"my token": "a", "var-1": "b", "TOKEN": "c"}
+    assert container_env(manifests) == {"my token": "a", "var-1": "b", "TOKEN": "c", **ONE}
 
 
 def test_no_secret_without_secret_variables():
@@ -341,8 +348,6 @@ def test_a_real_shell_gets_the_argv_and_env_exactly_as_typed(tmp_path):
 
 
 def test_files_become_a_configmap_and_an_init_container_copying_them_into_a_writable_dir():
-    from dataclasses import replace
-
     from shared.task.files import TaskFile
     from shared.task.manifest import WORK_DIR, files_name, for_display
     files = (TaskFile("prepare.sh", "echo $(HOME) `id`\n", 0o755),
@@ -376,8 +381,6 @@ def test_a_task_without_files_has_no_configmap_and_keeps_its_workdir():
 
 
 def test_a_task_s_files_go_into_its_size_capped_home_copied_by_a_held_in_container():
-    from dataclasses import replace
-
     from shared.task.files import TaskFile
 
     w = replace(workload(), files=(TaskFile("prepare.sh", "echo hi\n", 0o755),))
@@ -389,3 +392,62 @@ def test_a_task_s_files_go_into_its_size_capped_home_copied_by_a_held_in_contain
     assert copier["securityContext"]["runAsNonRoot"] is True
     assert copier["resources"] == spec["containers"][0]["resources"]
     assert [m["name"] for m in spec["containers"][0]["volumeMounts"]].count("work") == 1
+
+
+# --- a task of several replicas ----------------------------------------------------------
+
+def test_replicas_make_an_indexed_job_that_fails_fast_with_a_headless_service():
+    w = replace(workload(), replicas=3)
+    manifests = build(w, SETTINGS)
+    job = assert_valid(manifests.job)
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == (
+        "Indexed", 3, 3)
+    assert spec["backoffLimit"] == 0
+    assert spec["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onExitCodes": {
+        "containerName": "task", "operator": "NotIn", "values": [0]}}]
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == job_name(w) and pod["restartPolicy"] == "Never"
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    for name in ("TASK_REPLICA", "RANK", "PET_NODE_RANK"):
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == \
+            "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert env["MASTER_ADDR"]["value"] == f"{job_name(w)}-0.{job_name(w)}"
+    assert env["PET_MASTER_ADDR"]["value"] == env["MASTER_ADDR"]["value"]
+    assert (env["WORLD_SIZE"]["value"], env["PET_NNODES"]["value"]) == ("3", "3")
+    service = assert_valid(manifests.service)
+    assert service["metadata"]["name"] == job_name(w)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    labels = spec["template"]["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in service["spec"]["selector"].items())
+
+
+def test_replicas_get_a_network_policy_of_their_own_pods_and_dns_only():
+    w = replace(workload(), replicas=2)
+    policy = assert_valid(build(w, SETTINGS).network_policy)
+    own = {"podSelector": {"matchLabels": {LABEL_TASK_ID: label_value(w.task_id),
+                                           LABEL_REVISION: "1"}}}
+    assert policy["spec"]["podSelector"] == own["podSelector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["ingress"] == [{"from": [own]}]
+    assert policy["spec"]["egress"] == [{"to": [own]}, {"ports": [
+        {"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]
+
+
+def test_one_replica_stays_a_plain_job():
+    manifests = build(workload(), SETTINGS)
+    assert manifests.service is None and manifests.network_policy is None
+    assert "completionMode" not in to_dict(manifests.job)["spec"]
+
+
+def test_replicas_with_files_each_work_in_the_files_directory():
+    from shared.task.files import TaskFile
+    from shared.task.manifest import WORK_DIR, replicas_pod_spec, work_dir
+    w = replace(workload(), replicas=2, files=(TaskFile("run.sh", "echo hi\n", 0o755),))
+    job = assert_valid(build(w, SETTINGS).job)["spec"]["template"]["spec"]
+    assert job["initContainers"] and job["containers"][0]["workingDir"] == work_dir(w)
+    pod = to_dict(replicas_pod_spec(w, "env"))  # podman's: one pod, a container per replica
+    assert [c["name"] for c in pod["containers"]] == ["task-0", "task-1"]
+    assert all(c["volumeMounts"] == [{"name": "work", "mountPath": WORK_DIR}]
+               for c in pod["containers"])

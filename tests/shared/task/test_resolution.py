@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from shared.env.envlist import EnvVar, Limits
+from shared.env.identity import IDENTITY_NAMES
 from shared.policy.model import Policy, Protected
 from shared.task import states
 from shared.task.resolution import PLACEHOLDER_ID, decide_policy, decide_validation, preview
@@ -19,7 +20,8 @@ def test_a_preview_resolves_as_the_stages_would() -> None:
     _, checked = decide_validation(doc, LIMITS)
     state, decided = decide_policy({**doc, **checked}, POLICY)
     assert state == states.RESOLVED and got["ok"] is True
-    assert got["variables"] == decided["resolved"] and got["warnings"] == decided["warnings"]
+    shared = [v for v in got["variables"] if v["name"] not in IDENTITY_NAMES]
+    assert shared == decided["resolved"] and got["warnings"] == decided["warnings"]
     assert got["policy_version"] == 3 and got["errors"] == []
     assert {"name": "TASK_ID", "value": PLACEHOLDER_ID, "source": "platform", "overrode": [],
             "secret": False} in got["variables"]
@@ -36,7 +38,8 @@ def test_an_invalid_env_lists_no_variables() -> None:
     got = preview([{"name": "bad name", "value": "1"}, {"name": "1X", "value": "2"}],
                   "train", POLICY, LIMITS)
     assert got == {"ok": False, "policy_version": 3, "policy_versions": {"platform": 3},
-                   "not_applied": [], "variables": [], "warnings": [], "errors": got["errors"]}
+                   "not_applied": [], "variables": [], "warnings": [], "errors": got["errors"],
+                   "replicas": 1, "differs": []}
     assert [e["variable"] for e in got["errors"]] == ["bad name", "1X"]
 
 

@@ -102,6 +102,9 @@ class Jail:
         self.home = home  # the run directory's home, as the launcher prepared it
         self.cgroup: TaskCgroup | None = None
         self.mounted: Path | None = None
+        # A replica of a task of several: the network namespace its sandboxes join (that of
+        # a holder process, /proc/PID/ns/net), shared with the task's other replicas.
+        self.netns: str | None = None
 
     def enter_mounts(self) -> Path:
         """First thing in the runner, before any thread: the private home tmpfs.  Returns
@@ -130,7 +133,9 @@ class Jail:
                   "--rlimit", "core=0:0"]
         for procs in self.cgroup.procs_files if self.cgroup else []:
             helper += ["--cgroup", procs]
-        if self.plan.own_netns:
+        if self.netns is not None:
+            helper += ["--netns", self.netns]
+        elif self.plan.own_netns:
             helper += ["--netns", "new"]
         if self.plan.uid is not None:
             helper += ["--uid", str(self.plan.uid), "--gid", str(self.plan.gid)]

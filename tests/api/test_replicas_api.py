@@ -1,0 +1,152 @@
+"""Distributed tasks at the API: replicas are bounded, counted replica by replica in the
+owner's quotas (by the store's own scripts), and shown; identity variables are refused."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import fakeredis
+import pytest
+from flask import Flask
+
+from shared.store.tasks import TaskStore
+from shared.task import states
+from shared.task.resolution import decide_policy, decide_validation
+from tests.api.conftest import ADMIN_TOKEN, EnqueueSpy, build_app, client_with
+from tests.api.test_quotas_api import WINDOW_START, body, rules, user
+
+TASKS = "/api/v1/tasks"
+PREVIEW = "/api/v1/env/preview"
+
+
+@pytest.fixture
+def app_with(redis_client: fakeredis.FakeRedis,
+             enqueued: EnqueueSpy) -> Callable[..., Flask]:
+    def make(**overrides: object) -> Flask:
+        app = build_app(redis_client, enqueued, **overrides)
+        app.extensions["taskenv"].quotas.clock = lambda: WINDOW_START + 1
+        return app
+
+    return make
+
+
+def test_a_task_gets_its_replicas_and_one_by_default(app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(), "ann")
+    one = ann.post(TASKS, json=body()).get_json()["id"]
+    three = ann.post(TASKS, json=body(replicas=3, procs_per_replica=2)).get_json()["id"]
+    assert (ann.get(f"{TASKS}/{one}").get_json()["replicas"]) == 1
+    shown = ann.get(f"{TASKS}/{three}").get_json()
+    assert (shown["replicas"], shown["procs_per_replica"]) == (3, 2)
+
+
+def test_more_replicas_than_the_setting_allows_are_refused_naming_it(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(max_replicas=4), "ann")
+    refused = ann.post(TASKS, json=body(replicas=5))
+    assert refused.status_code == 400
+    assert rules(refused) == [("replicas.max", 4)]
+    assert "TASKENV_MAX_REPLICAS" in refused.get_json()["errors"][0]["message"]
+    assert ann.post(TASKS, json=body(replicas=0)).status_code == 422
+    assert ann.get(TASKS).get_json()["items"] == []  # nothing stored
+
+
+def test_a_task_larger_than_a_quota_alone_is_refused_at_creation(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(quota_unfinished_tasks=3, quota_creates_per_minute=2), "ann")
+    refused = ann.post(TASKS, json=body(replicas=4))
+    assert refused.status_code == 400
+    assert sorted(rules(refused)) == [("quota.creates_per_minute", 2),
+                                      ("quota.unfinished_tasks", 3)]
+    assert "can never run" in refused.get_json()["errors"][0]["message"]
+
+
+def test_unfinished_replicas_count_against_the_quota_and_come_back_when_a_task_ends(
+        app_with: Callable[..., Flask], redis_client: fakeredis.FakeRedis) -> None:
+    app = app_with(quota_unfinished_tasks=5)
+    ann = user(app, "ann")
+    big = ann.post(TASKS, json=body(replicas=4)).get_json()["id"]
+    assert ann.post(TASKS, json=body()).status_code == 202  # 4 + 1 = 5
+    refused = ann.post(TASKS, json=body(replicas=2))
+    assert refused.status_code == 409 and rules(refused) == [("quota.unfinished_tasks", 5)]
+    assert "task replicas" in refused.get_json()["errors"][0]["message"]
+    assert ann.post(TASKS, json=body()).status_code == 409  # not even one more
+    tasks: TaskStore = app.extensions["taskenv"].tasks
+    assert tasks.move(big, 1, states.PENDING, states.CANCELLED)  # the script gives 3 back
+    assert app.extensions["taskenv"].quotas.unfinished("ann") == 1
+    assert ann.post(TASKS, json=body(replicas=4)).status_code == 202
+
+
+def test_a_rejected_and_reopened_task_gives_back_and_takes_its_replicas(
+        app_with: Callable[..., Flask]) -> None:
+    app = app_with(quota_unfinished_tasks=4)
+    ann = user(app, "ann")
+    big = ann.post(TASKS, json=body(replicas=3)).get_json()["id"]
+    tasks: TaskStore = app.extensions["taskenv"].tasks
+    quotas = app.extensions["taskenv"].quotas
+    assert tasks.transition(big, 1, states.PENDING, states.REJECTED) is not None
+    assert quotas.unfinished("ann") == 0
+    patched = ann.patch(f"{TASKS}/{big}/env", json={"set": [{"name": "A", "value": "1"}]})
+    assert patched.status_code == 202
+    assert quotas.unfinished("ann") == 3
+    assert ann.post(TASKS, json=body(replicas=2)).status_code == 409
+
+
+def test_a_creation_counts_each_replica_in_the_rate(app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(quota_creates_per_minute=5), "ann")
+    assert ann.post(TASKS, json=body(replicas=4)).status_code == 202
+    refused = ann.post(TASKS, json=body(replicas=2))
+    assert refused.status_code == 429 and rules(refused) == [("quota.creates_per_minute", 5)]
+
+
+def test_an_identity_variable_from_the_user_is_refused_naming_each(
+        app_with: Callable[..., Flask]) -> None:
+    app = app_with()
+    ann = user(app, "ann")
+    env = [{"name": "RANK", "value": "0"}, {"name": "MASTER_ADDR", "value": "h"}]
+    answer = ann.post(PREVIEW, json={"env": env}).get_json()
+    assert answer["ok"] is False
+    assert [e["variable"] for e in answer["errors"]] == ["RANK", "MASTER_ADDR"]
+    assert all("per replica" in e["message"] for e in answer["errors"])
+    # A .env file is the same list: the policy stage refuses it as it refuses the preview.
+    task = ann.post(TASKS, json=body(env=[], env_file="RANK=0\nMASTER_ADDR=h\n")).get_json()
+    svc = app.extensions["taskenv"]
+    doc = svc.tasks.get(task["id"])
+    _, checked = decide_validation(doc, svc.limits)
+    state, decided = decide_policy({**doc, **checked}, svc.policies.current())
+    assert state == states.REJECTED
+    assert [(e["rule"], e["variable"]) for e in decided["errors"]] == [
+        ("platform.identity", "RANK"), ("platform.identity", "MASTER_ADDR")]
+
+
+def test_preview_shows_replica_zero_and_what_differs(app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(max_replicas=4), "ann")
+    got = ann.post(PREVIEW, json={"env": [], "replicas": 4}).get_json()
+    env = {v["name"]: v["value"] for v in got["variables"]}
+    assert (env["RANK"], env["WORLD_SIZE"], env["PET_NNODES"]) == ("0", "4", "4")
+    assert got["replicas"] == 4 and "3 in replica 3" in got["differs"][1]["values"]
+    over = ann.post(PREVIEW, json={"env": [], "replicas": 5}).get_json()
+    assert over["ok"] is False and [e["rule"] for e in over["errors"]] == ["replicas.max"]
+
+
+def test_an_admin_policy_naming_an_identity_variable_is_refused(
+        app_with: Callable[..., Flask]) -> None:
+    admin = client_with(app_with(), ADMIN_TOKEN)
+    answer = admin.put("/api/v1/policy", json={
+        "defaults": [{"name": "WORLD_SIZE", "value": "8"}],
+        "protected": [{"name": "MASTER_ADDR", "value": "h", "reason": "ours"}],
+        "rules": [{"name": "RANK", "max": 3}]})
+    assert answer.status_code == 422
+    found = [(e["rule"], e["variable"]) for e in answer.get_json()["errors"]
+             if e["rule"] == "policy.platform_identity"]
+    assert found == [("policy.platform_identity", "WORLD_SIZE"),
+                     ("policy.platform_identity", "MASTER_ADDR"),
+                     ("policy.platform_identity", "RANK")]
+
+
+def test_on_kubernetes_the_preview_names_replica_zero_after_the_job(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(launcher="kubernetes"), "ann")
+    got = ann.post(PREVIEW, json={"env": [], "replicas": 2}).get_json()
+    env = {v["name"]: v["value"] for v in got["variables"]}
+    assert env["MASTER_ADDR"] == "<the task's job>-0.<the task's job>"
+    assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"]
