@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
-from shared.secrets import redact_cut
+from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
 from shared.task import replica_logs
@@ -241,9 +241,9 @@ class KubernetesLauncher:
             except ApiException:
                 continue
             data = (text or "").encode(errors="surrogatepass")
-            shown = redact_cut(data[:budget].decode(errors="ignore"), secrets)
-            if len(data) > budget:
-                shown += head_only_note(budget)
+            shown = redact(text or "", secrets) if len(data) <= budget else (
+                redact_cut(data[:budget].decode(errors="ignore"), secrets)
+                + head_only_note(budget))
             parts.append(replica_logs.prefixed(k, shown))
         return "".join(parts) if parts else None
 

@@ -54,7 +54,7 @@ import yaml
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
-from shared.secrets import redact_cut
+from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
 from shared.task import manifest, replica_logs
@@ -211,7 +211,7 @@ class PodmanLauncher:
             return parts[0]
         if all(part is None for part in parts):
             return None
-        return "".join(replica_logs.prefixed(k, redact_cut(part, secrets))
+        return "".join(replica_logs.prefixed(k, redact(part, secrets))
                        for k, part in enumerate(parts) if part)
 
     def _container_logs(self, name: str, budget: int, secrets: list[str]) -> str | None:
