@@ -145,3 +145,12 @@ def test_each_replicas_output_is_redacted_in_every_log_view(stack: Stack) -> Non
     assert "[replica 1] rank 1 has [secret]" in views[0]
     assert views[1:] == [f"==> step 1/1: sh\nrank {k} has [secret]\n" for k in range(2)]
     assert all(secret not in view for view in views)
+
+
+def test_every_replica_is_held_like_any_step_as_an_unprivileged_user(stack: Stack) -> None:
+    step = ["sh", "-c", 'echo "uid=$(id -u)"']
+    task = stack.create({"name": "ddp", "replicas": 2, "steps": [step]})
+    assert stack.wait(task["id"], timeout=60)["status"] == "succeeded"
+    for k in range(2):
+        own = stack.call("GET", f"/api/v1/tasks/{task['id']}/logs?replica={k}").text
+        assert "uid=" in own and "uid=0\n" not in own, own
