@@ -24,11 +24,11 @@ MAX_ENTRIES = 500
 PLATFORM = "platform"
 
 _PUT = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0
-   and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[3]) then
+local entries, name, entry, most = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+if redis.call('HEXISTS', entries, name) == 0 and redis.call('HLEN', entries) >= most then
   return 0
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', entries, name, entry)
 return 1
 """
 

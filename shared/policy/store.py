@@ -19,9 +19,10 @@ from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
 _PUT_POLICY = """
-local n = redis.call('INCR', KEYS[1])
-redis.call('SET', KEYS[2] .. n, ARGV[1])
-redis.call('SET', KEYS[3], n)
+local sequence, version_prefix, current, body = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local n = redis.call('INCR', sequence)
+redis.call('SET', version_prefix .. n, body)
+redis.call('SET', current, n)
 return n
 """
 

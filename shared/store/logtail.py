@@ -30,14 +30,14 @@ MAX_CHUNK = 256 * 1024  # one answer's worth; the reader asks again for the rest
 # start of a character (a UTF-8 character has at most 3 continuation bytes), and adds
 # what it dropped to the cut.
 APPEND = r"""
-local size = redis.call('APPEND', KEYS[1], ARGV[1])
-local limit = tonumber(ARGV[2])
+local log, cut, text, limit = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
+local size = redis.call('APPEND', log, text)
 if size <= limit then return size end
-local tail = redis.call('GETRANGE', KEYS[1], -math.max(1, math.floor(limit / 2)), -1)
+local tail = redis.call('GETRANGE', log, -math.max(1, math.floor(limit / 2)), -1)
 local partial = string.match(tail, '^[\128-\191]?[\128-\191]?[\128-\191]?')
 tail = string.sub(tail, #partial + 1)
-redis.call('SET', KEYS[1], tail)
-redis.call('INCRBY', KEYS[2], size - #tail)
+redis.call('SET', log, tail)
+redis.call('INCRBY', cut, size - #tail)
 return #tail
 """
 
@@ -45,13 +45,14 @@ return #tail
 # or the oldest kept byte when the offset was dropped or lies past the end), the log's
 # end, and the bytes.
 READ = r"""
-local cut = tonumber(redis.call('GET', KEYS[2]) or '0')
-local size = cut + redis.call('STRLEN', KEYS[1])
-local start = tonumber(ARGV[1])
+local log, cut_key, offset, most = KEYS[1], KEYS[2], tonumber(ARGV[1]), tonumber(ARGV[2])
+local cut = tonumber(redis.call('GET', cut_key) or '0')
+local size = cut + redis.call('STRLEN', log)
+local start = offset
 if start < cut or start > size then start = cut end
-local last = math.min(size, start + tonumber(ARGV[2])) - 1
+local last = math.min(size, start + most) - 1
 if last < start then return {start, size, ''} end
-return {start, size, redis.call('GETRANGE', KEYS[1], start - cut, last - cut)}
+return {start, size, redis.call('GETRANGE', log, start - cut, last - cut)}
 """
 
 

@@ -80,47 +80,60 @@ end
 # {-2, stored, size} when a quota refuses (nothing stored; shared.access.quotas words the
 # refusal), {1, id} once stored.
 CREATE = COUNT_ENTRY + BYTES + """
-if KEYS[3] ~= '' then
-  local existing = redis.call('GET', KEYS[3])
+local task, first_revision, idem = KEYS[1], KEYS[2], KEYS[3]
+local by_time = {KEYS[4], KEYS[5], KEYS[6], KEYS[7]}  -- all, owner, state, owner-state
+local seq_key, project_index = KEYS[8], KEYS[9]
+local insights_all, insights_project, audit_stream = KEYS[10], KEYS[11], KEYS[12]
+local pool, stored_key, created_key, extra_key = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
+local FIRST_UNFINISHED = 17  -- KEYS[17..]: the owner's unfinished-state indexes
+local id, idem_ttl, state, insights_ttl = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
+local n, audit_len, m = tonumber(ARGV[3]), ARGV[6], tonumber(ARGV[7])
+local creations_allowed, creations_ttl = tonumber(ARGV[8]), ARGV[9]
+local unfinished_allowed, bytes_allowed = tonumber(ARGV[10]), tonumber(ARGV[11])
+local r, replicas = tonumber(ARGV[12]), tonumber(ARGV[13])
+local AUDIT_FIRST = 14  -- ARGV[14..]: the audit pairs, then the task's, revision's, pool's
+
+if idem ~= '' then
+  local existing = redis.call('GET', idem)
   if existing then return {0, existing} end
 end
 local created, unfinished = 0, 0
-local replicas = tonumber(ARGV[13])
-if KEYS[15] ~= '' then
-  created = redis.call('INCRBY', KEYS[15], replicas)
-  if created == replicas then redis.call('EXPIRE', KEYS[15], ARGV[9]) end
+if created_key ~= '' then
+  created = redis.call('INCRBY', created_key, replicas)
+  if created == replicas then redis.call('EXPIRE', created_key, creations_ttl) end
 end
-if #KEYS > 16 then
-  unfinished = tonumber(redis.call('GET', KEYS[16]) or '0')
-  for i = 17, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
+local counts_unfinished = #KEYS >= FIRST_UNFINISHED
+if counts_unfinished then
+  unfinished = tonumber(redis.call('GET', extra_key) or '0')
+  for i = FIRST_UNFINISHED, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
 end
-if (KEYS[15] ~= '' and created > tonumber(ARGV[8]))
-    or (#KEYS > 16 and unfinished + replicas > tonumber(ARGV[10])) then
+if (created_key ~= '' and created > creations_allowed)
+    or (counts_unfinished and unfinished + replicas > unfinished_allowed) then
   return {-1, created, unfinished}
 end
-local n, m, r = tonumber(ARGV[3]), tonumber(ARGV[7]), tonumber(ARGV[12])
-local tf = 14 + m
-local rf = tf + 2 * n
-local pf = rf + 2 * r
+local tf = AUDIT_FIRST + m   -- the task's pairs
+local rf = tf + 2 * n        -- the first revision's pairs
+local pf = rf + 2 * r        -- the pool's id/value pairs
 local size = grow('', ARGV, tf, rf - 1) + grow('', ARGV, rf, pf - 1) + grow('', ARGV, pf, #ARGV)
-local stored = tonumber(redis.call('GET', KEYS[14]) or '0')
-if tonumber(ARGV[11]) > 0 and stored + size > tonumber(ARGV[11]) then
+local stored = tonumber(redis.call('GET', stored_key) or '0')
+if bytes_allowed > 0 and stored + size > bytes_allowed then
   return {-2, stored, size}
 end
-if replicas > 1 then redis.call('INCRBY', KEYS[16], replicas - 1) end
-local seq = redis.call('INCR', KEYS[8])
-redis.call('HSET', KEYS[1], 'v', 1, 'seq', seq, 'bytes', size, unpack(ARGV, tf, rf - 1))
-if r > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, rf, pf - 1)) end
-if #ARGV >= pf then redis.call('HSET', KEYS[13], unpack(ARGV, pf, #ARGV)) end
-count(KEYS[14], size)
-for i = 4, 7 do redis.call('ZADD', KEYS[i], seq, ARGV[1]) end
-if KEYS[9] ~= '' then redis.call('ZADD', KEYS[9], seq, ARGV[1]) end
-if KEYS[3] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[2]) end
-count_entry(KEYS[10], KEYS[11], ARGV[4], ARGV[5])
-if KEYS[12] ~= '' then
-  redis.call('XADD', KEYS[12], 'MAXLEN', '~', ARGV[6], '*', unpack(ARGV, 14, 13 + m))
+if replicas > 1 then redis.call('INCRBY', extra_key, replicas - 1) end
+local seq = redis.call('INCR', seq_key)
+redis.call('HSET', task, 'v', 1, 'seq', seq, 'bytes', size, unpack(ARGV, tf, rf - 1))
+if r > 0 then redis.call('HSET', first_revision, unpack(ARGV, rf, pf - 1)) end
+if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
+count(stored_key, size)
+for _, index in ipairs(by_time) do redis.call('ZADD', index, seq, id) end
+if project_index ~= '' then redis.call('ZADD', project_index, seq, id) end
+if idem ~= '' then redis.call('SET', idem, id, 'EX', idem_ttl) end
+count_entry(insights_all, insights_project, state, insights_ttl)
+if audit_stream ~= '' then
+  redis.call('XADD', audit_stream, 'MAXLEN', '~', audit_len, '*',
+             unpack(ARGV, AUDIT_FIRST, AUDIT_FIRST - 1 + m))
 end
-return {1, ARGV[1]}
+return {1, id}
 """
 
 # KEYS: 1 task, 2 revision, 3 old-state-index, 4 new-state-index, 5 old-owner-state-index,
@@ -136,40 +149,46 @@ return {1, ARGV[1]}
 # Returns 0 if the task moved on meanwhile, {-2, stored, growth} when the owner's stored
 # bytes would pass the limit (nothing written), 1 once written.
 UPDATE = COUNT_ENTRY + BYTES + """
-local t = redis.call('HMGET', KEYS[1], 'v', 'seq', 'bytes', 'revision')
-local v = t[1]
-if v ~= ARGV[1] then return 0 end
-local n, r = tonumber(ARGV[4]), tonumber(ARGV[8])
-local tf = 11
-local rf = tf + 2 * n
-local pf = rf + 2 * r
+local task, revision, old_index, new_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local old_owner_index, new_owner_index, expiry = KEYS[5], KEYS[6], KEYS[7]
+local insights_all, insights_project, pool = KEYS[8], KEYS[9], KEYS[10]
+local stored_key, extra_key = KEYS[11], KEYS[12]
+local expected_v, id, expires_at = ARGV[1], ARGV[2], ARGV[3]
+local n, state, insights_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local bytes_allowed, r = tonumber(ARGV[7]), tonumber(ARGV[8])
+local revision_suffix, extra_change = ARGV[9], ARGV[10]
+local tf = 11                -- ARGV[11..]: the task's pairs
+local rf = tf + 2 * n        -- the revision's pairs
+local pf = rf + 2 * r        -- the pool's id/value pairs
+
+local t = redis.call('HMGET', task, 'v', 'seq', 'bytes', 'revision')
+local v, seq, had, current = t[1], t[2], tonumber(t[3]), t[4]
+if v ~= expected_v then return 0 end
 local adopted = 0
-local had = tonumber(t[3])
 if not had then
-  adopted = adopt(KEYS[1], ARGV[9], t[4], KEYS[10])
+  adopted = adopt(task, revision_suffix, current, pool)
   had = adopted
 end
-local delta = grow(KEYS[1], ARGV, tf, rf - 1) + grow(KEYS[2], ARGV, rf, pf - 1)
-  + grow(KEYS[10], ARGV, pf, #ARGV)
-if tonumber(ARGV[7]) > 0 and delta > 0 then
-  local stored = tonumber(redis.call('GET', KEYS[11]) or '0') + adopted
-  if stored + delta > tonumber(ARGV[7]) then return {-2, stored, delta} end
+local delta = grow(task, ARGV, tf, rf - 1) + grow(revision, ARGV, rf, pf - 1)
+  + grow(pool, ARGV, pf, #ARGV)
+if bytes_allowed > 0 and delta > 0 then
+  local stored = tonumber(redis.call('GET', stored_key) or '0') + adopted
+  if stored + delta > bytes_allowed then return {-2, stored, delta} end
 end
-redis.call('HSET', KEYS[1], 'v', tonumber(v) + 1, 'bytes', had + delta,
-           unpack(ARGV, tf, rf - 1))
-if r > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, rf, pf - 1)) end
-if #ARGV >= pf then redis.call('HSET', KEYS[10], unpack(ARGV, pf, #ARGV)) end
-count(KEYS[11], adopted + delta)
-if ARGV[10] ~= '0' then redis.call('INCRBY', KEYS[12], ARGV[10]) end
-if KEYS[3] ~= KEYS[4] then
-  redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('ZREM', KEYS[5], ARGV[2])
-  redis.call('ZADD', KEYS[4], t[2], ARGV[2])
-  redis.call('ZADD', KEYS[6], t[2], ARGV[2])
+redis.call('HSET', task, 'v', tonumber(v) + 1, 'bytes', had + delta, unpack(ARGV, tf, rf - 1))
+if r > 0 then redis.call('HSET', revision, unpack(ARGV, rf, pf - 1)) end
+if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
+count(stored_key, adopted + delta)
+if extra_change ~= '0' then redis.call('INCRBY', extra_key, extra_change) end
+if old_index ~= new_index then
+  redis.call('ZREM', old_index, id)
+  redis.call('ZREM', old_owner_index, id)
+  redis.call('ZADD', new_index, seq, id)
+  redis.call('ZADD', new_owner_index, seq, id)
 end
-if ARGV[3] == 'leave' then redis.call('ZREM', KEYS[7], ARGV[2])
-elseif ARGV[3] ~= '0' then redis.call('ZADD', KEYS[7], ARGV[3], ARGV[2]) end
-if KEYS[8] ~= '' then count_entry(KEYS[8], KEYS[9], ARGV[5], ARGV[6]) end
+if expires_at == 'leave' then redis.call('ZREM', expiry, id)
+elseif expires_at ~= '0' then redis.call('ZADD', expiry, expires_at, id) end
+if insights_all ~= '' then count_entry(insights_all, insights_project, state, insights_ttl) end
 return 1
 """
 
@@ -186,67 +205,77 @@ return 1
 # layout of before revisions had their own keys, {1, project} once moved, or
 # {1, project, task fields, revision fields, pool values} when asked for the record.
 MOVE = COUNT_ENTRY + BYTES + """
-local t = redis.call('HMGET', KEYS[1], 'v', 'state', 'revision', 'owner', 'seq', 'project',
+local task, expiry, insights_all = KEYS[1], KEYS[2], KEYS[3]
+local revision_json, new, allowed, final = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now, expires_at, revision_suffix, index_prefix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local project_insights_prefix, insights_ttl, event, id = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local answer_record, stored_prefix, pool_suffix = ARGV[13], ARGV[14], ARGV[15]
+local CHANGES = 16  -- ARGV[16..]: the revision's field/value pairs
+
+local t = redis.call('HMGET', task, 'v', 'state', 'revision', 'owner', 'seq', 'project',
                      'bytes', 'replicas')
-if not t[1] then return false end
-if not t[3] then return {2} end
-if t[3] ~= ARGV[1] then return {0} end
-local old, new = cjson.decode(t[2]), ARGV[2]
+local v, stored_state, current, stored_owner = t[1], t[2], t[3], t[4]
+local seq, stored_project, had, replicas = t[5], t[6], tonumber(t[7]), t[8]
+if not v then return false end
+if not current then return {2} end
+if current ~= revision_json then return {0} end
+local old = cjson.decode(stored_state)
 local function member(list, x)
   for s in string.gmatch(list, '[^,]+') do if s == x then return true end end
   return false
 end
-if not member(ARGV[3], old) then return {0} end
+if not member(allowed, old) then return {0} end
 local state = cjson.encode(new)
-local rev = KEYS[1] .. ARGV[7] .. ARGV[1]
-local pool = KEYS[1] .. ARGV[15]
-local owner = cjson.decode(t[4])
+local rev = task .. revision_suffix .. revision_json
+local pool = task .. pool_suffix
+local owner = cjson.decode(stored_owner)
 local adopted = 0
-local had = tonumber(t[7])
 if not had then
-  adopted = adopt(KEYS[1], ARGV[7], t[3], pool)
+  adopted = adopt(task, revision_suffix, current, pool)
   had = adopted
 end
-local mine = {'state', state, 'updated_at', ARGV[5]}
+local mine = {'state', state, 'updated_at', now}
 local r = redis.call('HMGET', rev, 'events', 'started_at')
-local events = r[1]
-if not events or events == '[]' or events == 'null' then events = '[' .. ARGV[11] .. ']'
-else events = string.sub(events, 1, -2) .. ',' .. ARGV[11] .. ']' end
-local fields = {'state', state, 'updated_at', ARGV[5], 'events', events}
-for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
-if member(ARGV[4], new) then
+local events, started_at = r[1], r[2]
+if not events or events == '[]' or events == 'null' then events = '[' .. event .. ']'
+else events = string.sub(events, 1, -2) .. ',' .. event .. ']' end
+local fields = {'state', state, 'updated_at', now, 'events', events}
+for i = CHANGES, #ARGV do fields[#fields + 1] = ARGV[i] end
+if member(final, new) then
   fields[#fields + 1] = 'ended_at'
-  fields[#fields + 1] = ARGV[5]
-elseif new == 'running' and (not r[2] or r[2] == 'null' or r[2] == '0') then
+  fields[#fields + 1] = now
+elseif new == 'running' and (not started_at or started_at == 'null' or started_at == '0') then
   fields[#fields + 1] = 'started_at'
-  fields[#fields + 1] = ARGV[5]
+  fields[#fields + 1] = now
 end
-local delta = grow(KEYS[1], mine, 1, #mine) + grow(rev, fields, 1, #fields)
-redis.call('HSET', KEYS[1], 'v', tonumber(t[1]) + 1, 'bytes', had + delta, unpack(mine))
+local delta = grow(task, mine, 1, #mine) + grow(rev, fields, 1, #fields)
+redis.call('HSET', task, 'v', tonumber(v) + 1, 'bytes', had + delta, unpack(mine))
 redis.call('HSET', rev, unpack(fields))
-count(ARGV[14] .. owner, adopted + delta)
+count(stored_prefix .. owner, adopted + delta)
 if old ~= new then
   -- A task of several replicas that ends gives back the replicas beyond its first.
-  local extra = (t[8] and tonumber(t[8]) or 1) - 1
-  if extra > 0 and member(ARGV[4], new) and not member(ARGV[4], old) then
-    redis.call('DECRBY', ARGV[8] .. ':owner:' .. owner .. ':extra-replicas', extra)
+  local extra = (replicas and tonumber(replicas) or 1) - 1
+  if extra > 0 and member(final, new) and not member(final, old) then
+    redis.call('DECRBY', index_prefix .. ':owner:' .. owner .. ':extra-replicas', extra)
   end
   for _, pair in ipairs({{'ZREM', old}, {'ZADD', new}}) do
-    local by_state = ARGV[8] .. ':state:' .. pair[2]
-    local by_owner = ARGV[8] .. ':owner:' .. owner .. ':state:' .. pair[2]
+    local by_state = index_prefix .. ':state:' .. pair[2]
+    local by_owner = index_prefix .. ':owner:' .. owner .. ':state:' .. pair[2]
     for _, key in ipairs({by_state, by_owner}) do
-      if pair[1] == 'ZREM' then redis.call('ZREM', key, ARGV[12])
-      else redis.call('ZADD', key, t[5], ARGV[12]) end
+      if pair[1] == 'ZREM' then redis.call('ZREM', key, id)
+      else redis.call('ZADD', key, seq, id) end
     end
   end
 end
-if ARGV[6] ~= '0' then redis.call('ZADD', KEYS[2], ARGV[6], ARGV[12])
-elseif member(ARGV[4], old) then redis.call('ZREM', KEYS[2], ARGV[12]) end
-local project = t[6] and t[6] ~= 'null' and cjson.decode(t[6]) or false
-count_entry(KEYS[3], project and (ARGV[9] .. project .. ':states') or '', new, ARGV[10])
-if ARGV[13] == '1' then
+if expires_at ~= '0' then redis.call('ZADD', expiry, expires_at, id)
+elseif member(final, old) then redis.call('ZREM', expiry, id) end
+local project = stored_project and stored_project ~= 'null' and cjson.decode(stored_project)
+  or false
+count_entry(insights_all, project and (project_insights_prefix .. project .. ':states') or '',
+            new, insights_ttl)
+if answer_record == '1' then
   local revfields = redis.call('HGETALL', rev)
-  return {1, project, redis.call('HGETALL', KEYS[1]), revfields, pooled(revfields, pool)}
+  return {1, project, redis.call('HGETALL', task), revfields, pooled(revfields, pool)}
 end
 return {1, project}
 """
@@ -271,12 +300,13 @@ MOVE = POOLED + MOVE
 # for a whole record: the task's fields, its current revision's, the pool values those
 # refer to.
 READ = POOLED + """
-local t = redis.call('HGETALL', KEYS[1])
+local task, revision_suffix, pool_suffix = KEYS[1], ARGV[1], ARGV[2]
+local t = redis.call('HGETALL', task)
 if #t == 0 then return false end
 for i = 1, #t, 2 do
   if t[i] == 'revision' then
-    local revfields = redis.call('HGETALL', KEYS[1] .. ARGV[1] .. t[i + 1])
-    return {t, revfields, pooled(revfields, KEYS[1] .. ARGV[2])}
+    local revfields = redis.call('HGETALL', task .. revision_suffix .. t[i + 1])
+    return {t, revfields, pooled(revfields, task .. pool_suffix)}
   end
 end
 return {t, {}, {}}
@@ -286,12 +316,12 @@ return {t, {}, {}}
 # ARGV: expected v, id, n, the owner's stored-bytes counter.  Deletes a finished task
 # whole, unless it changed meanwhile, and takes its bytes off its owner's count.
 DELETE = BYTES + """
-local n = tonumber(ARGV[3])
-local task = KEYS[n + 2]
+local expected_v, id, n, stored_key = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local task = KEYS[n + 2]  -- KEYS[1]: expiry, KEYS[2..n+1]: the indexes, then the task's keys
 local t = redis.call('HMGET', task, 'v', 'bytes')
-if t[1] ~= ARGV[1] then return 0 end
-for i = 1, n + 1 do redis.call('ZREM', KEYS[i], ARGV[2]) end
-count(ARGV[4], -(tonumber(t[2]) or 0))
+if t[1] ~= expected_v then return 0 end
+for i = 1, n + 1 do redis.call('ZREM', KEYS[i], id) end
+count(stored_key, -(tonumber(t[2]) or 0))
 redis.call('DEL', unpack(KEYS, n + 2, #KEYS))
 return 1
 """
@@ -300,11 +330,12 @@ return 1
 # a new key), counted like any other.  KEYS: the hash, the task, the owner's stored-bytes
 # counter; ARGV: field/value pairs.  A record not yet counted stays uncounted.
 WRITE = BYTES + """
-local delta = grow(KEYS[1], ARGV, 1, #ARGV)
-redis.call('HSET', KEYS[1], unpack(ARGV))
-if redis.call('HEXISTS', KEYS[2], 'bytes') == 1 then
-  redis.call('HINCRBY', KEYS[2], 'bytes', delta)
-  count(KEYS[3], delta)
+local hash, task, stored_key = KEYS[1], KEYS[2], KEYS[3]
+local delta = grow(hash, ARGV, 1, #ARGV)
+redis.call('HSET', hash, unpack(ARGV))
+if redis.call('HEXISTS', task, 'bytes') == 1 then
+  redis.call('HINCRBY', task, 'bytes', delta)
+  count(stored_key, delta)
 end
 return delta
 """

@@ -26,15 +26,17 @@ from shared.keys import Keys
 # Returns 1 when the member holds a slot (already, or now), else 0.  It may take a free
 # slot only if nobody waits, or it is the oldest waiting.
 ACQUIRE = r"""
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+local leases, queue = KEYS[1], KEYS[2]
+local member, now, lease_end, cap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+if redis.call('ZSCORE', leases, member) then
+  redis.call('ZADD', leases, lease_end, member)
   return 1
 end
-local head = redis.call('LINDEX', KEYS[2], 0)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[4]) and (not head or head == ARGV[1]) then
-  redis.call('LREM', KEYS[2], 1, ARGV[1])
-  redis.call('ZADD', KEYS[1], ARGV[3], ARGV[1])
+local head = redis.call('LINDEX', queue, 0)
+if redis.call('ZCARD', leases) < cap and (not head or head == member) then
+  redis.call('LREM', queue, 1, member)
+  redis.call('ZADD', leases, lease_end, member)
   return 1
 end
 return 0
@@ -42,9 +44,10 @@ return 0
 
 # KEYS: queue.  ARGV: member.  Joins the queue once; returns the member's place (1: next).
 JOIN = r"""
-local place = redis.call('LPOS', KEYS[1], ARGV[1])
+local queue, member = KEYS[1], ARGV[1]
+local place = redis.call('LPOS', queue, member)
 if not place then
-  return redis.call('RPUSH', KEYS[1], ARGV[1])
+  return redis.call('RPUSH', queue, member)
 end
 return place + 1
 """
@@ -52,13 +55,15 @@ return place + 1
 # KEYS: leases, queue.  ARGV: now, lease end, cap.  Pops the oldest waiting members into
 # the free slots (leases reserved for them) and returns them.
 PROMOTE = r"""
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-local free = tonumber(ARGV[3]) - redis.call('ZCARD', KEYS[1])
+local leases, queue = KEYS[1], KEYS[2]
+local now, lease_end, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+local free = cap - redis.call('ZCARD', leases)
 local out = {}
 while free > 0 do
-  local member = redis.call('LPOP', KEYS[2])
+  local member = redis.call('LPOP', queue)
   if not member then break end
-  redis.call('ZADD', KEYS[1], ARGV[2], member)
+  redis.call('ZADD', leases, lease_end, member)
   out[#out + 1] = member
   free = free - 1
 end
