@@ -24,7 +24,7 @@ KUBE_DEFAULT_IMAGE = "docker.io/library/python:3.12-slim"
 @dataclass(frozen=True, repr=False)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
-    launcher: str = "local"  # local | podman | kubernetes | dryrun
+    launcher: str = "local"  # local | podman | kubernetes | slurm | dryrun
     port: int = 8080
     host: str = "127.0.0.1"
     # Names: "shell" is ^[A-Za-z_][A-Za-z0-9_]*$; "kubernetes" is printable ASCII except '='.
@@ -70,6 +70,14 @@ class Settings:
     podman_image: str = DEFAULT_IMAGE
     kube_image: str = KUBE_DEFAULT_IMAGE
     kube_namespace: str = "default"
+    # The slurm launcher: one directory per revision (program, output, outcome) on a
+    # filesystem the workers and the nodes share; where jobs go; the nodes' binaries.
+    slurm_dir: str = "var/slurm"
+    slurm_partition: str = ""
+    slurm_account: str = ""
+    slurm_srun: str = "/usr/bin/srun"
+    slurm_bwrap: str = "/usr/bin/bwrap"
+    slurm_python: str = "/usr/bin/python3"
     kube_backoff_limit: int = 0
     # Fernet keys, comma-separated; the first encrypts. Empty: secret variables are refused.
     secret_keys: str = ""

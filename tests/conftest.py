@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from tests.slurm_cluster import SlurmCluster, slurm_available
 
 # `make check` runs fewer generated examples, so the inner loop stays under a minute;
 # `make test` keeps Hypothesis's default and each test's own count.
@@ -45,3 +48,18 @@ def _no_real_processes_in_check(monkeypatch: pytest.MonkeyPatch) -> None:
         real_init(self, args, *rest, **kw)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A private one-node Slurm cluster (tests/slurm_cluster.py), for the ``slurm`` tests.
+
+    Not skipped when Slurm is missing: CI installs it (.ci/run), and a missing engine must
+    show as a failure, not as a green run that tested nothing.
+    """
+    if not slurm_available():
+        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
+                    "them); deselect them with -m 'not slurm'")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

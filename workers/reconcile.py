@@ -48,10 +48,10 @@ from shared.store.tasks import TaskStore
 from shared.task import states
 from shared.task.workload import Workload
 from shared.types import RESTART
-from workers.launchers.base import Change, Launcher, Outcome
+from workers.launchers.base import Change, Launcher, Outcome, StreamsOutput
 from workers.outcomes import fail
 from workers.services import Services, current
-from workers.sync import record_observed
+from workers.sync import record_observed, stream_output
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,11 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
     except Exception:  # the backend unreachable: knowing nothing, decide nothing
         log.exception("reconcile: the %s backend could not be read", launcher.name)
         return False
+    if isinstance(launcher, StreamsOutput):  # before the ends, whose logs() take the rest
+        try:
+            counts["output"] += stream_output(tasks, launcher)
+        except Exception:
+            log.exception("reconcile: output could not be streamed")
     for change in changes:
         if change.outcome is not None and change.outcome.reason in launcher.never_starts:
             waiting.add(change.task_id)

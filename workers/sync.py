@@ -17,7 +17,7 @@ from shared.secrets import redact
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.workload import Workload
-from workers.launchers.base import Launcher, Outcome
+from workers.launchers.base import Launcher, Outcome, StreamsOutput
 from workers.outcomes import record_outcome
 
 WATCHED = (states.RUNNING, states.LAUNCHING)
@@ -49,3 +49,17 @@ def _claim_logs(tasks: TaskStore, task_id: str, revision: int) -> bool:
         return doc
 
     return tasks.update(task_id, change) is not None
+
+
+def stream_output(tasks: TaskStore, launcher: StreamsOutput) -> int:
+    """Append what running workloads printed since the last pass to their logs, redacted;
+    the number of workloads whose output grew.  A Redis read per such workload only."""
+    grew = 0
+    for task_id, revision, text in launcher.new_output():
+        doc = tasks.find(task_id)
+        if doc is None or doc["revision"] != revision or doc["state"] not in WATCHED:
+            continue
+        secrets = [v.value for v in Workload.from_doc(doc).env if v.secret]
+        tasks.append_log(task_id, revision, redact(text, secrets))
+        grew += 1
+    return grew

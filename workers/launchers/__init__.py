@@ -21,6 +21,9 @@ def make_launcher(settings: Settings) -> Launcher:
     if name == "kubernetes":
         from workers.launchers.kubernetes import KubernetesLauncher
         return KubernetesLauncher(settings)
+    if name == "slurm":
+        from workers.launchers.slurm import SlurmLauncher
+        return SlurmLauncher(settings)
     if name == "dryrun":
         from workers.launchers.dryrun import DryRunLauncher
         return DryRunLauncher()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from shared.task.workload import Workload
 
@@ -96,4 +96,15 @@ class Launcher(Protocol):
         Safe to call twice.  Once it returns, :meth:`observe` no longer says ``running``
         (a backend that stops asynchronously raises ``TransientError`` until it has).
         """
+        ...
+
+
+@runtime_checkable
+class StreamsOutput(Protocol):
+    """A launcher whose workloads' output grows where the reconciler can read it (a file on
+    a shared filesystem) while they run, rather than being copied once at the end."""
+
+    def new_output(self) -> list[tuple[str, int, str]]:
+        """``(task id, revision, text)``: whole lines added since the last call, per workload
+        of the last :meth:`Launcher.changes`; what is left at the end is :meth:`Launcher.logs`."""
         ...

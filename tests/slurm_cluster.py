@@ -1,0 +1,164 @@
+"""A private one-node Slurm cluster for the tests: munged, slurmctld and slurmd.
+
+Everything lives in one temporary directory: its own munge key and socket (so a
+munged the machine already runs is neither needed nor disturbed), the controller's
+state, the node's spool, the logs, and a ``slurm.conf`` whose ports are free ones.
+The daemons run in the foreground as children of the test process, so stopping
+the cluster stops exactly them.  ``SLURM_CONF`` in :attr:`SlurmCluster.env` points
+every client command (``sbatch``, ``squeue``, ``scancel``) at it.
+
+The node is declared with more CPUs than the machine has (``config_overrides``):
+a test run submits several jobs at once, and a 4-replica job must fit on this
+2-core machine; the tasks are tiny.  Memory is enforced by polling
+(``jobacct_gather/linux`` with ``OverMemoryKill``): the machine's cgroup v1
+hierarchy is shared with other work, so ``task/cgroup`` is not used here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from workers.localstack import free_port
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+NODE_CPUS = 8
+NODE_MEMORY_MB = 4000
+
+
+def slurm_available() -> bool:
+    return all(shutil.which(name) for name in (*DAEMONS, "sbatch", "squeue")) and os.geteuid() == 0
+
+
+def slurm_conf(root: Path, host: str, ctld_port: int, slurmd_port: int,
+               min_job_age: int = 60) -> str:
+    return "\n".join([
+        "ClusterName=taskenvtest",
+        f"SlurmctldHost={host}",
+        f"SlurmctldPort={ctld_port}",
+        f"SlurmdPort={slurmd_port}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={root / 'state'}",
+        f"SlurmdSpoolDir={root / 'spool'}",
+        f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+        f"SlurmdPidFile={root / 'slurmd.pid'}",
+        f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/linux",
+        "JobAcctGatherFrequency=task=1",
+        "JobAcctGatherParams=OverMemoryKill",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_CPU_Memory",
+        "SlurmdParameters=config_overrides",
+        "DefMemPerCPU=400",  # the batch script and srun alone take ~60 MB
+        "ReturnToService=2",
+        f"MinJobAge={min_job_age}",
+        "KillWait=2",
+        "MpiDefault=none",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} "
+        "State=UNKNOWN",
+        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+        "",
+    ])
+
+
+class SlurmCluster:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = root / "slurm.conf"
+        self.env = {"SLURM_CONF": str(self.conf), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> SlurmCluster:
+        for sub in ("munge", "state", "spool", "log"):
+            (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.root / "munge").chmod(0o711)  # the socket must be reachable; the key is 0600
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(secrets.token_bytes(128))
+        key.chmod(0o600)
+        self.conf.write_text(slurm_conf(self.root, self.host, free_port(), free_port()))
+        munge = self.root / "munge"
+        self._spawn("munged", ["munged", "--foreground", "--force",
+                               f"--socket={munge / 'munge.socket'}", f"--key-file={key}",
+                               f"--log-file={munge / 'munged.log'}",
+                               f"--pid-file={munge / 'munged.pid'}",
+                               f"--seed-file={munge / 'munged.seed'}"])
+        self._wait(lambda: (munge / "munge.socket").exists(), "munged's socket")
+        self.start_controller(clear=True)
+        self._spawn("slurmd", ["slurmd", "-D"])
+        self.wait_idle()
+        return self
+
+    def start_controller(self, clear: bool = False) -> None:
+        self._spawn("slurmctld", ["slurmctld", "-D", *(["-c", "-i"] if clear else [])])
+
+    def stop_controller(self) -> None:
+        self._stop("slurmctld")
+
+    def stop(self) -> None:
+        for name in ("slurmd", "slurmctld", "munged"):
+            self._stop(name)
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check,
+                              timeout=30)
+
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Until the node takes jobs (``sinfo`` shows it idle, mixed or allocated)."""
+        def ready() -> bool:
+            out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout
+            return any(out.strip().startswith(s) for s in ("idle", "mixed", "allocated"))
+        self._wait(ready, "the node to be idle", timeout)
+
+    def jobs(self) -> list[dict[str, object]]:
+        """Every job the controller still knows, as ``squeue --json`` gives it."""
+        found: list[dict[str, object]] = json.loads(
+            self.run("squeue", "--json", "--states=all").stdout)["jobs"]
+        return found
+
+    def logs(self) -> str:
+        return "\n".join(p.read_text(errors="replace")[-4000:]
+                         for p in sorted((self.root / "log").glob("*.log")))
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        out = open(self.root / "log" / f"{name}.out", "ab")  # noqa: SIM115 - the child keeps it
+        with out:
+            self.procs[name] = subprocess.Popen(argv, env=self.env, stdout=out,
+                                                stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL)
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def _wait(self, done: object, what: str, timeout: float = 30.0) -> None:
+        assert callable(done)
+        deadline = time.monotonic() + timeout
+        while not done():
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}:\n{self.logs()}")
+            time.sleep(0.2)

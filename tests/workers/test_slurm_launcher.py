@@ -1,0 +1,220 @@
+"""The slurm launcher against a real one-node Slurm cluster the tests start
+(tests/slurm_cluster.py): real sbatch, squeue, scancel, srun and bwrap on the node."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.config import Settings
+from shared.errors import LaunchFailed
+from shared.task.workload import Resources, Workload
+from tests.slurm_cluster import SlurmCluster
+from tests.workers.conftest import RecordingHooks, build_workload
+from workers.launchers.base import Outcome
+from workers.launchers.slurm import SlurmLauncher
+
+pytestmark = pytest.mark.slurm
+
+HOSTILE = {"COMMAS": "a,b=c,,d", "NEWLINES": "one\ntwo\n", "SUBSHELL": "$(HOME)",
+           "BACKTICKS": "`id`", "QUOTES": "'\"\\", "NON_ASCII": "数据 — ü ✓", "EMPTY": ""}
+SECRET = "hf_slurm-secret-5d2c91ab7e"
+# The environment the step was started with (python3 itself adds LC_CTYPE to os.environ).
+DUMP = ["python3", "-c", "import json; raw = open('/proc/self/environ', 'rb').read().decode(); "
+        "print('ENV=' + json.dumps(dict(e.split('=', 1) for e in raw.split('\\0') if e)))"]
+
+
+@pytest.fixture
+def launcher(slurm_cluster: SlurmCluster, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> SlurmLauncher:
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    return SlurmLauncher(Settings(slurm_dir=str(tmp_path / "slurm"), step_timeout_seconds=120))
+
+
+def finish(launcher: SlurmLauncher, workload: Workload, timeout: float = 60.0) -> Outcome:
+    """Pass after pass, as the reconciler does, until the job has ended; its outcome."""
+    key = (workload.task_id, workload.revision)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        launcher.changes()
+        seen = launcher.seen(workload)
+        if seen is not None and seen.state != "running" and key in launcher.listed:
+            return seen
+        time.sleep(0.3)
+    raise AssertionError(f"job of {workload.run_name} did not end")
+
+
+def output(launcher: SlurmLauncher, workload: Workload) -> str:
+    streamed = "".join(text for *_, text in launcher.new_output())
+    return streamed + (launcher.logs(workload) or "")
+
+
+def dumped_env(text: str) -> dict[str, str]:
+    line = next(line for line in text.splitlines() if line.startswith("ENV="))
+    env: dict[str, str] = json.loads(line[4:])
+    return env
+
+
+def test_hostile_values_arrive_exactly_and_nothing_else(launcher: SlurmLauncher) -> None:
+    workload = build_workload([DUMP], env=HOSTILE, secrets={"HF_TOKEN": SECRET})
+    hooks = RecordingHooks()
+    assert launcher.launch(workload, hooks.hooks) == Outcome("running")
+    assert hooks.started == 1
+    assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
+    env = dumped_env(output(launcher, workload))
+    own = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SRUN_"))}
+    assert own == {**HOSTILE, "HF_TOKEN": SECRET, "PATH": "/usr/local/bin:/usr/bin:/bin",
+                   "HOME": "/home/task"}
+    assert env["SLURM_JOB_ID"] == str(launcher.job_id(workload))
+
+
+def test_the_secret_is_on_no_command_line_in_no_job_record_and_in_no_file(
+        launcher: SlurmLauncher, slurm_cluster: SlurmCluster) -> None:
+    workload = build_workload([["sleep", "3"]], secrets={"HF_TOKEN": SECRET})
+    launcher.launch(workload, RecordingHooks().hooks)
+    job = launcher.job_id(workload)
+    shown = slurm_cluster.run("scontrol", "show", "job", "-dd", str(job)).stdout
+    assert shown and SECRET not in shown
+    script = slurm_cluster.run("scontrol", "write", "batch_script", str(job), "-").stdout
+    assert "sleep" in script and SECRET not in script
+    for proc in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            assert SECRET.encode() not in proc.read_bytes()
+        except OSError:
+            continue
+    run_dir = launcher.run_dir(workload)
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("taskenv-export-*"))  # noqa: S108
+    finish(launcher, workload)
+
+
+def test_a_failing_step_fails_the_task_with_its_exit_code(launcher: SlurmLauncher) -> None:
+    workload = build_workload([["echo", "first"], ["sh", "-c", "exit 3"], ["echo", "never"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert finish(launcher, workload) == Outcome("failed", exit_code=3,
+                                                 reason="step 2 exited with 3")
+    text = output(launcher, workload)
+    assert "first" in text and "never" not in text
+    assert not (launcher.run_dir(workload) / "output.log").exists()  # removed once read
+
+
+def test_the_step_runs_sandboxed_without_reach_to_loopback(launcher: SlurmLauncher) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        probe = ("import os, socket\nprint('uid', os.getuid())\n"
+                 f"try:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
+                 "    print('REACHED')\nexcept OSError as exc:\n    print('refused', exc)\n"
+                 "print('project visible', os.path.exists('" + str(Path.cwd()) + "'))")
+        workload = build_workload([["python3", "-c", probe]])
+        launcher.launch(workload, RecordingHooks().hooks)
+        assert finish(launcher, workload).state == "succeeded"
+    text = output(launcher, workload)
+    assert "uid 65534" in text and "refused" in text and "REACHED" not in text
+    assert "project visible False" in text
+
+
+def test_an_over_memory_step_fails_naming_the_limit(launcher: SlurmLauncher) -> None:
+    hog = ["python3", "-c", "import time; x = bytearray(400 * 2**20); time.sleep(10)"]
+    workload = build_workload([hog], resources=Resources(memory="64Mi"))
+    launcher.launch(workload, RecordingHooks().hooks)
+    outcome = finish(launcher, workload)
+    assert outcome.state == "failed"
+    assert outcome.reason is not None
+    assert "out of memory" in outcome.reason and "--mem=64M" in outcome.reason
+
+
+def test_cancel_leaves_nothing_in_squeue(launcher: SlurmLauncher,
+                                         slurm_cluster: SlurmCluster) -> None:
+    workload = build_workload([["sleep", "300"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    job = launcher.job_id(workload)
+    deadline = time.monotonic() + 30
+    while launcher.observe(workload) != Outcome("running") or _state(slurm_cluster, job) \
+            != "RUNNING":
+        assert time.monotonic() < deadline, slurm_cluster.run("squeue", "-t", "all").stdout
+        time.sleep(0.2)
+    _cancel_until_done(launcher, workload)
+    assert _state(slurm_cluster, job) in ("CANCELLED", None)
+    launcher.cancel(workload)  # twice: nothing more to do
+
+
+def test_a_redelivered_launch_adopts_the_submitted_job(launcher: SlurmLauncher,
+                                                       slurm_cluster: SlurmCluster) -> None:
+    workload = build_workload([["sleep", "2"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    again = RecordingHooks()
+    assert launcher.launch(workload, again.hooks) == Outcome("running")
+    assert again.started == 1 and "submitted" not in again.text
+    (launcher.run_dir(workload) / "job_id").write_text("")  # died after sbatch, before noting
+    SlurmLauncher(Settings(slurm_dir=str(launcher.root))).launch(workload, RecordingHooks().hooks)
+    named = [j for j in slurm_cluster.jobs() if j["name"] == workload.run_name]
+    assert len(named) == 1
+    finish(launcher, workload)
+
+
+def test_slurm_refuses_what_it_cannot_be_given(launcher: SlurmLauncher) -> None:
+    workload = build_workload([["true"]], env={"SLURM_CPUS_PER_TASK": "64"},
+                              resources=Resources(memory="lots"))
+    with pytest.raises(LaunchFailed) as caught:
+        launcher.launch(workload, RecordingHooks().hooks)
+    assert "SLURM_CPUS_PER_TASK" in str(caught.value) and "resources.memory" in str(caught.value)
+    assert not (launcher.run_dir(workload) / "job_id").exists()  # a later launch may submit
+
+
+def test_a_controller_restart_loses_nothing(launcher: SlurmLauncher,
+                                            slurm_cluster: SlurmCluster) -> None:
+    workload = build_workload([["sh", "-c", "sleep 4; echo done"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    launcher.changes()
+    slurm_cluster.stop_controller()
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the backend cannot be read: no news
+        launcher.changes()
+    slurm_cluster.start_controller()
+    slurm_cluster.wait_idle()
+    assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
+    assert "done" in output(launcher, workload)
+
+
+def test_a_late_reconciler_reads_the_outcome_the_job_left(launcher: SlurmLauncher) -> None:
+    workload = build_workload([["sh", "-c", "exit 5"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    finish(launcher, workload)
+    late = SlurmLauncher(Settings(slurm_dir=str(launcher.root)))  # Slurm forgot the job
+    assert late.seen(workload) == Outcome("failed", exit_code=5, reason="step 1 exited with 5")
+
+
+def _state(cluster: SlurmCluster, job: int | None) -> str | None:
+    for found in cluster.jobs():
+        if found["job_id"] == job:
+            return str(found["job_state"])
+    return None
+
+
+def _cancel_until_done(launcher: SlurmLauncher, workload: Workload) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            launcher.cancel(workload)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_jobs(slurm_cluster: SlurmCluster) -> Iterator[None]:
+    yield
+    slurm_cluster.run("scancel", "--me", "--state=PENDING", check=False)

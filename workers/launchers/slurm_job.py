@@ -1,0 +1,151 @@
+"""The program a taskenv Slurm job runs on the cluster's nodes (standard library only).
+
+The Slurm launcher copies this file, with the revision's spec filled in at
+:data:`SPEC`, into the revision's directory and submits it as the batch script:
+the nodes need ``python3``, ``srun`` and ``bwrap``, not taskenv.  The spec holds
+no value of the env: values reach the job through ``sbatch --export-file``, and
+the spec only names the variables that are the task's.
+
+As the batch script (no arguments) it runs the steps in order, each as one
+``srun`` step of ``replicas`` tasks (``--export=ALL``: a step would otherwise
+inherit sbatch's export setting), stops at the first that fails, and leaves the
+outcome in ``outcome.json`` beside the output, where the reconciler finds it even
+after Slurm has forgotten the job.  Each srun task runs this file again
+(``task N``), which builds the step's environment — exactly the task's variables,
+Slurm's own ``SLURM_*``/``SRUN_*`` and, for a distributed task, the identity of
+its replica — and replaces itself with the sandboxed step (bwrap's argv, made by
+the launcher from ``workers.launchers.sandbox``), so no value is on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line
+
+SLURM_PREFIXES = ("SLURM_", "SRUN_")
+OUTCOME = "outcome.json"
+# What slurmstepd writes when it kills a step over its memory (polling or cgroup).
+OOM_SIGNS = ("exceeded job memory limit", "exceeded memory limit", "oom-kill",
+             "out-of-memory", "out of memory")
+DEFAULT_MASTER_PORT_BASE = 20000
+STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
+
+
+def step_env(environ: Mapping[str, str], names: list[str],
+             identity: Mapping[str, str]) -> dict[str, str]:
+    """The step's environment: the task's variables, Slurm's, and the replica's identity."""
+    env = {name: environ[name] for name in names if name in environ}
+    env.update({k: v for k, v in environ.items() if k.startswith(SLURM_PREFIXES)})
+    env.update(identity)
+    return env
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm host list (``node[03-05,7],gpu1`` -> ``node03``)."""
+    depth, end = 0, len(nodelist)
+    for i, char in enumerate(nodelist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            end = i
+            break
+    head = nodelist[:end]
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    return prefix + ranges.split(",", 1)[0].split("-", 1)[0] + suffix
+
+
+def master_port(environ: Mapping[str, str]) -> str:
+    """A port the step reserved (``srun --resv-ports``: no other step on the node has it);
+    without ``MpiParams=ports``, one derived from the job id."""
+    reserved = environ.get("SLURM_STEP_RESV_PORTS", "")
+    if reserved:
+        return reserved.split(",", 1)[0].split("-", 1)[0]
+    return str(DEFAULT_MASTER_PORT_BASE + int(environ.get("SLURM_JOB_ID", "0")) % 10000)
+
+
+def identity(environ: Mapping[str, str], replicas: int) -> dict[str, str]:
+    """The platform's identity variables of this replica, from what Slurm set for it."""
+    if replicas <= 1:
+        return {}
+    rank = environ.get("SLURM_PROCID", "0")
+    addr = first_host(environ.get("SLURM_JOB_NODELIST", "localhost"))
+    port = master_port(environ)
+    world = environ.get("SLURM_NTASKS", str(replicas))
+    return {
+        "TASK_REPLICA": rank, "TASK_REPLICAS": world,
+        "RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": addr, "MASTER_PORT": port,
+        "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": "1",
+        "PET_MASTER_ADDR": addr, "PET_MASTER_PORT": port,
+    }
+
+
+def out_of_memory(output_path: str) -> bool:
+    """Whether slurmstepd said, near the end of the output, that it killed a step for memory."""
+    try:
+        with open(output_path, "rb") as out:
+            out.seek(max(0, os.path.getsize(output_path) - 8192))
+            tail = out.read().decode(errors="replace").lower()
+    except OSError:
+        return False
+    return any(sign in tail for sign in OOM_SIGNS)
+
+
+def write_outcome(run_dir: str, outcome: dict[str, Any]) -> None:
+    tmp = os.path.join(run_dir, OUTCOME + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as out:
+        json.dump(outcome, out)
+    os.replace(tmp, os.path.join(run_dir, OUTCOME))  # whole or absent
+
+
+def stopped(run_dir: str) -> None:
+    write_outcome(run_dir, {"state": "failed", "exit_code": None, "reason": STOPPED})
+    os._exit(143)
+
+
+def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
+    steps = spec["argv"]
+    srun_env = {k: v for k, v in os.environ.items()
+                if k in spec["names"] or k.startswith(SLURM_PREFIXES)}
+    for number, _ in enumerate(steps, start=1):
+        print(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}", flush=True)
+        argv = [spec["srun"], "--export=ALL", f"--ntasks={spec['replicas']}",
+                "--kill-on-bad-exit=1", *(["--resv-ports=1"] if spec["replicas"] > 1 else []),
+                sys.executable, spec["program"], "task", str(number - 1)]
+        code = subprocess.call(argv, env=srun_env, stdin=subprocess.DEVNULL)
+        if code != 0:
+            if out_of_memory(spec["output"]):
+                return {"state": "failed", "exit_code": code,
+                        "reason": f"step {number} was killed: out of memory "
+                                  f"(over its memory limit, {spec['memory_limit']})"}
+            return {"state": "failed", "exit_code": code,
+                    "reason": f"step {number} exited with {code}"}
+    return {"state": "succeeded", "exit_code": 0, "reason": None}
+
+
+def main(spec: dict[str, Any], args: list[str]) -> int:
+    if args[:1] == ["task"]:
+        argv = spec["argv"][int(args[1])]
+        env = step_env(os.environ, spec["names"], identity(os.environ, spec["replicas"]))
+        os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell
+    # Slurm signals the batch script when the job is cancelled, runs over its time or loses
+    # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
+    signal.signal(signal.SIGTERM, lambda *_: stopped(spec["run_dir"]))
+    outcome = run_steps(spec)
+    write_outcome(spec["run_dir"], outcome)
+    return 0 if outcome["state"] == "succeeded" else int(outcome["exit_code"] or 1) & 0xFF or 1
+
+
+if __name__ == "__main__":
+    if SPEC is None:
+        sys.exit("this program runs as a taskenv Slurm job, with its spec filled in")
+    sys.exit(main(SPEC, sys.argv[1:]))
