@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -110,8 +111,30 @@ class SlurmCluster:
         self._stop("slurmctld")
 
     def stop(self) -> None:
+        """Cancel every job, then stop the daemons; no job step outlives the cluster."""
+        if "slurmctld" in self.procs:
+            self.run("scancel", "--me", check=False)
+            deadline = time.monotonic() + 20
+            while self.run("squeue", "--me", "--noheader", check=False).stdout.strip() \
+                    and time.monotonic() < deadline:
+                time.sleep(0.3)
         for name in ("slurmd", "slurmctld", "munged"):
             self._stop(name)
+        for pid in self.step_daemons():  # slurmd's children detach: end those it left
+            os.kill(pid, signal.SIGKILL)
+
+    def step_daemons(self) -> list[int]:
+        """The slurmstepd processes of this cluster (their environment names its conf)."""
+        mine = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if (proc / "comm").read_text().strip() == "slurmstepd" and \
+                        mine in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+        return found
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(argv, env=self.env, capture_output=True, text=True, check=check,

@@ -1,0 +1,106 @@
+"""From POST to a final state with TASKENV_LAUNCHER=slurm, on a real one-node Slurm cluster.
+
+Real Redis, real Celery workers, the reconciler process and the API (tests/stack.py),
+submitting to the cluster tests/slurm_cluster.py starts: the launch worker runs
+``sbatch``, the reconciler's one ``squeue`` per pass brings the end back, and the
+job's output is streamed into the task's log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
+from tests.integration.conftest import Stack, running_stack
+from tests.slurm_cluster import SlurmCluster
+from workers.localstack import RedisServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+
+HOSTILE = {**COMMON_HOSTILE, "COMMAS": "a,b=c,,d", "EXPORT_LOOKALIKE": "ALL,PATH=/evil"}
+SECRET = "hf_slurm-pipeline-secret-90f1c3"
+DUMP = ["python3", "-c", "import json; raw = open('/proc/self/environ', 'rb').read().decode(); "
+        "print('ENV=' + json.dumps(dict(e.split('=', 1) for e in raw.split('\\0') if e)))"]
+DIGEST = ["python3", "-c", "import hashlib, os; "
+          "print('SHA=' + hashlib.sha256(os.environ['HF_TOKEN'].encode()).hexdigest()); "
+          "print('RAW=' + os.environ['HF_TOKEN'])"]
+
+
+@pytest.fixture(scope="module")
+def slurm_stack(redis_server: RedisServer, slurm_cluster: SlurmCluster,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("slurm-stack")
+    with running_stack(redis_server, root, TASKENV_LAUNCHER="slurm",
+                       TASKENV_SLURM_DIR=str(root / "slurm"),
+                       TASKENV_RECONCILE_INTERVAL_SECONDS="1",
+                       SLURM_CONF=slurm_cluster.env["SLURM_CONF"]) as stack:
+        yield stack
+
+
+def env_dump(logs: str) -> dict[str, str]:
+    line = next(line for line in logs.splitlines() if line.startswith("ENV="))
+    found: dict[str, str] = json.loads(line[4:])
+    return found
+
+
+def test_hostile_values_and_a_secret_reach_the_job_exactly(slurm_stack: Stack) -> None:
+    alice = slurm_stack.new_token("alice-slurm")
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in HOSTILE.items()]
+    env.append({"name": "HF_TOKEN", "value": SECRET, "secret": True})
+    created = slurm_stack.create({"name": "on-slurm", "steps": [DUMP, DIGEST], "env": env},
+                                 token=alice)
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    assert doc["status"] == "succeeded" and doc["exit_code"] == 0, doc
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs", token=alice).text
+    seen = env_dump(logs)
+    resolved = {v["name"]: v["value"] for v in doc["resolved_env"]}
+    own = {k: v for k, v in seen.items() if not k.startswith(("SLURM_", "SRUN_"))}
+    assert own == {**resolved, "HF_TOKEN": "[secret]", "PATH": "/usr/local/bin:/usr/bin:/bin",
+                   "HOME": "/home/task"}
+    for name, value in HOSTILE.items():
+        assert seen[name] == value
+    assert f"SHA={hashlib.sha256(SECRET.encode()).hexdigest()}" in logs
+    assert "RAW=[secret]" in logs and SECRET not in logs
+
+
+def test_a_failing_step_fails_the_task_with_its_exit_code(slurm_stack: Stack) -> None:
+    created = slurm_stack.create({"name": "fails-on-slurm", "steps": [
+        ["sh", "-c", "echo preparing; exit 3"], ["echo", "never"]]})
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    assert doc["status"] == "failed" and doc["exit_code"] == 3, doc
+    assert "step 1 exited with 3" in doc["reason"]
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert "preparing" in logs and "never" not in logs
+
+
+def test_cancel_leaves_nothing_in_squeue(slurm_stack: Stack, slurm_cluster: SlurmCluster) -> None:
+    created = slurm_stack.create({"name": "cancelled-on-slurm", "steps": [
+        ["sh", "-c", "echo started; sleep 300"]]})
+    task_id = created["id"]
+    deadline = time.monotonic() + 60
+    while "started" not in slurm_stack.call("GET", f"/api/v1/tasks/{task_id}/logs").text:
+        assert time.monotonic() < deadline, slurm_stack.task(task_id)
+        time.sleep(0.3)
+
+    assert slurm_stack.call("POST", f"/api/v1/tasks/{task_id}/cancel").status_code in (200, 202)
+
+    deadline = time.monotonic() + 60
+    while _active_jobs(slurm_cluster, task_id):
+        assert time.monotonic() < deadline, slurm_cluster.jobs()
+        time.sleep(0.3)
+    assert slurm_stack.task(task_id)["status"] == "cancelled"
+
+
+def _active_jobs(cluster: SlurmCluster, task_id: str) -> list[str]:
+    out = cluster.run("squeue", "--noheader", "--Format=State:|,Comment:").stdout
+    return [line for line in out.splitlines() if f"taskenv:{task_id}:" in line]
