@@ -80,8 +80,17 @@ GONE = ("Slurm no longer knows the job (MinJobAge passed, or the controller lost
         "and it left no outcome")
 
 
+# A pending job's reason when waiting will not help (the request exceeds the partition, an
+# account or QOS it may not use): the reconciler fails the task once it has been stuck.
+NEVER_RUNS = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig",
+                        "PartitionTimeLimit", "InvalidAccount", "InvalidQOS",
+                        "AccountNotAllowed", "QOSNotAllowed", "DependencyNeverSatisfied"})
+
+
 class SlurmLauncher:
     name = "slurm"
+    sweep_every_pass = False  # changes() reports every job's end
+    never_starts: frozenset[str] = NEVER_RUNS
 
     def __init__(self, settings: Settings, timeout: float = 60.0) -> None:
         self.root = Path(settings.slurm_dir).resolve()

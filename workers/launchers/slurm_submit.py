@@ -217,7 +217,10 @@ def listed_outcome(job: Mapping[str, Any], known_reason: str | None = None) -> O
     """A listed job as taskenv's outcome (``running`` until it has ended)."""
     state = str(job.get("job_state", ""))
     if state in ACTIVE:
-        return Outcome("running", reason=None if state == "RUNNING" else state.lower())
+        if state == "RUNNING":
+            return Outcome("running")
+        reason = str(job.get("state_reason") or "")
+        return Outcome("running", reason=reason if reason and reason != "None" else state.lower())
     code = exit_status(job.get("exit_code"))
     if state == "COMPLETED" and code == 0:
         return Outcome("succeeded", exit_code=0)
