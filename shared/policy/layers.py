@@ -30,6 +30,7 @@ def check_layer(project_data: Mapping[str, Any], platform: Policy,
     problems = check_policy(project_data, limits)
     problems += injection_problems(project_data, hooks)
     problems += _platform_protected_names(project_data, platform)
+    problems += _scheduler_names(project_data)
     problems += values_against_rules(project_data, platform.rules, "the platform's")
     problems += [p for rule_index, rule in enumerate(rules)
                  for p in _unsatisfiable(rule, f"rules[{rule_index}]", platform)]
@@ -83,6 +84,27 @@ def _platform_protected_names(data: Mapping[str, Any], platform: Policy) -> list
                     message=f"{name} conflicts with the platform's protected entry "
                             f"{_describe(held[name])}; a project policy cannot set, protect or "
                             "unprotect a name the platform protects"))
+    return problems
+
+
+# Variables the Slurm commands of a job read as their own options (SLURM_CPUS_PER_TASK,
+# SLURM_EXPORT_ENV, SLURM_CONF, SRUN_CPUS_PER_TASK, ...): whoever sets them changes how
+# every step of the task is started, so only the platform's own policy may.
+SCHEDULER_PREFIXES = ("SLURM_", "SRUN_")
+
+
+def _scheduler_names(data: Mapping[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for where in ("defaults", "protected"):
+        for index, entry in enumerate(data.get(where, [])):
+            name = entry.get("name") if isinstance(entry, Mapping) else None
+            if isinstance(name, str) and name.startswith(SCHEDULER_PREFIXES):
+                problems.append(Problem(
+                    rule="layer.scheduler_variable", variable=name,
+                    field=f"{where}[{index}].name",
+                    message=f"{name} is read by Slurm itself when it starts a step "
+                            f"({', '.join(p + '*' for p in SCHEDULER_PREFIXES)}); only the "
+                            "platform's policy may set it"))
     return problems
 
 

@@ -44,6 +44,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
+from shared.policy.model import PLATFORM_SCOPE, Resolved
 from shared.task.workload import Workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Change, Hooks, Outcome
@@ -261,9 +262,9 @@ class SlurmLauncher:
 
     def _check(self, workload: Workload) -> None:
         """Refuse what Slurm could not be given, naming it."""
-        problems = [f"{v.name} is Slurm's own variable (SLURM_*/SRUN_*): only the platform "
-                    "may set it" for v in workload.env
-                    if v.name.startswith(SLURM_OWN) and v.source != "platform"]
+        problems = [f"{v.name} is read by Slurm itself (SLURM_*/SRUN_*): only the platform's "
+                    f"policy may set it, not the {v.scope or v.source}" for v in workload.env
+                    if v.name.startswith(SLURM_OWN) and not platform_set(v)]
         try:
             workdir_inside(workload.workdir)
             sbatch_argv(self.config, workload, Path("/"), Path("/"))
@@ -332,6 +333,12 @@ class SlurmLauncher:
         if TRANSIENT.search(message):
             return TransientError(f"{what}: {message}")
         return LaunchFailed(f"{what}: {message}")
+
+
+def platform_set(var: Resolved) -> bool:
+    """Set by the platform itself or by the platform's policy (records from before project
+    layers carry no scope: the platform's was the only policy then)."""
+    return var.source != "user" and (var.scope is None or var.scope == PLATFORM_SCOPE)
 
 
 def read_outcome(run_dir: Path) -> Outcome | None:

@@ -97,3 +97,14 @@ def test_a_project_is_named_exactly_when_check_layer_refuses_its_policy(
         problems = check_layer(policy.to_dict(), NEW_PLATFORM, LIMITS)
         expected = ProjectConflict(name, 1, tuple(problems)) if problems else None
         assert found.get(name) == expected
+
+
+def test_a_project_may_not_inject_slurms_own_variables_each_named() -> None:
+    data = {"defaults": [{"name": "SLURM_CPUS_PER_TASK", "value": "64"}],
+            "protected": [{"name": "SRUN_EXPORT_ENV", "value": "ALL", "reason": "x"}]}
+    problems = check_layer(data, NEW_PLATFORM, LIMITS)
+    named = {(p.rule, p.variable, p.field) for p in problems}
+    assert named == {("layer.scheduler_variable", "SLURM_CPUS_PER_TASK", "defaults[0].name"),
+                     ("layer.scheduler_variable", "SRUN_EXPORT_ENV", "protected[0].name")}
+    platform = Policy.from_dict({"version": 1, "defaults": data["defaults"], "protected": []})
+    assert project_conflicts({"p": project(1)}, platform, LIMITS) == []  # the platform may
