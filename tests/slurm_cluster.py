@@ -9,9 +9,15 @@ every client command (``sbatch``, ``squeue``, ``scancel``) at it.
 
 The node is declared with more CPUs than the machine has (``config_overrides``):
 a test run submits several jobs at once, and a 4-replica job must fit on this
-2-core machine; the tasks are tiny.  Memory is enforced by polling
-(``jobacct_gather/linux`` with ``OverMemoryKill``): the machine's cgroup v1
-hierarchy is shared with other work, so ``task/cgroup`` is not used here.
+2-core machine; the tasks are tiny.  Its name is the cluster's own (``slurmd -N``),
+so two clusters on one machine never share a cgroup.
+
+Memory: where the machine has a writable cgroup v1 memory controller (as these
+machines do), ``task/cgroup`` + ``proctrack/cgroup`` give each job a kernel-enforced
+limit (``ConstrainRAMSpace``) and every process of a job is found and killed through
+its cgroup; elsewhere (cgroup v2 alone: Slurm 22.05's cgroup/v2 wants systemd to
+delegate it a scope), ``task/none`` with ``jobacct_gather/linux``'s
+``OverMemoryKill`` kills a step over its memory by polling, once a second.
 """
 
 from __future__ import annotations
@@ -37,8 +43,25 @@ def slurm_available() -> bool:
     return all(shutil.which(name) for name in (*DAEMONS, "sbatch", "squeue")) and os.geteuid() == 0
 
 
-def slurm_conf(root: Path, host: str, ctld_port: int, slurmd_port: int,
-               min_job_age: int = 60) -> str:
+def cgroup_v1_memory() -> bool:
+    """A writable cgroup v1 memory controller, as task/cgroup's cgroup/v1 plugin needs."""
+    memory = Path("/sys/fs/cgroup/memory")
+    return (memory / "memory.limit_in_bytes").exists() and os.access(memory, os.W_OK)
+
+
+def containment(cgroups: bool) -> list[str]:
+    if cgroups:
+        return ["ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup",
+                "JobAcctGatherType=jobacct_gather/cgroup"]
+    return ["ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherParams=OverMemoryKill"]
+
+
+CGROUP_CONF = "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainSwapSpace=yes\n"
+
+
+def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: int,
+               cgroups: bool, min_job_age: int = 60) -> str:
     return "\n".join([
         "ClusterName=taskenvtest",
         f"SlurmctldHost={host}",
@@ -55,11 +78,8 @@ def slurm_conf(root: Path, host: str, ctld_port: int, slurmd_port: int,
         f"SlurmdPidFile={root / 'slurmd.pid'}",
         f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "JobAcctGatherType=jobacct_gather/linux",
+        *containment(cgroups),
         "JobAcctGatherFrequency=task=1",
-        "JobAcctGatherParams=OverMemoryKill",
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU_Memory",
@@ -69,9 +89,10 @@ def slurm_conf(root: Path, host: str, ctld_port: int, slurmd_port: int,
         f"MinJobAge={min_job_age}",
         "KillWait=2",
         "MpiDefault=none",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory={NODE_MEMORY_MB} "
-        "State=UNKNOWN",
-        f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+        "MpiParams=ports=12000-12999",  # srun --resv-ports: a MASTER_PORT per step
+        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} "
+        f"RealMemory={NODE_MEMORY_MB} State=UNKNOWN",
+        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
 
@@ -80,6 +101,8 @@ class SlurmCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.host = socket.gethostname().split(".")[0]
+        self.node = f"te{secrets.token_hex(4)}"
+        self.cgroups = cgroup_v1_memory()
         self.conf = root / "slurm.conf"
         self.env = {"SLURM_CONF": str(self.conf), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -91,7 +114,10 @@ class SlurmCluster:
         key = self.root / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(128))
         key.chmod(0o600)
-        self.conf.write_text(slurm_conf(self.root, self.host, free_port(), free_port()))
+        self.conf.write_text(slurm_conf(self.root, self.host, self.node, free_port(),
+                                        free_port(), self.cgroups))
+        if self.cgroups:
+            (self.root / "cgroup.conf").write_text(CGROUP_CONF)
         munge = self.root / "munge"
         self._spawn("munged", ["munged", "--foreground", "--force",
                                f"--socket={munge / 'munge.socket'}", f"--key-file={key}",
@@ -100,7 +126,7 @@ class SlurmCluster:
                                f"--seed-file={munge / 'munged.seed'}"])
         self._wait(lambda: (munge / "munge.socket").exists(), "munged's socket")
         self.start_controller(clear=True)
-        self._spawn("slurmd", ["slurmd", "-D"])
+        self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
         self.wait_idle()
         return self
 
@@ -122,6 +148,11 @@ class SlurmCluster:
             self._stop(name)
         for pid in self.step_daemons():  # slurmd's children detach: end those it left
             os.kill(pid, signal.SIGKILL)
+        for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{self.node}"):
+            for directory in sorted(top.rglob("*/"), key=lambda p: -len(p.parts)):
+                if directory.is_dir():
+                    _rmdir(directory)
+            _rmdir(top)
 
     def step_daemons(self) -> list[int]:
         """The slurmstepd processes of this cluster (their environment names its conf)."""
@@ -185,3 +216,10 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"timed out waiting for {what}:\n{self.logs()}")
             time.sleep(0.2)
+
+
+def _rmdir(path: Path) -> None:
+    try:
+        path.rmdir()  # a cgroup directory goes once empty; its files are the kernel's
+    except OSError:
+        pass
