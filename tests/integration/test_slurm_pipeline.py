@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -101,6 +102,50 @@ def test_cancel_leaves_nothing_in_squeue(slurm_stack: Stack, slurm_cluster: Slur
     assert slurm_stack.task(task_id)["status"] == "cancelled"
 
 
+def test_restart_never_leaves_two_jobs_of_the_task_alive(slurm_stack: Stack,
+                                                         slurm_cluster: SlurmCluster) -> None:
+    steps = [["sh", "-c", 'echo "LR=$LR"; sleep 300']]
+    task_id = slurm_stack.create({"name": "restarted-on-slurm", "steps": steps,
+                                  "env": [{"name": "LR", "value": "0.1"}]})["id"]
+    _wait(lambda: "LR=0.1" in _logs(slurm_stack, task_id, 1), "revision 1 printing")
+    most, stop = [0], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            most[0] = max(most[0], len(_active_jobs(slurm_cluster, task_id)))
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        response = slurm_stack.call(
+            "PATCH", f"/api/v1/tasks/{task_id}/env", headers={"If-Match": '"1"'},
+            json={"set": [{"name": "LR", "value": "0.2"}], "apply": "restart"})
+        assert response.status_code == 202, response.text
+        _wait(lambda: "LR=0.2" in _logs(slurm_stack, task_id, 2), "revision 2 printing")
+    finally:
+        stop.set()
+        watcher.join()
+    assert most[0] == 1
+    [job] = _active_jobs(slurm_cluster, task_id)
+    assert job.endswith(f"taskenv:{task_id}:2")
+    slurm_stack.call("POST", f"/api/v1/tasks/{task_id}/cancel")
+    _wait(lambda: not _active_jobs(slurm_cluster, task_id), "cancelled")
+
+
+def _logs(stack: Stack, task_id: str, revision: int) -> str:
+    return stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision={revision}").text
+
+
+def _wait(done: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
 def _active_jobs(cluster: SlurmCluster, task_id: str) -> list[str]:
-    out = cluster.run("squeue", "--noheader", "--Format=State:|,Comment:").stdout
+    """The task's jobs Slurm has not finished with (pending, running, completing)."""
+    out = cluster.run("squeue", "--noheader", "--states=PENDING,RUNNING,COMPLETING",
+                      "--Format=State:|,Comment:").stdout
     return [line for line in out.splitlines() if f"taskenv:{task_id}:" in line]
