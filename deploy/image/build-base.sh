@@ -2,7 +2,8 @@
 # Build the base image of taskenv's services without any registry: a Debian root
 # filesystem made by mmdebstrap from Debian packages (python3 and python3-venv for
 # the API and workers, bubblewrap for the local launcher's sandbox, redis-server for
-# the compose stack's Redis), imported with `podman import`.
+# the compose stack's Redis, slurm-client and munge for the slurm launcher's sbatch,
+# squeue and scancel), imported with `podman import`.
 #
 #   deploy/image/build-base.sh             build localhost/taskenv-base:bookworm unless it exists
 #   FORCE=1 deploy/image/build-base.sh     rebuild it (and its cached root filesystem)
@@ -18,7 +19,7 @@ IMAGE=${IMAGE:-localhost/taskenv-base:$SUITE}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 CACHE=${CACHE:-var/image/taskenv-base-$SUITE.tar}
 FORCE=${FORCE:-0}
-PACKAGES=python3,python3-venv,bubblewrap,libseccomp2,redis-server,ca-certificates,tini
+PACKAGES=python3,python3-venv,bubblewrap,libseccomp2,redis-server,ca-certificates,tini,slurm-client,munge
 
 if [[ $FORCE != 1 ]] && podman image exists "$IMAGE"; then
     echo "image $IMAGE exists (FORCE=1 rebuilds it)"
