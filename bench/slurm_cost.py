@@ -84,6 +84,7 @@ def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int) -> dict[st
     launcher = SlurmLauncher(Settings(slurm_dir=str(root / "latency")))
     ours: list[float] = []
     plain: list[float] = []
+    calls: dict[str, list[float]] = {"taskenv": [], "sbatch": []}  # the submitting call alone
     for i in range(rounds):
         # Alternated: a job submitted right after another waits for the next scheduling cycle.
         for which in ((ours, plain) if i % 2 == 0 else (plain, ours)):
@@ -92,16 +93,20 @@ def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int) -> dict[st
                 workload = Workload(task_id=os.urandom(8).hex(), revision=1, name="t",
                                     steps=(("sleep", "3"),), env=(), policy_version=0)
                 launcher.launch(workload, NO_HOOKS)
+                calls["taskenv"].append(time.perf_counter() - started)
                 job = launcher.job_id(workload) or 0
             else:
                 job = int(cluster.run("sbatch", "--parsable", "--output=/dev/null",
                                       "--wrap=sleep 3").stdout.strip())
+                calls["sbatch"].append(time.perf_counter() - started)
             wait_running(cluster, job)
             which.append(time.perf_counter() - started)
             cluster.run("scancel", "--me")
             time.sleep(3)  # the scheduler idle again, as for the first
     return {"rounds": rounds, "taskenv_best": min(ours), "taskenv_median": statistics.median(ours),
-            "sbatch_best": min(plain), "sbatch_median": statistics.median(plain)}
+            "sbatch_best": min(plain), "sbatch_median": statistics.median(plain),
+            "launch_call_median": statistics.median(calls["taskenv"]),
+            "sbatch_call_median": statistics.median(calls["sbatch"])}
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -131,7 +136,9 @@ def lines(result: dict[str, Any]) -> list[str]:
         f"(x{result['calls_ratio_large_vs_small']:.2f}, {'flat' if result['flat'] else 'GROWS'})",
         f"submit -> running, 1 replica: taskenv best {lat['taskenv_best']:.2f}s median "
         f"{lat['taskenv_median']:.2f}s; plain sbatch best {lat['sbatch_best']:.2f}s median "
-        f"{lat['sbatch_median']:.2f}s ({lat['rounds']} rounds)",
+        f"{lat['sbatch_median']:.2f}s ({lat['rounds']} rounds); the submitting call alone: "
+        f"launch {lat['launch_call_median'] * 1000:.0f} ms, sbatch "
+        f"{lat['sbatch_call_median'] * 1000:.0f} ms (medians)",
     ]
 
 
