@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -193,6 +194,49 @@ def test_a_late_reconciler_reads_the_outcome_the_job_left(launcher: SlurmLaunche
     finish(launcher, workload)
     late = SlurmLauncher(Settings(slurm_dir=str(launcher.root)))  # Slurm forgot the job
     assert late.seen(workload) == Outcome("failed", exit_code=5, reason="step 1 exited with 5")
+
+
+# Each replica announces itself to rank 0 over TCP at MASTER_ADDR:MASTER_PORT, as a
+# torch.distributed TCPStore rendezvous does; rank 0 prints whom it met.
+RENDEZVOUS = """
+import os, socket, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+assert os.environ["PET_NODE_RANK"] == str(rank) and os.environ["PET_MASTER_PORT"] == str(port)
+if rank == 0:
+    server = socket.create_server(("", port))
+    met = sorted(server.accept()[0].recv(100).decode() for _ in range(world - 1))
+    print("rank 0 met", met, "at", addr, flush=True)
+else:
+    for _ in range(100):
+        try:
+            socket.create_connection((addr, port), 1).sendall(str(rank).encode())
+            break
+        except OSError:
+            time.sleep(0.1)
+    print("rank", rank, "of", world, "joined", flush=True)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Replicated(Workload):
+    replicas: int = 2
+
+
+def test_two_replicas_meet_through_the_injected_variables(launcher: SlurmLauncher) -> None:
+    base = build_workload([["python3", "-c", RENDEZVOUS], DUMP])
+    workload = Replicated(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
+    text = output(launcher, workload)
+    assert "rank 0 met ['1'] at 127.0.0.1" in text and "rank 1 of 2 joined" in text
+    dumps = [json.loads(line[4:]) for line in text.splitlines() if line.startswith("ENV=")]
+    assert sorted(d["RANK"] for d in dumps) == ["0", "1"]
+    for env in dumps:
+        assert env["WORLD_SIZE"] == env["TASK_REPLICAS"] == env["PET_NNODES"] == "2"
+        assert env["TASK_REPLICA"] == env["PET_NODE_RANK"] == env["RANK"]
+        assert env["MASTER_PORT"] == env["SLURM_STEP_RESV_PORTS"].split("-")[0]
+        assert "TASKENV_SLURM_MASTER_ADDR" not in env
 
 
 def _state(cluster: SlurmCluster, job: int | None) -> str | None:

@@ -68,7 +68,9 @@ def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
     """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed.
 
     ``tmp_bytes`` caps the step's /tmp; ``share_net`` keeps the network namespace bwrap
-    was started in (one the runner made), instead of a new one of bwrap's.
+    was started in (one the local runner made; or, for the replicas of a distributed
+    Slurm task, which must reach each other across nodes, the node's own) instead of a
+    new one of bwrap's.
     """
     return [binary, *ISOLATION, *(["--share-net"] if share_net else []),
             *system_binds(), "--proc", "/proc", *proc_masks(), "--dev", "/dev",

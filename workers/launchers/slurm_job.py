@@ -35,6 +35,8 @@ OUTCOME = "outcome.json"
 OOM_SIGNS = ("exceeded job memory limit", "exceeded memory limit", "oom-kill",
              "out-of-memory", "out of memory")
 DEFAULT_MASTER_PORT_BASE = 20000
+# How the batch script hands the first node's address to the srun tasks (never to a step).
+MASTER_ADDR_HANDOVER = "TASKENV_SLURM_MASTER_ADDR"
 STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
 
 
@@ -72,12 +74,28 @@ def master_port(environ: Mapping[str, str]) -> str:
     return str(DEFAULT_MASTER_PORT_BASE + int(environ.get("SLURM_JOB_ID", "0")) % 10000)
 
 
+def node_address(scontrol: str, nodelist: str) -> str:
+    """Where the allocation's first node is reached: its ``NodeAddr`` (what Slurm itself
+    uses; a node's name need not resolve), else the name."""
+    name = first_host(nodelist)
+    try:
+        shown = subprocess.run([scontrol, "show", "node", "--oneliner", name],
+                               capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    for field in shown.split():
+        if field.startswith("NodeAddr="):
+            return field.split("=", 1)[1] or name
+    return name
+
+
 def identity(environ: Mapping[str, str], replicas: int) -> dict[str, str]:
     """The platform's identity variables of this replica, from what Slurm set for it."""
     if replicas <= 1:
         return {}
     rank = environ.get("SLURM_PROCID", "0")
-    addr = first_host(environ.get("SLURM_JOB_NODELIST", "localhost"))
+    addr = environ.get(MASTER_ADDR_HANDOVER) or first_host(
+        environ.get("SLURM_JOB_NODELIST", "localhost"))
     port = master_port(environ)
     world = environ.get("SLURM_NTASKS", str(replicas))
     return {
@@ -116,6 +134,9 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     steps = spec["argv"]
     srun_env = {k: v for k, v in os.environ.items()
                 if k in spec["names"] or k.startswith(SLURM_PREFIXES)}
+    if spec["replicas"] > 1:  # asked once per job, not once per replica and step
+        srun_env[MASTER_ADDR_HANDOVER] = node_address(
+            spec["scontrol"], os.environ.get("SLURM_JOB_NODELIST", "localhost"))
     for number, _ in enumerate(steps, start=1):
         print(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}", flush=True)
         argv = [spec["srun"], "--export=ALL", f"--ntasks={spec['replicas']}",

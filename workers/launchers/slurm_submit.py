@@ -192,11 +192,13 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
     env_sets_pwd = "PWD" in names
     return {
         "argv": [bwrap_argv(step, home, workload.workdir, binary=settings.bwrap,
-                            env_sets_pwd=env_sets_pwd) for step in workload.steps],
+                            env_sets_pwd=env_sets_pwd, share_net=replicas(workload) > 1)
+                 for step in workload.steps],
         "step_names": [step[0] for step in workload.steps],
         "names": list(names),
         "replicas": replicas(workload),
         "srun": settings.srun,
+        "scontrol": str(Path(settings.srun).with_name("scontrol")),
         "program": str(run_dir / PROGRAM),
         "run_dir": str(run_dir),
         "output": str(run_dir / OUTPUT),
