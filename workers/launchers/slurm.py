@@ -208,12 +208,11 @@ class SlurmLauncher:
         if listed.state == "running":
             return listed
         left = read_outcome(run_dir)
-        if left is not None and left.reason != slurm_job.STOPPED and listed.reason is not None \
-                and not listed.reason.startswith("out of memory"):
-            return left  # the failing step and its code, or an out-of-memory kill
-        if left is not None and listed.state == "succeeded":
-            return left
-        return listed
+        if left is None or left.reason == slurm_job.STOPPED:
+            return listed  # ended from outside (scancel, time limit, node): Slurm knows why
+        if listed.reason and listed.reason.startswith("out of memory"):
+            return listed  # Slurm ended the whole job for memory, naming its limit
+        return left  # the failing step and its code, or a step's out-of-memory kill
 
     # -- submitting ------------------------------------------------------------------
 
