@@ -1,7 +1,7 @@
 """The slurm launcher on a real one-node Slurm cluster: reconciler calls per pass at 10 and
 1,000 jobs, and submit -> running against a plain ``sbatch`` loop.
 
-It starts the private cluster the tests use (``tests/slurm_cluster.py``: munged,
+It starts the private cluster the tests use (``tests/support/slurm.py``: munged,
 slurmctld and slurmd in a temporary directory; root, with Debian's slurm-wlm and munge).
 
 * **Calls per pass.**  ``n`` tasks in ``running`` (fakeredis), each with a held job
@@ -34,7 +34,7 @@ from shared.config import Settings
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm import SlurmCluster
 from workers.launchers.base import Hooks
 from workers.launchers.slurm import SlurmLauncher
 from workers.launchers.slurm_submit import comment

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from tests.slurm_cluster import SlurmCluster, slurm_available
+from tests.support.slurm import SlurmCluster, slurm_available
 
 # `make check` runs fewer generated examples, so the inner loop stays under a minute;
 # `make test` keeps Hypothesis's default and each test's own count.
@@ -50,7 +50,7 @@ def _no_real_processes_in_check(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    """A private one-node Slurm cluster (tests/slurm_cluster.py), for the ``slurm`` tests.
+    """A private one-node Slurm cluster (tests/support/slurm.py), for the ``slurm`` tests.
 
     Not skipped when Slurm is missing: CI installs it (.ci/run), and a missing engine must
     show as a failure, not as a green run that tested nothing.

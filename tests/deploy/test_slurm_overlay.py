@@ -21,6 +21,8 @@ from tests.deploy.test_k8s_manifests import KUBERNETES_VERSIONS, named, setting_
 OVERLAY = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "k8s"
 SUBMITTERS = ("taskenv-launch", "taskenv-reconciler")
 
+pytestmark = pytest.mark.kubectl
+
 
 @pytest.fixture(scope="module")
 def objects() -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """From POST to a final state with TASKENV_LAUNCHER=slurm, on a real one-node Slurm cluster.
 
 Real Redis, real Celery workers, the reconciler process and the API (tests/stack.py),
-submitting to the cluster tests/slurm_cluster.py starts: the launch worker runs
+submitting to the cluster tests/support/slurm.py starts: the launch worker runs
 ``sbatch``, the reconciler's one ``squeue`` per pass brings the end back, and the
 job's output is streamed into the task's log.
 """
@@ -19,7 +19,7 @@ import pytest
 
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm import SlurmCluster
 from workers.localstack import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slurm]

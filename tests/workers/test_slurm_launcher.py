@@ -1,5 +1,5 @@
 """The slurm launcher against a real one-node Slurm cluster the tests start
-(tests/slurm_cluster.py): real sbatch, squeue, scancel, srun and bwrap on the node."""
+(tests/support/slurm.py): real sbatch, squeue, scancel, srun and bwrap on the node."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from shared.config import Settings
 from shared.errors import LaunchFailed
 from shared.task.workload import Resources, Workload
-from tests.slurm_cluster import SlurmCluster
+from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
 from workers.launchers.base import Outcome
 from workers.launchers.slurm import SlurmLauncher
