@@ -239,6 +239,32 @@ def test_two_replicas_meet_through_the_injected_variables(launcher: SlurmLaunche
         assert "TASKENV_SLURM_MASTER_ADDR" not in env
 
 
+def test_two_jobs_sharing_the_node_get_different_master_ports(launcher: SlurmLauncher) -> None:
+    show = ["sh", "-c", 'echo "PORT=$MASTER_PORT"; sleep 3']
+    workloads = []
+    for _ in range(2):
+        base = build_workload([show])
+        workloads.append(Replicated(**{f.name: getattr(base, f.name)
+                                       for f in dataclasses.fields(base)}))
+        launcher.launch(workloads[-1], RecordingHooks().hooks)
+    ports = set()
+    for workload in workloads:
+        assert finish(launcher, workload).state == "succeeded"
+        ports |= {line for line in output(launcher, workload).splitlines()
+                  if line.startswith("PORT=")}
+    assert len(ports) == 2, ports  # each job's replicas agree on one port, the jobs differ
+
+
+def test_a_partition_slurm_does_not_have_fails_the_launch_saying_so(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    launcher = SlurmLauncher(Settings(slurm_dir=str(tmp_path), slurm_partition="nowhere"))
+    workload = build_workload([["true"]])
+    with pytest.raises(LaunchFailed, match="(?i)sbatch: .*invalid partition"):
+        launcher.launch(workload, RecordingHooks().hooks)
+    assert not (launcher.run_dir(workload) / "job_id").exists()
+
+
 def _state(cluster: SlurmCluster, job: int | None) -> str | None:
     for found in cluster.jobs():
         if found["job_id"] == job:
