@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from shared.task.workload import Resources
+from shared.task.workload import Resources, Workload
 from tests.workers.conftest import build_workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Outcome
@@ -16,6 +17,7 @@ from workers.launchers.slurm_submit import (
     SlurmSettings,
     cpus,
     export_entries,
+    identity_template,
     job_env,
     job_program,
     job_spec,
@@ -141,15 +143,28 @@ def test_the_first_host_of_a_slurm_host_list(nodelist: str, first: str) -> None:
     assert slurm_job.first_host(nodelist) == first
 
 
+@dataclasses.dataclass(frozen=True)
+class Replicated(Workload):
+    replicas: int = 2
+
+
+def test_a_task_of_one_replica_gets_no_identity() -> None:
+    assert identity_template(build_workload([["true"]])) == {}
+    assert slurm_job.identity({"SLURM_PROCID": "0"}, {}) == {}
+
+
 def test_a_replica_knows_its_rank_and_where_to_meet_the_others() -> None:
     environ = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
                "SLURM_JOB_NODELIST": "node[3-4]", "SLURM_STEP_RESV_PORTS": "12007-12008",
                "SLURM_JOB_ID": "42"}
-    found = slurm_job.identity(environ, 2)
+    template = identity_template(Replicated(**vars(build_workload([["true"]]))))
+    found = slurm_job.identity(environ, template)
     assert found["RANK"] == found["PET_NODE_RANK"] == found["TASK_REPLICA"] == "1"
     assert found["WORLD_SIZE"] == found["PET_NNODES"] == found["TASK_REPLICAS"] == "2"
     assert found["MASTER_ADDR"] == found["PET_MASTER_ADDR"] == "node3"
     assert found["MASTER_PORT"] == found["PET_MASTER_PORT"] == "12007"
-    assert slurm_job.identity(environ, 1) == {}
+    handed = slurm_job.identity({**environ, slurm_job.MASTER_ADDR_HANDOVER: "10.0.0.3"},
+                                template)
+    assert handed["MASTER_ADDR"] == "10.0.0.3"
     without_reserved = {k: v for k, v in environ.items() if k != "SLURM_STEP_RESV_PORTS"}
     assert slurm_job.master_port(without_reserved) == "20042"

@@ -89,22 +89,21 @@ def node_address(scontrol: str, nodelist: str) -> str:
     return name
 
 
-def identity(environ: Mapping[str, str], replicas: int) -> dict[str, str]:
-    """The platform's identity variables of this replica, from what Slurm set for it."""
-    if replicas <= 1:
+def identity(environ: Mapping[str, str], template: Mapping[str, Any]) -> dict[str, str]:
+    """This replica's identity variables: the launcher's template (which names hold the
+    replica's index, the first node's address, the rendezvous port, and which are the
+    same everywhere) filled in from what Slurm set for this task."""
+    if not template:
         return {}
     rank = environ.get("SLURM_PROCID", "0")
     addr = environ.get(MASTER_ADDR_HANDOVER) or first_host(
         environ.get("SLURM_JOB_NODELIST", "localhost"))
     port = master_port(environ)
-    world = environ.get("SLURM_NTASKS", str(replicas))
-    return {
-        "TASK_REPLICA": rank, "TASK_REPLICAS": world,
-        "RANK": rank, "WORLD_SIZE": world, "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
-        "MASTER_ADDR": addr, "MASTER_PORT": port,
-        "PET_NNODES": world, "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": "1",
-        "PET_MASTER_ADDR": addr, "PET_MASTER_PORT": port,
-    }
+    found = dict(template["constant"])
+    found.update({name: rank for name in template["index"]})
+    found.update({name: addr for name in template["addr"]})
+    found.update({name: port for name in template["port"]})
+    return found
 
 
 def out_of_memory(output_path: str) -> bool:
@@ -156,7 +155,7 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
 def main(spec: dict[str, Any], args: list[str]) -> int:
     if args[:1] == ["task"]:
         argv = spec["argv"][int(args[1])]
-        env = step_env(os.environ, spec["names"], identity(os.environ, spec["replicas"]))
+        env = step_env(os.environ, spec["names"], identity(os.environ, spec["identity"]))
         os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell
     # Slurm signals the batch script when the job is cancelled, runs over its time or loses
     # its node: leave that much behind; the listing, while Slurm keeps the job, says which.

@@ -154,6 +154,20 @@ def replicas(workload: Workload) -> int:
     return max(1, int(getattr(workload, "replicas", 1) or 1))
 
 
+def identity_template(workload: Workload) -> dict[str, Any]:
+    """How each replica's identity is made on the node (``slurm_job.identity``): the names
+    that hold the replica's index, the first node's address and the step's reserved port,
+    and those that are the same in every replica.  Empty for a task of one replica."""
+    world = replicas(workload)
+    if world <= 1:
+        return {}
+    return {"index": ["TASK_REPLICA", "RANK", "PET_NODE_RANK"],
+            "addr": ["MASTER_ADDR", "PET_MASTER_ADDR"],
+            "port": ["MASTER_PORT", "PET_MASTER_PORT"],
+            "constant": {"TASK_REPLICAS": str(world), "WORLD_SIZE": str(world),
+                         "PET_NNODES": str(world), "PET_NPROC_PER_NODE": "1"}}
+
+
 def time_limit_minutes(workload: Workload, step_timeout_seconds: int) -> int:
     """The whole job's limit: every step may take the step timeout."""
     return max(1, math.ceil(len(workload.steps) * step_timeout_seconds / 60))
@@ -197,6 +211,7 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "step_names": [step[0] for step in workload.steps],
         "names": list(names),
         "replicas": replicas(workload),
+        "identity": identity_template(workload),
         "srun": settings.srun,
         "scontrol": str(Path(settings.srun).with_name("scontrol")),
         "program": str(run_dir / PROGRAM),
