@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,6 +264,31 @@ def test_a_partition_slurm_does_not_have_fails_the_launch_saying_so(
     with pytest.raises(LaunchFailed, match="(?i)sbatch: .*invalid partition"):
         launcher.launch(workload, RecordingHooks().hooks)
     assert not (launcher.run_dir(workload) / "job_id").exists()
+
+
+def test_why_not_export_none_slurm_drops_the_export_file_and_loads_a_login_env(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The fact the launcher is built around (Slurm 22.05): with --export=NONE the export
+    file is ignored and the node loads the submitting user's login environment; with the
+    default export and an sbatch environment of SLURM_CONF alone, the file is the env."""
+    exported = tmp_path / "export"
+    exported.write_bytes(b"COMMAS=a,b\0NEWLINE=x\ny\0")
+    seen = {}
+    for how in ("--export=NONE", None):
+        out = tmp_path / f"env-{bool(how)}"
+        argv = ["sbatch", "--parsable", f"--export-file={exported}", "--output=/dev/null",
+                *([how] if how else [])]
+        job = subprocess.run(argv, input=f"#!/bin/sh\n/usr/bin/env -0 > {out}\n", text=True,
+                             env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]},
+                             capture_output=True, check=True).stdout.strip()
+        deadline = time.monotonic() + 30
+        while _state(slurm_cluster, int(job)) not in ("COMPLETED", "FAILED"):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        seen[how] = dict(e.split("=", 1) for e in out.read_text().split("\0") if "=" in e)
+    assert "COMMAS" not in seen["--export=NONE"]
+    assert seen["--export=NONE"]["SLURM_GET_USER_ENV"] == "1"
+    assert seen[None]["COMMAS"] == "a,b" and seen[None]["NEWLINE"] == "x\ny"
 
 
 def _state(cluster: SlurmCluster, job: int | None) -> str | None:
