@@ -84,6 +84,18 @@ def test_a_failing_step_fails_the_task_with_its_exit_code(slurm_stack: Stack) ->
     assert "preparing" in logs and "never" not in logs
 
 
+def test_an_over_memory_step_fails_the_task_naming_the_limit(slurm_stack: Stack) -> None:
+    hog = ["python3", "-c", "import time; x = bytearray(400 * 2**20); time.sleep(10)"]
+    created = slurm_stack.create({"name": "hog-on-slurm", "steps": [hog, ["echo", "never"]],
+                                  "resources": {"memory": "64Mi"}})
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    assert doc["status"] == "failed", doc
+    assert "out of memory" in doc["reason"] and "--mem=64M" in doc["reason"], doc["reason"]
+    assert "never" not in slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+
+
 def test_cancel_leaves_nothing_in_squeue(slurm_stack: Stack, slurm_cluster: SlurmCluster) -> None:
     created = slurm_stack.create({"name": "cancelled-on-slurm", "steps": [
         ["sh", "-c", "echo started; sleep 300"]]})
