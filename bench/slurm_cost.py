@@ -20,6 +20,7 @@ slurmctld and slurmd in a temporary directory; root, with Debian's slurm-wlm and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import tempfile
@@ -80,8 +81,9 @@ def wait_running(cluster: SlurmCluster, job: int) -> None:
         time.sleep(0.02)
 
 
-def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int) -> dict[str, Any]:
-    launcher = SlurmLauncher(Settings(slurm_dir=str(root / "latency")))
+def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int,
+                      replicas: int = 1) -> dict[str, Any]:
+    launcher = SlurmLauncher(Settings(slurm_dir=str(root / f"latency-{replicas}")))
     ours: list[float] = []
     plain: list[float] = []
     calls: dict[str, list[float]] = {"taskenv": [], "sbatch": []}  # the submitting call alone
@@ -92,21 +94,29 @@ def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int) -> dict[st
             if which is ours:
                 workload = Workload(task_id=os.urandom(8).hex(), revision=1, name="t",
                                     steps=(("sleep", "3"),), env=(), policy_version=0)
+                if replicas > 1:
+                    workload = dataclasses.replace(workload, replicas=replicas)  # type: ignore[call-arg]
                 launcher.launch(workload, NO_HOOKS)
                 calls["taskenv"].append(time.perf_counter() - started)
                 job = launcher.job_id(workload) or 0
             else:
                 job = int(cluster.run("sbatch", "--parsable", "--output=/dev/null",
-                                      "--wrap=sleep 3").stdout.strip())
+                                      f"--ntasks={replicas}", "--wrap=srun sleep 3")
+                          .stdout.strip())
                 calls["sbatch"].append(time.perf_counter() - started)
             wait_running(cluster, job)
             which.append(time.perf_counter() - started)
             cluster.run("scancel", "--me")
             time.sleep(3)  # the scheduler idle again, as for the first
-    return {"rounds": rounds, "taskenv_best": min(ours), "taskenv_median": statistics.median(ours),
+    return {"replicas": replicas, "rounds": rounds,
+            "taskenv_best": min(ours), "taskenv_median": statistics.median(ours),
             "sbatch_best": min(plain), "sbatch_median": statistics.median(plain),
             "launch_call_median": statistics.median(calls["taskenv"]),
             "sbatch_call_median": statistics.median(calls["sbatch"])}
+
+
+def has_replicas() -> bool:
+    return "replicas" in {f.name for f in dataclasses.fields(Workload)}
 
 
 def measure(quick: bool) -> dict[str, Any]:
@@ -117,7 +127,8 @@ def measure(quick: bool) -> dict[str, Any]:
         try:
             rows = [calls_per_pass(cluster, root, n, 2 if quick else 3)
                     for n in (10, 200 if quick else 1_000)]
-            latency = submit_to_running(cluster, root, 3 if quick else 5)
+            latency = [submit_to_running(cluster, root, 3 if quick else 5, n)
+                       for n in ((1, 4) if has_replicas() else (1,))]
         finally:
             cluster.stop()
     ratio = rows[1]["slurm_calls_per_pass"] / rows[0]["slurm_calls_per_pass"]
@@ -127,18 +138,18 @@ def measure(quick: bool) -> dict[str, Any]:
 
 def lines(result: dict[str, Any]) -> list[str]:
     small, large = result["rows"]
-    lat = result["submit_to_running"]
     return [
         f"slurm reconciler: {small['slurm_calls_per_pass']:.1f} Slurm calls per pass at "
         f"{small['jobs']:,} jobs ({small['seconds_per_pass'] * 1000:.0f} ms), "
         f"{large['slurm_calls_per_pass']:.1f} at {large['jobs']:,} "
         f"({large['seconds_per_pass'] * 1000:.0f} ms) "
         f"(x{result['calls_ratio_large_vs_small']:.2f}, {'flat' if result['flat'] else 'GROWS'})",
-        f"submit -> running, 1 replica: taskenv best {lat['taskenv_best']:.2f}s median "
-        f"{lat['taskenv_median']:.2f}s; plain sbatch best {lat['sbatch_best']:.2f}s median "
-        f"{lat['sbatch_median']:.2f}s ({lat['rounds']} rounds); the submitting call alone: "
-        f"launch {lat['launch_call_median'] * 1000:.0f} ms, sbatch "
-        f"{lat['sbatch_call_median'] * 1000:.0f} ms (medians)",
+        *(f"submit -> running, {lat['replicas']} replica(s): taskenv best "
+          f"{lat['taskenv_best']:.2f}s median {lat['taskenv_median']:.2f}s; plain sbatch best "
+          f"{lat['sbatch_best']:.2f}s median {lat['sbatch_median']:.2f}s ({lat['rounds']} "
+          f"rounds); the submitting call alone: launch {lat['launch_call_median'] * 1000:.0f} "
+          f"ms, sbatch {lat['sbatch_call_median'] * 1000:.0f} ms (medians)"
+          for lat in result["submit_to_running"]),
     ]
 
 
