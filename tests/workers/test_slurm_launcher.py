@@ -266,6 +266,18 @@ def test_a_partition_slurm_does_not_have_fails_the_launch_saying_so(
     assert not (launcher.run_dir(workload) / "job_id").exists()
 
 
+def test_a_node_without_the_sandbox_runs_nothing_and_says_so(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    launcher = SlurmLauncher(Settings(slurm_dir=str(tmp_path), slurm_bwrap="/nowhere/bwrap"))
+    workload = build_workload([["sh", "-c", "echo RAN"]])
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert finish(launcher, workload) == Outcome("failed", exit_code=127,
+                                                 reason="step 1 exited with 127")
+    text = output(launcher, workload)
+    assert "cannot start the sandbox /nowhere/bwrap" in text and "RAN" not in text
+
+
 def test_why_not_export_none_slurm_drops_the_export_file_and_loads_a_login_env(
         slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """The fact the launcher is built around (Slurm 22.05): with --export=NONE the export

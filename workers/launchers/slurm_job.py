@@ -156,7 +156,12 @@ def main(spec: dict[str, Any], args: list[str]) -> int:
     if args[:1] == ["task"]:
         argv = spec["argv"][int(args[1])]
         env = step_env(os.environ, spec["names"], identity(os.environ, spec["identity"]))
-        os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell
+        try:
+            os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell
+        except OSError as exc:  # the node lacks the sandbox: say so, never run unsandboxed
+            print(f"taskenv: cannot start the sandbox {argv[0]} on {os.uname().nodename}: "
+                  f"{exc.strerror} (TASKENV_SLURM_BWRAP)", file=sys.stderr, flush=True)
+            return 127
     # Slurm signals the batch script when the job is cancelled, runs over its time or loses
     # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
     signal.signal(signal.SIGTERM, lambda *_: stopped(spec["run_dir"]))
