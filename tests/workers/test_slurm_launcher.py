@@ -17,6 +17,7 @@ import pytest
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
+from shared.task.files import TaskFile
 from shared.task.workload import Resources, Workload
 from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
@@ -98,6 +99,18 @@ def test_the_secret_is_on_no_command_line_in_no_job_record_and_in_no_file(
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
     assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("taskenv-export-*"))  # noqa: S108
     finish(launcher, workload)
+
+
+def test_the_tasks_files_reach_the_node_in_its_working_directory(
+        launcher: SlurmLauncher) -> None:
+    files = (TaskFile("bin/train.sh", '#!/bin/sh\necho "trained in $(pwd) with LR=$LR"\n', 0o755),
+             TaskFile("conf/params.json", '{"epochs": 3}\n'))
+    workload = build_workload([["bin/train.sh"], ["cat", "conf/params.json"]], env={"LR": "0.1"},
+                              workdir="runs/1", files=files)
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
+    text = output(launcher, workload)
+    assert "trained in /home/task/runs/1 with LR=0.1" in text and '{"epochs": 3}' in text
 
 
 def test_a_failing_step_fails_the_task_with_its_exit_code(launcher: SlurmLauncher) -> None:

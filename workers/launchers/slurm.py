@@ -48,7 +48,7 @@ from shared.policy.model import PLATFORM_SCOPE, Resolved
 from shared.task.workload import Workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Change, Hooks, Outcome
-from workers.launchers.local import prepare_home
+from workers.launchers.local import prepare_home, write_files
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 from workers.launchers.slurm_submit import (
     OUTPUT,
@@ -241,7 +241,9 @@ class SlurmLauncher:
     def _submit(self, workload: Workload, run_dir: Path) -> int:
         try:
             self._check(workload)
-            prepare_home(run_dir, workload.workdir)
+            home = prepare_home(run_dir, workload.workdir)
+            # On the shared filesystem: the files reach the node with the job.
+            write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
             spec = job_spec(self.config, workload, run_dir, list(env))
             program = run_dir / PROGRAM
