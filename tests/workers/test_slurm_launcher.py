@@ -131,13 +131,18 @@ def test_the_step_runs_sandboxed_without_reach_to_loopback(launcher: SlurmLaunch
         probe = ("import os, socket\nprint('uid', os.getuid())\n"
                  f"try:\n    socket.create_connection(('127.0.0.1', {port}), 2)\n"
                  "    print('REACHED')\nexcept OSError as exc:\n    print('refused', exc)\n"
-                 "print('project visible', os.path.exists('" + str(Path.cwd()) + "'))")
+                 "print('project visible', os.path.exists('" + str(Path.cwd()) + "'))\n"
+                 "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                 "if libc.unshare(0x10000000) == 0:\n    print('NESTED USERNS')\n"
+                 "else:\n    print('seccomp refused', ctypes.get_errno())")
         workload = build_workload([["python3", "-c", probe]])
         launcher.launch(workload, RecordingHooks().hooks)
-        assert finish(launcher, workload).state == "succeeded"
-    text = output(launcher, workload)
+        ended = finish(launcher, workload)
+        text = output(launcher, workload)
+        assert ended.state == "succeeded", (ended, text)
     assert "uid 65534" in text and "refused" in text and "REACHED" not in text
     assert "project visible False" in text
+    assert "seccomp refused 1" in text and "NESTED USERNS" not in text  # EPERM
 
 
 def test_an_over_memory_step_fails_naming_the_limit(launcher: SlurmLauncher) -> None:

@@ -168,3 +168,17 @@ def test_a_replica_knows_its_rank_and_where_to_meet_the_others() -> None:
     assert handed["MASTER_ADDR"] == "10.0.0.3"
     without_reserved = {k: v for k, v in environ.items() if k != "SLURM_STEP_RESV_PORTS"}
     assert slurm_job.master_port(without_reserved) == "20042"
+
+
+def test_the_proc_masks_are_the_nodes_own_and_the_step_is_untouched(tmp_path: Path) -> None:
+    (tmp_path / "kallsyms").write_text("")
+    (tmp_path / "acpi").mkdir()
+    argv = ["bwrap", "--unshare-all", "--proc", "/proc", "--ro-bind", "/dev/null",
+            "/proc/modules", "--tmpfs", "/proc/scsi", "--dev", "/dev", "--tmpfs", "/tmp", "--",
+            "sh", "-c", "x", "--tmpfs", "/proc/kept"]
+    fitted = slurm_job.fit_proc_masks(argv, ["kallsyms", "modules"], ["acpi", "scsi"],
+                                      proc=str(tmp_path))
+    assert fitted == ["bwrap", "--unshare-all", "--proc", "/proc",
+                      "--ro-bind", "/dev/null", "/proc/kallsyms", "--tmpfs", "/proc/acpi",
+                      "--dev", "/dev", "--tmpfs", "/tmp", "--",
+                      "sh", "-c", "x", "--tmpfs", "/proc/kept"]

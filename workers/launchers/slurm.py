@@ -46,8 +46,9 @@ from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import PLATFORM_SCOPE, Resolved
 from shared.task.workload import Workload
-from workers.launchers import slurm_job
+from workers.launchers import containment, slurm_job
 from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.containment import seccomp
 from workers.launchers.local import prepare_home, write_files
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 from workers.launchers.slurm_submit import (
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 JOB_ID = "job_id"
+SECCOMP = "seccomp.bpf"
 OFFSET = "output.offset"
 TRANSIENT = re.compile(r"unable to contact|timed? ?out|connection refused|try again|"
                        r"temporarily|socket|slurm_load|communications? (connection )?failure|"
@@ -103,6 +105,7 @@ class SlurmLauncher:
         self.timeout = timeout
         # Client commands see the cluster's SLURM_CONF and nothing else of the worker's env.
         self.env = {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
+        self.seccomp = seccomp_filter(settings.local_containment)
         self.listed: dict[Key, tuple[int, Outcome]] = {}  # the last listing's view
         self.calls = 0  # Slurm commands run, for the cost benchmark
 
@@ -246,6 +249,9 @@ class SlurmLauncher:
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
             spec = job_spec(self.config, workload, run_dir, list(env))
+            if self.seccomp is not None:  # bwrap loads it on the node, right before the step
+                spec["seccomp"] = str(run_dir / SECCOMP)
+                (run_dir / SECCOMP).write_bytes(self.seccomp)
             program = run_dir / PROGRAM
             program.write_text(job_program(self.config, spec), encoding="utf-8")
             program.chmod(0o700)
@@ -334,6 +340,21 @@ class SlurmLauncher:
         if TRANSIENT.search(message):
             return TransientError(f"{what}: {message}")
         return LaunchFailed(f"{what}: {message}")
+
+
+def seccomp_filter(mode: str) -> bytes | None:
+    """The local launcher's seccomp filter, compiled here for the nodes' bwrap (the nodes
+    share this host's architecture); None, with a warning, where libseccomp is missing
+    and containment is only ``warn``."""
+    try:
+        return seccomp.compiled_filter()
+    except seccomp.SeccompUnavailable as exc:
+        if mode == containment.ENFORCE:
+            raise LaunchFailed(f"the slurm launcher loads the steps' seccomp filter and "
+                               f"cannot compile it here: {exc} (TASKENV_LOCAL_CONTAINMENT="
+                               f"{containment.WARN} runs without it)") from exc
+        log.warning("slurm steps run WITHOUT the seccomp filter: %s", exc)
+        return None
 
 
 def platform_set(var: Resolved) -> bool:

@@ -106,6 +106,36 @@ def identity(environ: Mapping[str, str], template: Mapping[str, Any]) -> dict[st
     return found
 
 
+def fit_proc_masks(argv: list[str], files: list[str], dirs: list[str],
+                   proc: str = "/proc") -> list[str]:
+    """bwrap's argv with the /proc masks of *this* node: the launcher's host chose them from
+    its own /proc, and bwrap refuses to cover an entry the node does not have."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i:i + 2] == ["--ro-bind", "/dev/null"] and argv[i + 2].startswith("/proc/"):
+            i += 3
+            continue
+        if argv[i] == "--tmpfs" and argv[i + 1].startswith("/proc/"):
+            i += 2
+            continue
+        out.append(argv[i])
+        if argv[i:i + 2] == ["--proc", "/proc"]:
+            out.append("/proc")
+            for name in files:
+                if os.path.isfile(f"{proc}/{name}"):
+                    out += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+            for name in dirs:
+                if os.path.isdir(f"{proc}/{name}"):
+                    out += ["--tmpfs", f"/proc/{name}"]
+            i += 2
+            continue
+        if argv[i] == "--":
+            return out + argv[i + 1:]  # the step's own argv, untouched
+        i += 1
+    return out
+
+
 def out_of_memory(output_path: str) -> bool:
     """Whether slurmstepd said, near the end of the output, that it killed a step for memory."""
     try:
@@ -154,7 +184,13 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(spec: dict[str, Any], args: list[str]) -> int:
     if args[:1] == ["task"]:
-        argv = spec["argv"][int(args[1])]
+        argv = fit_proc_masks(spec["argv"][int(args[1])], spec["proc_files"],
+                              spec["proc_dirs"])
+        if spec.get("seccomp"):  # bwrap reads the filter from an inherited descriptor
+            fd = os.open(spec["seccomp"], os.O_RDONLY)
+            os.set_inheritable(fd, True)
+            end = argv.index("--")
+            argv = [*argv[:end], "--seccomp", str(fd), *argv[end:]]
         env = step_env(os.environ, spec["names"], identity(os.environ, spec["identity"]))
         try:
             os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell

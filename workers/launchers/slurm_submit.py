@@ -28,7 +28,7 @@ from typing import Any
 from shared.task.workload import Workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Outcome
-from workers.launchers.sandbox import bwrap_argv
+from workers.launchers.sandbox import PROC_HIDDEN_DIRS, PROC_HIDDEN_FILES, bwrap_argv
 
 COMMENT_PREFIX = "taskenv:"
 OUTPUT = "output.log"
@@ -209,6 +209,7 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
                             env_sets_pwd=env_sets_pwd, share_net=replicas(workload) > 1)
                  for step in workload.steps],
         "step_names": [step[0] for step in workload.steps],
+        "proc_files": list(PROC_HIDDEN_FILES), "proc_dirs": list(PROC_HIDDEN_DIRS),
         "names": list(names),
         "replicas": replicas(workload),
         "identity": identity_template(workload),
