@@ -95,7 +95,7 @@ def submit_to_running(cluster: SlurmCluster, root: Path, rounds: int,
                 workload = Workload(task_id=os.urandom(8).hex(), revision=1, name="t",
                                     steps=(("sleep", "3"),), env=(), policy_version=0)
                 if replicas > 1:
-                    workload = dataclasses.replace(workload, replicas=replicas)  # type: ignore[call-arg]
+                    workload = dataclasses.replace(workload, replicas=replicas)
                 launcher.launch(workload, NO_HOOKS)
                 calls["taskenv"].append(time.perf_counter() - started)
                 job = launcher.job_id(workload) or 0

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from shared.env.identity import Group, replica_env
 from tests.integration.conftest import HOSTILE as COMMON_HOSTILE
 from tests.integration.conftest import Stack, running_stack
 from tests.support.slurm import SlurmCluster
@@ -64,12 +65,40 @@ def test_hostile_values_and_a_secret_reach_the_job_exactly(slurm_stack: Stack) -
     seen = env_dump(logs)
     resolved = {v["name"]: v["value"] for v in doc["resolved_env"]}
     own = {k: v for k, v in seen.items() if not k.startswith(("SLURM_", "SRUN_"))}
+    world_of_one = dict(replica_env(Group(), 0))
     assert own == {**resolved, "HF_TOKEN": "[secret]", "PATH": "/usr/local/bin:/usr/bin:/bin",
-                   "HOME": "/home/task"}
+                   "HOME": "/home/task", **world_of_one}
     for name, value in HOSTILE.items():
         assert seen[name] == value
     assert f"SHA={hashlib.sha256(SECRET.encode()).hexdigest()}" in logs
     assert "RAW=[secret]" in logs and SECRET not in logs
+
+
+RENDEZVOUS = ("import os, socket, time\n"
+              "rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])\n"
+              "addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])\n"
+              "if rank == 0:\n"
+              "    server = socket.create_server(('', port))\n"
+              "    met = sorted(server.accept()[0].recv(9).decode() for _ in range(world - 1))\n"
+              "    print('rank 0 met', met, flush=True)\n"
+              "else:\n"
+              "    for _ in range(100):\n"
+              "        try:\n"
+              "            socket.create_connection((addr, port), 1).sendall(b'%d' % rank)\n"
+              "            break\n"
+              "        except OSError:\n"
+              "            time.sleep(0.1)\n")
+
+
+def test_two_replicas_rendezvous_through_the_injected_variables(slurm_stack: Stack) -> None:
+    created = slurm_stack.create({"name": "pair-on-slurm", "replicas": 2,
+                                  "steps": [["python3", "-c", RENDEZVOUS]]})
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    assert doc["status"] == "succeeded", doc
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert "rank 0 met ['1']" in logs, logs
 
 
 def test_a_failing_step_fails_the_task_with_its_exit_code(slurm_stack: Stack) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shared.config import Settings
+from shared.env.identity import replica_env
 from shared.errors import LaunchFailed
 from shared.task.files import TaskFile
 from shared.task.workload import Resources, Workload
@@ -74,7 +74,7 @@ def test_hostile_values_arrive_exactly_and_nothing_else(launcher: SlurmLauncher)
     env = dumped_env(output(launcher, workload))
     own = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SRUN_"))}
     assert own == {**HOSTILE, "HF_TOKEN": SECRET, "PATH": "/usr/local/bin:/usr/bin:/bin",
-                   "HOME": "/home/task"}
+                   "HOME": "/home/task", **dict(replica_env(workload.group(), 0))}
     assert env["SLURM_JOB_ID"] == str(launcher.job_id(workload))
 
 
@@ -237,14 +237,8 @@ else:
 """
 
 
-@dataclasses.dataclass(frozen=True)
-class Replicated(Workload):
-    replicas: int = 2
-
-
 def test_two_replicas_meet_through_the_injected_variables(launcher: SlurmLauncher) -> None:
-    base = build_workload([["python3", "-c", RENDEZVOUS], DUMP])
-    workload = Replicated(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    workload = build_workload([["python3", "-c", RENDEZVOUS], DUMP], replicas=2)
     launcher.launch(workload, RecordingHooks().hooks)
     assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
     text = output(launcher, workload)
@@ -262,9 +256,7 @@ def test_two_jobs_sharing_the_node_get_different_master_ports(launcher: SlurmLau
     show = ["sh", "-c", 'echo "PORT=$MASTER_PORT"; sleep 3']
     workloads = []
     for _ in range(2):
-        base = build_workload([show])
-        workloads.append(Replicated(**{f.name: getattr(base, f.name)
-                                       for f in dataclasses.fields(base)}))
+        workloads.append(build_workload([show], replicas=2))
         launcher.launch(workloads[-1], RecordingHooks().hooks)
     ports = set()
     for workload in workloads:

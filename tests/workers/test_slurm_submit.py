@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.task.workload import Resources, Workload
+from shared.env.identity import replica_env
+from shared.task.workload import Resources
 from tests.workers.conftest import build_workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Outcome
@@ -143,26 +144,25 @@ def test_the_first_host_of_a_slurm_host_list(nodelist: str, first: str) -> None:
     assert slurm_job.first_host(nodelist) == first
 
 
-@dataclasses.dataclass(frozen=True)
-class Replicated(Workload):
-    replicas: int = 2
-
-
-def test_a_task_of_one_replica_gets_no_identity() -> None:
-    assert identity_template(build_workload([["true"]])) == {}
-    assert slurm_job.identity({"SLURM_PROCID": "0"}, {}) == {}
+def test_a_task_of_one_replica_gets_the_identity_of_a_world_of_one() -> None:
+    workload = build_workload([["true"]])
+    template = identity_template(workload)
+    found = slurm_job.identity({"SLURM_PROCID": "0", "SLURM_JOB_NODELIST": "n1"}, template)
+    assert found == dict(replica_env(workload.group(), 0))
 
 
 def test_a_replica_knows_its_rank_and_where_to_meet_the_others() -> None:
     environ = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
                "SLURM_JOB_NODELIST": "node[3-4]", "SLURM_STEP_RESV_PORTS": "12007-12008",
                "SLURM_JOB_ID": "42"}
-    template = identity_template(Replicated(**vars(build_workload([["true"]]))))
+    workload = dataclasses.replace(build_workload([["true"]]), replicas=2)
+    template = identity_template(workload)
     found = slurm_job.identity(environ, template)
     assert found["RANK"] == found["PET_NODE_RANK"] == found["TASK_REPLICA"] == "1"
     assert found["WORLD_SIZE"] == found["PET_NNODES"] == found["TASK_REPLICAS"] == "2"
     assert found["MASTER_ADDR"] == found["PET_MASTER_ADDR"] == "node3"
     assert found["MASTER_PORT"] == found["PET_MASTER_PORT"] == "12007"
+    assert set(found) == set(dict(replica_env(workload.group(), 1)))  # the same names
     handed = slurm_job.identity({**environ, slurm_job.MASTER_ADDR_HANDOVER: "10.0.0.3"},
                                 template)
     assert handed["MASTER_ADDR"] == "10.0.0.3"

@@ -95,6 +95,8 @@ def identity(environ: Mapping[str, str], template: Mapping[str, Any]) -> dict[st
     same everywhere) filled in from what Slurm set for this task."""
     if not template:
         return {}
+    if not (template["index"] or template["addr"] or template["port"]):
+        return dict(template["constant"])  # a world of one: nothing to ask Slurm
     rank = environ.get("SLURM_PROCID", "0")
     addr = environ.get(MASTER_ADDR_HANDOVER) or first_host(
         environ.get("SLURM_JOB_NODELIST", "localhost"))

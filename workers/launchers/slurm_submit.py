@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.env.identity import Group, differing, replica_env
 from shared.task.workload import Workload
 from workers.launchers import slurm_job
 from workers.launchers.base import Outcome
@@ -151,21 +152,30 @@ def memory_limit(workload: Workload) -> str:
 
 
 def replicas(workload: Workload) -> int:
-    return max(1, int(getattr(workload, "replicas", 1) or 1))
+    return max(1, workload.replicas)
+
+
+# Marks a replica's address and port stand for in a template: the node fills them in.
+ADDR_MARK, PORT_MARK = "\0master-addr", 987654321
 
 
 def identity_template(workload: Workload) -> dict[str, Any]:
-    """How each replica's identity is made on the node (``slurm_job.identity``): the names
-    that hold the replica's index, the first node's address and the step's reserved port,
-    and those that are the same in every replica.  Empty for a task of one replica."""
-    world = replicas(workload)
-    if world <= 1:
-        return {}
-    return {"index": ["TASK_REPLICA", "RANK", "PET_NODE_RANK"],
-            "addr": ["MASTER_ADDR", "PET_MASTER_ADDR"],
-            "port": ["MASTER_PORT", "PET_MASTER_PORT"],
-            "constant": {"TASK_REPLICAS": str(world), "WORLD_SIZE": str(world),
-                         "PET_NNODES": str(world), "PET_NPROC_PER_NODE": "1"}}
+    """How each replica's identity (``shared.env.identity``, the one definition every
+    launcher uses) is made on the node by ``slurm_job.identity``: the names that hold the
+    replica's index, the first node's address and the step's reserved port, and the names
+    that hold the same value in every replica.  A task of one replica gets the identity of
+    a world of one, as on every launcher, all of it fixed (its step has its own network)."""
+    if workload.replicas <= 1:
+        return {"index": [], "addr": [], "port": [],
+                "constant": dict(replica_env(workload.group(), 0))}
+    group = Group(workload.replicas, workload.procs_per_replica, ADDR_MARK, PORT_MARK)
+    first = dict(replica_env(group, 0))
+    index = differing(group)
+    addr = [name for name, value in first.items() if value == ADDR_MARK]
+    port = [name for name, value in first.items() if value == str(PORT_MARK)]
+    return {"index": index, "addr": addr, "port": port,
+            "constant": {name: value for name, value in first.items()
+                         if name not in (*index, *addr, *port)}}
 
 
 def time_limit_minutes(workload: Workload, step_timeout_seconds: int) -> int:
