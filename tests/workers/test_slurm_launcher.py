@@ -252,6 +252,15 @@ def test_two_replicas_meet_through_the_injected_variables(launcher: SlurmLaunche
         assert "TASKENV_SLURM_MASTER_ADDR" not in env
 
 
+def test_a_failing_replica_fails_the_task_naming_it(launcher: SlurmLauncher) -> None:
+    step = ["sh", "-c", 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30']
+    workload = build_workload([step, ["echo", "never"]], replicas=2)
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert finish(launcher, workload) == Outcome("failed", exit_code=3,
+                                                 reason="step 1: replica 1 exited with 3")
+    assert "never" not in output(launcher, workload)
+
+
 def test_two_jobs_sharing_the_node_get_different_master_ports(launcher: SlurmLauncher) -> None:
     show = ["sh", "-c", 'echo "PORT=$MASTER_PORT"; sleep 3']
     workloads = []

@@ -182,3 +182,12 @@ def test_the_proc_masks_are_the_nodes_own_and_the_step_is_untouched(tmp_path: Pa
                       "--ro-bind", "/dev/null", "/proc/kallsyms", "--tmpfs", "/proc/acpi",
                       "--dev", "/dev", "--tmpfs", "/tmp", "--",
                       "sh", "-c", "x", "--tmpfs", "/proc/kept"]
+
+
+def test_the_failing_replica_is_named_from_sruns_words(tmp_path: Path) -> None:
+    out = tmp_path / "output.log"
+    out.write_text("rank 0 ok\nsrun: error: node1: task 1: Exited with exit code 3\n"
+                   "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n")
+    assert slurm_job.failed_replica(str(out)) == (1, 3)
+    out.write_text("nothing said\n")
+    assert slurm_job.failed_replica(str(out)) is None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,6 +139,20 @@ def fit_proc_masks(argv: list[str], files: list[str], dirs: list[str],
     return out
 
 
+def failed_replica(output_path: str) -> tuple[int, int] | None:
+    """The replica srun said failed first, and its exit code, from the output's tail
+    (``srun: error: node1: task 1: Exited with exit code 3``); None if it said none."""
+    try:
+        with open(output_path, "rb") as out:
+            out.seek(max(0, os.path.getsize(output_path) - 8192))
+            tail = out.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = re.search(r"srun: error: \S+: tasks? (\d+)[-,\d]*: Exited with exit code (\d+)",
+                      tail)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
 def out_of_memory(output_path: str) -> bool:
     """Whether slurmstepd said, near the end of the output, that it killed a step for memory."""
     try:
@@ -179,6 +194,11 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
                 return {"state": "failed", "exit_code": code,
                         "reason": f"step {number} was killed: out of memory "
                                   f"(over its memory limit, {spec['memory_limit']})"}
+            replica = failed_replica(spec["output"]) if spec["replicas"] > 1 else None
+            if replica is not None:
+                return {"state": "failed", "exit_code": replica[1],
+                        "reason": f"step {number}: replica {replica[0]} exited with "
+                                  f"{replica[1]}"}
             return {"state": "failed", "exit_code": code,
                     "reason": f"step {number} exited with {code}"}
     return {"state": "succeeded", "exit_code": 0, "reason": None}
