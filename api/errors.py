@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from flask import jsonify
+from flask import jsonify, request
 from flask_smorest import Api
 from werkzeug.exceptions import HTTPException
 
@@ -97,6 +97,16 @@ def _schema_problems(messages: Any, path: str = "") -> list[Problem]:
     return [Problem(rule="schema", field=path or None, message=str(messages))]
 
 
+def refuse_a_change_without_a_body() -> None:
+    """A PUT or PATCH of the JSON API says what to change: without a body it is a 400, not
+    a change of nothing (a schema whose fields are all optional would take it as {})."""
+    if (request.method in ("PUT", "PATCH") and request.path.startswith("/api/")
+            and request.routing_exception is None  # a method the route lacks stays a 405
+            and not request.get_data(cache=True)):
+        raise BadRequest(f"{request.method} {request.path} needs a JSON body saying what "
+                         "to change")
+
+
 class TaskenvApi(Api):
     ERROR_SCHEMA = Error
 
@@ -107,6 +117,7 @@ class TaskenvApi(Api):
         # json.loads recurses once per level: a body nested deeper than Python's stack
         # ends there.  Nothing else in a request recurses without bound.
         app.register_error_handler(RecursionError, self.handle_too_deep)
+        app.before_request(refuse_a_change_without_a_body)
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
         payload = body(error.code, error.message, error.problems)

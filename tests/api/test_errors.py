@@ -57,3 +57,15 @@ def test_a_full_store_is_a_503_naming_it_and_stores_nothing(
     assert "maxmemory" in refused.get_json()["message"]
     assert refused.headers["Retry-After"] == "30"
     assert tasks.all_ids() == []
+
+
+def test_a_put_or_patch_without_a_body_is_a_400_and_changes_nothing(admin_client_with) -> None:
+    client = admin_client_with()
+    assert client.post("/api/v1/projects", json={"name": "team", "members": ["alice"]}
+                       ).status_code == 201
+    for method, path in (("PATCH", "/api/v1/projects/team"), ("PUT", "/api/v1/policy")):
+        answer = client.open(path, method=method)
+        assert answer.status_code == 400, (method, answer.get_json())
+        assert answer.get_json()["code"] == "bad_request"
+        assert "needs a JSON body" in answer.get_json()["message"]
+    assert client.get("/api/v1/projects/team").get_json()["members"] == ["alice"]
