@@ -9,7 +9,7 @@ tightened under projects whose policies it now refuses, and their maintainers ar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,18 +73,20 @@ def _platform_protected_names(data: Mapping[str, Any], platform: Policy) -> list
     """Any project entry for a name the platform protects: setting it, protecting it with
     another value or none, all would weaken the platform's hold on it."""
     held = {p.name: p for p in platform.protected}
-    problems: list[Problem] = []
+    return [Problem(rule="layer.platform_protected", variable=name, field=field,
+                    message=f"{name} conflicts with the platform's protected entry "
+                            f"{_describe(held[name])}; a project policy cannot set, protect or "
+                            "unprotect a name the platform protects")
+            for field, name in _named_entries(data) if name in held]
+
+
+def _named_entries(data: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field, name) of each default and protected entry of a policy's raw data."""
     for where in ("defaults", "protected"):
         for index, entry in enumerate(data.get(where, [])):
             name = entry.get("name") if isinstance(entry, Mapping) else None
-            if isinstance(name, str) and name in held:
-                problems.append(Problem(
-                    rule="layer.platform_protected", variable=name,
-                    field=f"{where}[{index}].name",
-                    message=f"{name} conflicts with the platform's protected entry "
-                            f"{_describe(held[name])}; a project policy cannot set, protect or "
-                            "unprotect a name the platform protects"))
-    return problems
+            if isinstance(name, str):
+                yield f"{where}[{index}].name", name
 
 
 # Variables the Slurm commands of a job read as their own options (SLURM_CPUS_PER_TASK,
@@ -94,18 +96,11 @@ SCHEDULER_PREFIXES = ("SLURM_", "SRUN_")
 
 
 def _scheduler_names(data: Mapping[str, Any]) -> list[Problem]:
-    problems: list[Problem] = []
-    for where in ("defaults", "protected"):
-        for index, entry in enumerate(data.get(where, [])):
-            name = entry.get("name") if isinstance(entry, Mapping) else None
-            if isinstance(name, str) and name.startswith(SCHEDULER_PREFIXES):
-                problems.append(Problem(
-                    rule="layer.scheduler_variable", variable=name,
-                    field=f"{where}[{index}].name",
+    return [Problem(rule="layer.scheduler_variable", variable=name, field=field,
                     message=f"{name} is read by Slurm itself when it starts a step "
                             f"({', '.join(p + '*' for p in SCHEDULER_PREFIXES)}); only the "
-                            "platform's policy may set it"))
-    return problems
+                            "platform's policy may set it")
+            for field, name in _named_entries(data) if name.startswith(SCHEDULER_PREFIXES)]
 
 
 def _unsatisfiable(rule: Rule, where: str, platform: Policy) -> list[Problem]:
