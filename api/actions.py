@@ -370,7 +370,8 @@ def resolved_now(svc: Services, doc: Doc) -> Doc:
 
 def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]:
     """Why a task of this many replicas could never run whole, every reason at once: over
-    ``TASKENV_MAX_REPLICAS``, or over a quota that counts its replicas even alone."""
+    ``TASKENV_MAX_REPLICAS``, over the local host's run slots (its replicas start
+    together), or over a quota that counts its replicas even alone."""
     replicas = int(data.get("replicas") or 1)
     limit = svc.settings.max_replicas
     problems = []
@@ -379,6 +380,13 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
             rule="replicas.max", field="replicas", limit=limit,
             message=f"replicas: {replicas} asked for; at most {limit} are allowed per task "
                     "(TASKENV_MAX_REPLICAS)"))
+    cap = svc.settings.local_max_running
+    if svc.settings.launcher == "local" and 0 < cap < replicas:
+        problems.append(Problem(
+            rule="replicas.host_slots", field="replicas", limit=cap,
+            message=f"replicas: {replicas} asked for; the local launcher starts a task's "
+                    f"replicas together, and a host runs at most {cap} at once "
+                    "(TASKENV_LOCAL_MAX_RUNNING)"))
     if owner is not None:
         problems += never_admitted(svc.quotas.quotas, user(owner), replicas)
     return problems

@@ -63,6 +63,10 @@ class Keys:
         """A list: the revisions waiting for one of ``host``'s run slots, oldest first."""
         return f"{self.prefix}:slots:{host}:queue"
 
+    def slot_weights(self, host: str) -> str:
+        """A hash: how many slots each holding or waiting revision takes (its replicas)."""
+        return f"{self.prefix}:slots:{host}:weights"
+
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.prefix}:idem:{owner}:{key}"
 

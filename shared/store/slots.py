@@ -22,50 +22,79 @@ import redis
 
 from shared.keys import Keys
 
-# KEYS: leases, queue.  ARGV: member, now, lease end, cap.
-# Returns 1 when the member holds a slot (already, or now), else 0.  It may take a free
-# slot only if nobody waits, or it is the oldest waiting.
-ACQUIRE = r"""
-local leases, queue = KEYS[1], KEYS[2]
-local member, now, lease_end, cap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+# Shared by the scripts: a revision takes as many slots as it has replicas (its weight,
+# kept in the weights hash while it holds or waits); leases past their end are dropped
+# with their weights.  ``used`` costs one look per holding revision: at most ``cap``.
+SLOTS = r"""
+local function weight_of(weights, member)
+  return tonumber(redis.call('HGET', weights, member) or '1')
+end
+local function expire(leases, weights, now)
+  for _, gone in ipairs(redis.call('ZRANGEBYSCORE', leases, '-inf', now)) do
+    redis.call('ZREM', leases, gone)
+    redis.call('HDEL', weights, gone)
+  end
+end
+local function used(leases, weights)
+  local n = 0
+  for _, held in ipairs(redis.call('ZRANGE', leases, 0, -1)) do
+    n = n + weight_of(weights, held)
+  end
+  return n
+end
+"""
+
+# KEYS: leases, queue, weights.  ARGV: member, now, lease end, cap, weight.
+# Returns 1 when the member holds its slots (already, or now), else 0.  It may take free
+# slots only if all it needs are free and nobody waits, or it is the oldest waiting: a
+# task of several replicas starts whole or not at all.
+ACQUIRE = SLOTS + r"""
+local leases, queue, weights = KEYS[1], KEYS[2], KEYS[3]
+local member, now, lease_end = ARGV[1], ARGV[2], ARGV[3]
+local cap, weight = tonumber(ARGV[4]), tonumber(ARGV[5])
+expire(leases, weights, now)
 if redis.call('ZSCORE', leases, member) then
   redis.call('ZADD', leases, lease_end, member)
   return 1
 end
 local head = redis.call('LINDEX', queue, 0)
-if redis.call('ZCARD', leases) < cap and (not head or head == member) then
+if used(leases, weights) + weight <= cap and (not head or head == member) then
   redis.call('LREM', queue, 1, member)
   redis.call('ZADD', leases, lease_end, member)
+  redis.call('HSET', weights, member, weight)
   return 1
 end
 return 0
 """
 
-# KEYS: queue.  ARGV: member.  Joins the queue once; returns the member's place (1: next).
+# KEYS: queue, weights.  ARGV: member, weight.  Joins the queue once; returns the
+# member's place (1: next).
 JOIN = r"""
-local queue, member = KEYS[1], ARGV[1]
+local queue, weights, member, weight = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
 local place = redis.call('LPOS', queue, member)
 if not place then
+  redis.call('HSET', weights, member, weight)
   return redis.call('RPUSH', queue, member)
 end
 return place + 1
 """
 
-# KEYS: leases, queue.  ARGV: now, lease end, cap.  Pops the oldest waiting members into
-# the free slots (leases reserved for them) and returns them.
-PROMOTE = r"""
-local leases, queue = KEYS[1], KEYS[2]
+# KEYS: leases, queue, weights.  ARGV: now, lease end, cap.  Pops the oldest waiting
+# members into the free slots while the oldest fits whole (leases reserved for them)
+# and returns them; a big task at the head is never overtaken by a smaller one.
+PROMOTE = SLOTS + r"""
+local leases, queue, weights = KEYS[1], KEYS[2], KEYS[3]
 local now, lease_end, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-local free = cap - redis.call('ZCARD', leases)
+expire(leases, weights, now)
+local free = cap - used(leases, weights)
 local out = {}
-while free > 0 do
-  local member = redis.call('LPOP', queue)
-  if not member then break end
+while true do
+  local member = redis.call('LINDEX', queue, 0)
+  if not member or weight_of(weights, member) > free then break end
+  redis.call('LPOP', queue)
   redis.call('ZADD', leases, lease_end, member)
+  free = free - weight_of(weights, member)
   out[#out + 1] = member
-  free = free - 1
 end
 return out
 """
@@ -84,22 +113,24 @@ class HostSlots:
     def __init__(self, client: redis.Redis, prefix: str, host: str, cap: int,
                  lease_seconds: float) -> None:
         self.r = client
-        self.keys = [Keys(prefix).slot_leases(host), Keys(prefix).slot_queue(host)]
+        keys = Keys(prefix)
+        self.keys = [keys.slot_leases(host), keys.slot_queue(host), keys.slot_weights(host)]
         self.host, self.cap, self.lease = host, cap, lease_seconds
         self._acquire = client.register_script(ACQUIRE)
         self._join = client.register_script(JOIN)
         self._promote = client.register_script(PROMOTE)
 
-    def acquire(self, task_id: str, revision: int, now: float) -> bool:
-        """True: the revision holds a slot and may run.  False: it must wait (:meth:`join`)."""
+    def acquire(self, task_id: str, revision: int, now: float, weight: int = 1) -> bool:
+        """True: the revision holds its ``weight`` slots (one per replica) and may run.
+        False: it must wait (:meth:`join`)."""
         if self.cap <= 0:
             return True
         return bool(self._acquire(keys=self.keys, args=[member(task_id, revision), now,
-                                                        now + self.lease, self.cap]))
+                                                        now + self.lease, self.cap, weight]))
 
-    def join(self, task_id: str, revision: int) -> int:
+    def join(self, task_id: str, revision: int, weight: int = 1) -> int:
         """Wait in the queue (once, however often asked); the revision's place (1: next)."""
-        return int(self._join(keys=self.keys[1:], args=[member(task_id, revision)]))
+        return int(self._join(keys=self.keys[1:], args=[member(task_id, revision), weight]))
 
     def renew(self, task_id: str, revision: int, now: float) -> bool:
         """Extend a held lease; False if the revision holds none (it lapsed)."""
@@ -111,7 +142,10 @@ class HostSlots:
 
     def release(self, task_id: str, revision: int) -> None:
         if self.cap > 0:
-            self.r.zrem(self.keys[0], member(task_id, revision))
+            pipe = self.r.pipeline()
+            pipe.zrem(self.keys[0], member(task_id, revision))
+            pipe.hdel(self.keys[2], member(task_id, revision))
+            pipe.execute()
 
     def promote(self, now: float, still_waiting: Callable[[str, int], bool],
                 reserve_seconds: float) -> list[tuple[str, int]]:
@@ -132,6 +166,7 @@ class HostSlots:
                     self.release(task_id, revision)
 
     def running(self) -> int:
+        """Revisions holding slots (a task of several replicas is one of them)."""
         return int(self.r.zcard(self.keys[0]))
 
     def waiting(self) -> int:

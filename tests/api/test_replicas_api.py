@@ -41,13 +41,25 @@ def test_a_task_gets_its_replicas_and_one_by_default(app_with: Callable[..., Fla
 
 def test_more_replicas_than_the_setting_allows_are_refused_naming_it(
         app_with: Callable[..., Flask]) -> None:
-    ann = user(app_with(max_replicas=4), "ann")
+    ann = user(app_with(max_replicas=4, local_max_running=0), "ann")
     refused = ann.post(TASKS, json=body(replicas=5))
     assert refused.status_code == 400
     assert rules(refused) == [("replicas.max", 4)]
     assert "TASKENV_MAX_REPLICAS" in refused.get_json()["errors"][0]["message"]
     assert ann.post(TASKS, json=body(replicas=0)).status_code == 422
     assert ann.get(TASKS).get_json()["items"] == []  # nothing stored
+
+
+def test_on_the_local_launcher_more_replicas_than_a_host_runs_at_once_are_refused(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(launcher="local", local_max_running=2), "ann")
+    refused = ann.post(TASKS, json=body(replicas=3))
+    assert refused.status_code == 400
+    assert rules(refused) == [("replicas.host_slots", 2)]
+    assert "TASKENV_LOCAL_MAX_RUNNING" in refused.get_json()["errors"][0]["message"]
+    assert ann.post(TASKS, json=body(replicas=2)).status_code == 202  # fits whole
+    elsewhere = user(app_with(launcher="kubernetes", local_max_running=2), "bob")
+    assert elsewhere.post(TASKS, json=body(replicas=3)).status_code == 202  # no host cap
 
 
 def test_a_task_larger_than_a_quota_alone_is_refused_at_creation(
@@ -119,7 +131,7 @@ def test_an_identity_variable_from_the_user_is_refused_naming_each(
 
 
 def test_preview_shows_replica_zero_and_what_differs(app_with: Callable[..., Flask]) -> None:
-    ann = user(app_with(max_replicas=4), "ann")
+    ann = user(app_with(max_replicas=4, local_max_running=0), "ann")
     got = ann.post(PREVIEW, json={"env": [], "replicas": 4}).get_json()
     env = {v["name"]: v["value"] for v in got["variables"]}
     assert (env["RANK"], env["WORLD_SIZE"], env["PET_NNODES"]) == ("0", "4", "4")

@@ -139,8 +139,10 @@ class LocalLauncher:
         if self.settings.local_max_running <= 0:
             return
         slots, task_id, revision = self.slots, workload.task_id, workload.revision
-        if not slots.acquire(task_id, revision, time.time()):
-            raise WaitForSlot(slots.host, slots.cap, lambda: slots.join(task_id, revision))
+        weight = workload.replicas  # a task's replicas start together or not at all
+        if not slots.acquire(task_id, revision, time.time(), weight):
+            raise WaitForSlot(slots.host, slots.cap,
+                              lambda: slots.join(task_id, revision, weight))
 
     def admit_waiting(self, tasks: TaskStore, send: Callable[[str, str, int], None]) -> int:
         """The reconciler's turn at the host's queue: slots freed by runners that died."""

@@ -75,3 +75,25 @@ def test_no_cap_means_no_waiting_and_nothing_written() -> None:
     s = HostSlots(client, "t", "h", 0, LEASE)
     assert all(s.acquire(f"t{i}", 1, 0) for i in range(100))
     assert s.promote(0, lambda *_: True, LEASE) == [] and client.keys("*") == []
+
+
+def test_a_task_of_several_replicas_takes_a_slot_per_replica_and_starts_whole() -> None:
+    s = slots(cap=4)
+    assert s.acquire("three", 1, 0, weight=3)
+    assert not s.acquire("two", 1, 0, weight=2)  # 3 + 2 > 4: not half of it
+    assert s.join("two", 1, weight=2) == 1
+    assert not s.acquire("one", 1, 0)  # a slot is free, but "two" waited first
+    assert s.join("one", 1) == 2
+    assert s.promote(0, lambda *_: True, LEASE) == []  # "two" still does not fit whole
+    s.release("three", 1)
+    assert s.promote(1, lambda *_: True, LEASE) == [("two", 1), ("one", 1)]  # 2 + 1 <= 4
+    assert s.acquire("two", 1, 2, weight=2) and s.acquire("one", 1, 2)
+    assert not s.acquire("more", 1, 2, weight=2)  # 3 of 4 taken
+
+
+def test_a_lapsed_lease_gives_back_every_slot_of_its_replicas() -> None:
+    s = slots(cap=4)
+    assert s.acquire("four", 1, 0, weight=4)
+    assert not s.acquire("one", 1, 1)
+    assert s.acquire("one", 1, LEASE + 1)  # the runner of "four" died: all 4 came back
+    assert s.acquire("three", 1, LEASE + 1, weight=3)
