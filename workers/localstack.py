@@ -31,7 +31,7 @@ import redis
 from shared import logs
 from shared.config import Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
-from workers.launchers.local import SandboxUnavailable, sandbox_binary
+from workers.launchers.local import SandboxUnavailable, containment_abilities, sandbox_binary
 from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.localstack")
@@ -266,7 +266,9 @@ def launcher_problem(settings: Settings) -> str | None:
     if settings.launcher != "local":
         return None
     try:
-        sandbox_binary(settings.local_sandbox)
+        # The same check the launch worker makes: a host that cannot contain steps (not
+        # root, no writable cgroup) is said here once, with the setting that runs anyway.
+        containment_abilities(settings, sandbox_binary(settings.local_sandbox))
     except (SandboxUnavailable, ValueError) as exc:
         return str(exc)
     return None

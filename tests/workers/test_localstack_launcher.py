@@ -25,3 +25,13 @@ def test_other_launchers_and_a_present_bwrap_are_fine(
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert launcher_problem(Settings()) is None
+
+
+@pytest.mark.sandbox
+def test_make_run_says_at_start_when_steps_cannot_be_contained_and_how_to_run_anyway() -> None:
+    unwritable = Settings(local_cgroup_parent="/taskenv-no-such-parent/x")
+    problem = launcher_problem(unwritable)
+    assert problem is not None and "cannot contain steps" in problem
+    assert "TASKENV_LOCAL_CONTAINMENT=warn" in problem
+    assert launcher_problem(Settings(local_cgroup_parent="/taskenv-no-such-parent/x",
+                                     local_containment="warn")) is None
