@@ -97,10 +97,7 @@ class SlurmLauncher:
 
     def __init__(self, settings: Settings, timeout: float = 60.0) -> None:
         self.root = Path(settings.slurm_dir).resolve()
-        self.config = SlurmSettings(
-            partition=settings.slurm_partition, account=settings.slurm_account,
-            sbatch=_which("sbatch"), srun=settings.slurm_srun, bwrap=settings.slurm_bwrap,
-            python=settings.slurm_python, step_timeout_seconds=settings.step_timeout_seconds)
+        self.config = SlurmSettings.from_settings(settings, _which("sbatch"))
         self.squeue, self.scancel = _which("squeue"), _which("scancel")
         self.timeout = timeout
         # Client commands see the cluster's SLURM_CONF and nothing else of the worker's env.

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shared.config import DEFAULTS
 from shared.env.identity import Group, differing, replica_env
 from shared.task.workload import Workload
 from workers.launchers import slurm_job
@@ -89,13 +90,20 @@ class BadResources(ValueError):
 class SlurmSettings:
     """Where jobs go and with what: from ``TASKENV_SLURM_*``."""
 
-    partition: str = ""
-    account: str = ""
-    sbatch: str = "sbatch"
-    srun: str = "srun"
-    bwrap: str = "/usr/bin/bwrap"
-    python: str = "/usr/bin/python3"
-    step_timeout_seconds: int = 3600
+    partition: str = DEFAULTS.slurm_partition
+    account: str = DEFAULTS.slurm_account
+    sbatch: str = "sbatch"  # found on PATH by the launcher: no setting of its own
+    srun: str = DEFAULTS.slurm_srun
+    bwrap: str = DEFAULTS.slurm_bwrap
+    python: str = DEFAULTS.slurm_python
+    step_timeout_seconds: int = DEFAULTS.step_timeout_seconds
+
+    @classmethod
+    def from_settings(cls, settings: Any, sbatch: str) -> SlurmSettings:
+        return cls(partition=settings.slurm_partition, account=settings.slurm_account,
+                   sbatch=sbatch, srun=settings.slurm_srun, bwrap=settings.slurm_bwrap,
+                   python=settings.slurm_python,
+                   step_timeout_seconds=settings.step_timeout_seconds)
 
 
 def comment(workload: Workload) -> str:
