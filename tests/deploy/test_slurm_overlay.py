@@ -1,7 +1,8 @@
 """deploy/slurm/k8s: taskenv on Kubernetes submitting to an existing Slurm cluster.
 
-Rendered by ``kubectl kustomize`` (these machines ship kubectl with kustomize), since
-the overlay patches the base's Deployments; every object passes the strict schema.
+A kustomize component an operator's overlay lists.  Rendered by ``kubectl kustomize``
+(these machines ship kubectl with kustomize) as deploy/k8s/README.md has it: a copy of
+the example overlay with the component added; every object passes the strict schema.
 """
 
 from __future__ import annotations
@@ -18,20 +19,32 @@ import yaml
 from shared.config import PREFIX, Settings
 from tests.deploy.test_k8s_manifests import KUBERNETES_VERSIONS, named, setting_names
 
-OVERLAY = Path(__file__).resolve().parents[2] / "deploy" / "slurm" / "k8s"
+REPO = Path(__file__).resolve().parents[2]
+OVERLAY = REPO / "deploy" / "slurm" / "k8s"
 SUBMITTERS = ("taskenv-launch", "taskenv-reconciler")
 
 pytestmark = pytest.mark.kubectl
 
 
-@pytest.fixture(scope="module")
-def objects() -> list[dict[str, Any]]:
+def kustomize(directory: Path) -> subprocess.CompletedProcess[str]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.fail("kubectl (with its built-in kustomize) renders this overlay")
-    out = subprocess.run([kubectl, "kustomize", str(OVERLAY)], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+    return subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
+                          text=True, check=False, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    checkout = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(REPO / "deploy", checkout / "deploy")
+    prod = checkout / "deploy" / "k8s" / "overlays" / "prod"
+    shutil.copytree(checkout / "deploy" / "k8s" / "overlays" / "example", prod)
+    with (prod / "kustomization.yaml").open("a") as kustomization:
+        kustomization.write("components:\n  - ../../../slurm/k8s\n")
+    done = kustomize(prod)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -70,7 +83,14 @@ def test_only_the_submitters_get_munge_slurm_conf_and_the_shared_directory(
         assert key["secret"]["defaultMode"] == 0o440
 
 
-def test_the_placeholders_are_marked(objects: list[dict[str, Any]]) -> None:
-    key = named(objects, "Secret", "taskenv-munge")["stringData"]["munge.key"]
-    conf = named(objects, "ConfigMap", "taskenv-slurm")["data"]["slurm.conf"]
-    assert key.startswith("REPLACE-ME") and "REPLACE-ME" in conf
+def test_the_component_keeps_the_overlays_secrets_and_image(objects: list[dict[str, Any]]) -> None:
+    assert not [d for d in objects if d["kind"] == "Secret"]
+    assert "REPLACE-ME" not in yaml.safe_dump_all(objects)
+    images = {c["image"] for d in objects if d["kind"] == "Deployment"
+              for c in d["spec"]["template"]["spec"].get("initContainers", [])
+              + d["spec"]["template"]["spec"]["containers"]}
+    assert images == {"registry.example.com/platform/taskenv:1.0.0"}
+
+
+def test_the_component_alone_is_refused() -> None:
+    assert kustomize(OVERLAY).returncode != 0
