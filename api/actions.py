@@ -21,7 +21,7 @@ from shared.derived_keys import derived_keys
 from shared.doctor import advice as doctor_advice
 from shared.doctor.checkup import Doctor
 from shared.env import envfile, envlist
-from shared.env.identity import LOOPBACK, Group
+from shared.env.identity import LOOPBACK, MASTER_PORT, PET_MASTER_PORT, Group
 from shared.errors import (
     BadRequest,
     EnvInvalid,
@@ -38,9 +38,10 @@ from shared.policy.layers import ProjectConflict
 from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
 from shared.task import files as task_files
-from shared.task import records, resolution, revisions, states
+from shared.task import manifest, records, resolution, revisions, states
 from shared.task.limits import platform_maxima, resource_problems
 from shared.task.resolution import decide_policy, decide_validation
+from shared.task.workload import Workload
 from shared.types import NEXT_RUN, RESTART
 from workers.services import Services
 
@@ -394,13 +395,47 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
 
 # Kubernetes names replica 0 after the task's Job, which a preview's task does not have yet.
 PREVIEW_JOB = "<the task's job>"
+# A distributed Slurm job learns replica 0's address (its first node) and port (the one its
+# step reserves) only once it has its nodes: the node fills both in.
+SLURM_ADDR, SLURM_PORT = "<the job's first node>", "<the port the job's step reserves>"
+
+
+def replica_zero(svc: Services, replicas: int, job: str) -> str:
+    """Where replica 0 listens, as the launcher gives it (``job``: the task's Job name).
+
+    A task of one replica is a world of one on loopback on every launcher; so are the
+    replicas podman runs in one pod and the local launcher in one network."""
+    if replicas > 1 and svc.settings.launcher == "kubernetes":
+        return f"{job}-0.{job}"
+    if replicas > 1 and svc.settings.launcher == "slurm":
+        return SLURM_ADDR
+    return LOOPBACK
 
 
 def preview_group(svc: Services, data: Doc) -> Group:
     """The group a new task would run as, with replica 0's address as its launcher gives it."""
-    kubernetes = svc.settings.launcher == "kubernetes"
-    return Group(int(data.get("replicas") or 1), int(data.get("procs_per_replica") or 1),
-                 f"{PREVIEW_JOB}-0.{PREVIEW_JOB}" if kubernetes else LOOPBACK)
+    replicas = int(data.get("replicas") or 1)
+    return Group(replicas, int(data.get("procs_per_replica") or 1),
+                 replica_zero(svc, replicas, PREVIEW_JOB))
+
+
+def container_env(svc: Services, task: Doc, rev: Doc) -> list[Doc] | None:
+    """Revision ``rev``'s resolved env as replica 0's container holds it, secrets masked:
+    with its identity (RANK, MASTER_ADDR, PET_*...), which launchers add at launch and the
+    record does not keep, so a reader sees every variable the container gets, as the
+    preview shows them.  None while the revision is not resolved."""
+    resolved = rev.get("resolved")
+    if resolved is None:
+        return None
+    replicas = int(task.get("replicas") or 1)
+    job = manifest.job_name(Workload.from_doc({**task, **rev})) if replicas > 1 else ""
+    group = Group(replicas, int(task.get("procs_per_replica") or 1),
+                  replica_zero(svc, replicas, job))
+    shown = resolution.with_identity(list(resolved), group, 0)
+    if replicas > 1 and svc.settings.launcher == "slurm":
+        shown = [{**v, "value": SLURM_PORT} if v["name"] in (MASTER_PORT, PET_MASTER_PORT)
+                 else v for v in shown]
+    return [masked(v) for v in shown]
 
 
 def refuse_unadmittable(svc: Services, data: Doc, owner: str) -> None:

@@ -21,12 +21,12 @@ blp = Blueprint("revisions", __name__, url_prefix="/api/v1/tasks/<task_id>/revis
 Doc = dict[str, Any]
 
 
-def revision_view(rev: Doc) -> Doc:
-    """A revision as the API shows it: secrets masked (the drift report is stored masked)."""
-    resolved = rev.get("resolved")
+def revision_view(task: Doc, rev: Doc) -> Doc:
+    """A revision of ``task`` as the API shows it: secrets masked (the drift report is
+    stored masked), the resolved env with replica 0's identity, as the container holds it."""
     return {**{name: rev.get(name) for name in RevisionOut().fields if name in rev},
             "revision": rev["revision"], "env": [masked(e) for e in rev.get("env") or []],
-            "resolved_env": None if resolved is None else [masked(v) for v in resolved],
+            "resolved_env": actions.container_env(svc(), task, rev),
             "files": task_files.summary(rev.get("files") or [])}
 
 
@@ -46,7 +46,8 @@ class Revision(MethodView):
     def get(self, task_id: str, number: int) -> Doc:
         """One revision: env as set, resolved env with each variable's source (secrets
         masked), errors, warnings, outcome and, for a rerun, its drift report."""
-        return revision_view(actions.revision_of(svc(), readable(task_id), number))
+        task = readable(task_id)
+        return revision_view(task, actions.revision_of(svc(), task, number))
 
 
 @blp.route("/<int:old>/diff/<int:new>")

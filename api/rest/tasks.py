@@ -114,6 +114,7 @@ class Task(MethodView):
         """
         doc = readable(task_id)
         view = records.public_view(doc, task_url(task_id))
+        view["resolved_env"] = actions.container_env(svc(), doc, doc)
         kept = doc.get("next_env")
         view["next_env"] = None if kept is None else [masked(e) for e in kept]
         view.update(cancelled_by=doc.get("cancelled_by"), cancelled_at=doc.get("cancelled_at"))
@@ -172,9 +173,8 @@ class TaskEnv(MethodView):
         doc = readable(task_id)
         if query["format"] == "dotenv":
             return _dotenv(doc, query["resolved"])
-        resolved = doc.get("resolved")
         return {"revision": doc["revision"], "env": [masked(e) for e in doc["env"]],
-                "resolved_env": None if resolved is None else [masked(v) for v in resolved]}
+                "resolved_env": actions.container_env(svc(), doc, doc)}
 
     @blp.arguments(EnvPatch())
     @blp.response(202, TaskAccepted)

@@ -12,6 +12,7 @@ from cli import envfile, prompt, render
 from cli.app import App, pass_app
 from cli.errors import UsageProblem
 from cli.outcome import Exit
+from shared.env.identity import INDEX_NAMES
 
 REVISION_NOTE = ("a running container's env cannot change: the new revision is validated, "
                  "resolved and launched anew")
@@ -23,10 +24,35 @@ def env() -> None:
 
 
 def variables_of(doc: dict[str, Any], as_set: bool) -> tuple[list[dict[str, Any]], str]:
-    """The resolved env when there is one (and it is asked for), else the env as set."""
+    """The resolved env when there is one (and it is asked for), else the env as set.
+
+    The API's resolved env is what replica 0's container holds, identity included
+    (TASK_ID, RANK, WORLD_SIZE, MASTER_ADDR, PET_*...), each variable with its source."""
     if not as_set and doc.get("resolved_env") is not None:
         return doc["resolved_env"], "resolved"
     return [{**v, "source": "user"} for v in doc.get("env") or []], "as set"
+
+
+def replica_note(doc: dict[str, Any], variables: list[dict[str, Any]]) -> str | None:
+    """For a task of several replicas, which of replica 0's values the others hold
+    differently (each its own index): the table alone would read as every replica's."""
+    replicas = doc.get("replicas")
+    if not isinstance(replicas, int) or replicas < 2:
+        return None
+    held = {v.get("name") for v in variables}
+    names = [name for name in INDEX_NAMES if name in held]
+    if not names:
+        return None
+    return (f"replica 0 of {replicas} shown: in replica k, {', '.join(names)} "
+            f"{'is' if len(names) == 1 else 'are'} k")
+
+
+def print_env(app: App, doc: dict[str, Any], variables: list[dict[str, Any]],
+              title: str) -> None:
+    app.out.print(render.env_table(variables, title=title))
+    note = replica_note(doc, variables)
+    if note:
+        app.out.print(render.line(note))
 
 
 @env.command("get")
@@ -43,7 +69,7 @@ def get_env(app: App, task_id: str, as_set: bool, as_json: bool) -> int:
         return Exit.SUCCEEDED
     title = (f"task {doc['id']} revision {doc['revision']} ({doc['status']}), env {which}, "
              f"policy version {doc.get('policy_version') or '-'}")
-    app.out.print(render.env_table(variables, title=title))
+    print_env(app, doc, variables, title)
     return Exit.SUCCEEDED
 
 

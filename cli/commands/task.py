@@ -9,7 +9,7 @@ from rich.text import Text
 
 from cli import render
 from cli.app import App, pass_app
-from cli.commands.env import REVISION_NOTE, variables_of
+from cli.commands.env import REVISION_NOTE, print_env, variables_of
 from cli.commands.tasks import follow_to_end
 from cli.outcome import TABLE, Exit
 
@@ -35,7 +35,7 @@ def show(app: App, task_id: str, revision: int | None, as_json: bool) -> int:
     render.print_problems(app.out, "warnings:", doc.get("warnings") or [], style="yellow")
     render.print_doctor(app.out, doc.get("doctor"))
     variables, which = variables_of(doc, as_set=False)
-    app.out.print(render.env_table(variables, title=f"env {which}"))
+    print_env(app, doc, variables, f"env {which}")
     return Exit.SUCCEEDED
 
 

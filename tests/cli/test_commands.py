@@ -437,3 +437,32 @@ def test_preview_with_replicas_asks_for_them_and_says_what_differs(
 
     assert result.code == 0 and api.seen[0].body["replicas"] == 3
     assert "RANK differs per replica: the replica's index" in result.err
+
+
+IDENTITY_ROWS = [{"name": n, "value": v, "source": "platform"} for n, v in (
+    ("TASK_ID", "t1"), ("TASK_REPLICA", "0"), ("TASK_REPLICAS", "3"), ("RANK", "0"),
+    ("WORLD_SIZE", "3"), ("MASTER_ADDR", "127.0.0.1"), ("PET_NODE_RANK", "0"))]
+
+
+@pytest.mark.parametrize("command", [("show", "t1"), ("env", "get", "t1")])
+def test_show_and_env_get_list_the_identity_and_say_what_other_replicas_hold(
+        api: FakeApi, run, command: tuple[str, ...]):
+    api.on("GET", "/tasks/t1", task("running", replicas=3, resolved_env=[
+        *IDENTITY_ROWS, {"name": "HF_TOKEN", "value": "********", "source": "user",
+                         "secret": True}]))
+
+    result = run(*command)
+
+    assert result.code == 0
+    rows = result.out.splitlines()
+    for variable in IDENTITY_ROWS:
+        assert any(f" {variable['name']} " in f" {r} " and f" {variable['value']} " in r
+                   and "platform" in r for r in rows), variable
+    assert "replica 0 of 3 shown: in replica k, TASK_REPLICA, RANK, PET_NODE_RANK are k" \
+        in result.out
+
+
+def test_a_task_of_one_replica_has_no_note_about_other_replicas(api: FakeApi, run):
+    api.on("GET", "/tasks/t1", task("running", replicas=1, resolved_env=IDENTITY_ROWS))
+
+    assert "replica 0 of" not in run("env", "get", "t1").out

@@ -349,3 +349,57 @@ def test_env_export_by_default_is_what_env_file_takes_back(stack: Stack, user: s
     assert values == {"LR": "0.01", "NOTE": "$(HOME) stays ${HOME}"}  # no default, no TASK_ID
     assert again.returncode == 0, again.stderr
     assert "step sees|LR=0.01|NOTE=$(HOME) stays ${HOME}|NCCL_DEBUG=WARN" in again.stdout
+
+
+# --- every variable the container gets, identity included -----------------------------------
+
+# The env the step was started with, as exec'd (Python's own locale coercion, PEP 538, adds
+# LC_CTYPE to os.environ only after).
+DUMP_ENV = ("import json; raw = open('/proc/self/environ', 'rb').read().decode(); "
+            "print('ENV=' + json.dumps(dict(e.split('=', 1) for e in raw.split(chr(0)) if e)))")
+
+
+def printed_env(stack: Stack, token: str, task_id: str, replica: int) -> dict[str, str]:
+    logs = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?replica={replica}",
+                      token=token).text
+    [line] = [line for line in logs.splitlines() if line.startswith("ENV=")]
+    seen: dict[str, str] = json.loads(line[4:])
+    return seen
+
+
+def test_show_and_env_get_list_every_variable_replica_0_holds_with_its_source(
+        stack: Stack, user: str, tmp_path: Path):
+    (tmp_path / "t.yaml").write_text(
+        f"name: identity\nreplicas: 2\nsteps: [[python3, -c, \"{DUMP_ENV}\"]]\n"
+        "env: [{name: LR, value: '0.3'}, {name: API_KEY, value: hunter2-secret}]\n",
+        encoding="utf-8")
+    submitted = taskenv(stack, user, "submit", str(tmp_path / "t.yaml"), "--secret", "API_KEY",
+                        "--follow")
+    assert submitted.returncode == 0, submitted.stderr
+    task_id = task_id_in(submitted.stderr)
+
+    got = taskenv(stack, user, "env", "get", task_id, "--json")
+    shown = taskenv(stack, user, "show", task_id)
+    as_table = taskenv(stack, user, "env", "get", task_id)
+
+    assert got.returncode == shown.returncode == as_table.returncode == 0, got.stderr
+    listed = {v["name"]: v for v in json.loads(got.stdout)}
+    container = printed_env(stack, user, task_id, 0)
+    for own in ("PATH", "HOME"):  # the launcher's, not the task's env
+        container.pop(own)
+    assert set(listed) == set(container)  # nothing missing, nothing more
+    assert {n: v["value"] for n, v in listed.items() if not v.get("secret")} == {
+        n: v for n, v in container.items() if n != "API_KEY"}
+    assert listed["API_KEY"]["value"] == "********"
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("PET_NNODES", "2"), ("TASK_REPLICAS", "2")):
+        assert (listed[name]["value"], listed[name]["source"]) == (value, "platform")
+        for out in (shown.stdout, as_table.stdout):
+            assert any(f" {name} " in f" {r} " and f" {value} " in f" {r} " and "platform" in r
+                       for r in out.splitlines()), (name, out)
+    assert printed_env(stack, user, task_id, 1)["RANK"] == "1"
+    revision = stack.call("GET", f"/api/v1/tasks/{task_id}/revisions/1", token=user).json()
+    assert {v["name"] for v in revision["resolved_env"]} == set(listed)  # show --revision's
+    for out in (shown.stdout, as_table.stdout):
+        assert "replica 0 of 2 shown: in replica k, TASK_REPLICA, RANK, PET_NODE_RANK are k" in out
+        assert "hunter2-secret" not in out
