@@ -28,7 +28,8 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
   ``failed`` with the backend's reason, instead of waiting forever;
 * a local host's run slots whose runners died (their leases lapsed) go to the oldest
   ``queued`` revisions, which are launched again; waiting revisions cost the pass
-  nothing.
+  nothing, except on a full sweep, which launches again a ``queued`` revision a lost
+  write left neither waiting nor holding a slot (``workers.run_slots.rescue_stranded``).
 
 ``python -m workers.reconcile`` runs passes forever; a Redis lock lets several
 replicas run without acting twice.
@@ -48,7 +49,7 @@ from shared.store.tasks import TaskStore
 from shared.task import states
 from shared.task.workload import Workload
 from shared.types import RESTART
-from workers.launchers.base import Change, Launcher, Outcome, StreamsOutput
+from workers.launchers.base import Change, HostsRunSlots, Launcher, Outcome, StreamsOutput
 from workers.outcomes import fail
 from workers.services import Services, current
 from workers.sync import record_observed, stream_output
@@ -80,6 +81,8 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
                 enqueue(*_next_step(stage, doc))
                 counts["requeued"] += 1
     counts["admitted"] = _admit_waiting(tasks, launcher, enqueue)
+    if sweep_running:
+        counts["rescued"] = _rescue_stranded(tasks, launcher, enqueue, stuck_after)
     if _apply_changes(tasks, launcher, counts, waiting):
         _check_waiting(tasks, launcher, enqueue, waiting, stuck_after, now, heartbeat_ttl,
                        counts)
@@ -100,13 +103,24 @@ def reconcile_once(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
 def _admit_waiting(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue) -> int:
     """Slots that runners which died never gave back (their leases lapsed) go to the
     oldest waiting revisions: one look at the host's slots, never one per waiting task."""
-    admit = getattr(launcher, "admit_waiting", None)
-    if admit is None:
+    if not isinstance(launcher, HostsRunSlots):
         return 0
     try:
-        return int(admit(tasks, enqueue))
+        return launcher.admit_waiting(tasks, enqueue)
     except Exception:  # the slots unreadable: the next pass tries again
         log.exception("reconcile: the host's run slots could not be read")
+        return 0
+
+
+def _rescue_stranded(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
+                     stuck_after: float) -> int:
+    """Waiting revisions a lost write left out of the host's queue are launched again."""
+    if not isinstance(launcher, HostsRunSlots):
+        return 0
+    try:
+        return launcher.rescue_stranded(tasks, enqueue, stuck_after)
+    except Exception:  # Redis restarting: the next sweep tries again
+        log.exception("reconcile: the waiting revisions could not be checked")
         return 0
 
 

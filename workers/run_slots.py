@@ -34,3 +34,29 @@ def admit_waiting(tasks: TaskStore, slots: HostSlots, send: Send, reserve_second
     for task_id, revision in admitted:
         send("launch", task_id, revision)
     return len(admitted)
+
+
+def rescue_stranded(tasks: TaskStore, slots: HostSlots, send: Send, older_than: float,
+                    now: float | None = None) -> int:
+    """Launch again the ``queued`` revisions that neither wait nor hold a slot; how many.
+
+    A revision is recorded as ``queued`` before it joins the host's queue, and a promoted
+    one holds its slot before it moves back to ``resolved``: a worker or Redis lost
+    between the two writes strands it, with nothing left that would ever move it.  Such a
+    revision goes back to ``resolved`` and gets its launch message, which takes a slot
+    (or the one it holds) or joins the queue again.  Called by the reconciler's full
+    sweeps: one look per waiting revision, like the sweep of running ones; ``older_than``
+    spares a revision whose worker is between the two writes right now.
+    """
+    now = time.time() if now is None else now
+    rescued = 0
+    for task_id in tasks.iter_ids_in_state(states.QUEUED):
+        seen = tasks.position_since(task_id)
+        if seen is None or seen[1] != states.QUEUED or now - seen[2] < older_than:
+            continue
+        revision = seen[0]
+        if not slots.holds_or_waits(task_id, revision, now) and move(
+                tasks, task_id, revision, states.QUEUED, states.RESOLVED):
+            send("launch", task_id, revision)
+            rescued += 1
+    return rescued

@@ -165,6 +165,17 @@ class HostSlots:
                 else:
                     self.release(task_id, revision)
 
+    def holds_or_waits(self, task_id: str, revision: int, now: float) -> bool:
+        """Whether the revision holds a lease not yet lapsed at ``now``, or waits in the
+        queue: one round trip."""
+        if self.cap <= 0:
+            return True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zscore(self.keys[0], member(task_id, revision))
+        pipe.lpos(self.keys[1], member(task_id, revision))
+        lease_end, place = pipe.execute()
+        return (lease_end is not None and float(lease_end) > now) or place is not None
+
     def running(self) -> int:
         """Revisions holding slots (a task of several replicas is one of them)."""
         return int(self.r.zcard(self.keys[0]))

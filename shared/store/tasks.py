@@ -462,6 +462,14 @@ class TaskStore:
             return None
         return int(json.loads(revision)), str(json.loads(state))
 
+    def position_since(self, task_id: str) -> tuple[int, str, float] | None:
+        """:meth:`position` and when the record last changed; None if gone."""
+        revision, state, updated_at = self.r.hmget(  # type: ignore[misc]
+            self.keys.task(task_id), ["revision", "state", "updated_at"])
+        if revision is None or state is None or updated_at is None:
+            return None
+        return int(json.loads(revision)), str(json.loads(state)), float(json.loads(updated_at))
+
     def find(self, task_id: str) -> Doc | None:
         try:
             return self.get(task_id)

@@ -32,11 +32,13 @@ class Report:
     states: Counter[str] = field(default_factory=Counter)
     lost: int = 0
     launched_twice: int = 0
+    unfinished: list[str] = field(default_factory=list)  # where each one stands
 
     def line(self, name: str) -> str:
         return (f"{name}: submitted={self.submitted} accepted={len(self.accepted)} "
                 f"finished={sum(self.states.values())} {dict(self.states)} "
-                f"lost={self.lost} launched_twice={self.launched_twice}")
+                f"lost={self.lost} launched_twice={self.launched_twice}"
+                + "".join(f"\n  not final: {where}" for where in self.unfinished))
 
 
 class FaultStack:
@@ -138,12 +140,47 @@ class FaultStack:
         return {task_id: json.loads(state) if state else state
                 for task_id, state in zip(ids, pipe.execute(), strict=True)}
 
-    def wait_final(self, ids: list[str], timeout: float) -> dict[str, str]:
+    def wait_final(self, ids: list[str], timeout: float, stalled_for: float = 60.0
+                   ) -> dict[str, str]:
+        """The tasks' states once all are final, or once none has moved for
+        ``stalled_for`` seconds after ``timeout``: a slow machine makes tasks late, and a
+        late task is waited for as long as the stack still moves any; a lost one is not."""
         deadline = time.monotonic() + timeout
+        last, moved_at = {}, time.monotonic()
         while True:
             states = self.states_of(ids)
-            if all(s in FINAL for s in states.values()) or time.monotonic() > deadline:
+            if all(s in FINAL for s in states.values()):
                 return states
+            if states != last:
+                last, moved_at = states, time.monotonic()
+            if time.monotonic() > deadline and time.monotonic() - moved_at > stalled_for:
+                return states
+            time.sleep(0.2)
+
+    def where(self, task_id: str) -> str:
+        """Where an unfinished task stands: its record, its messages, its run slot."""
+        client = redis.Redis.from_url(self.redis.url, decode_responses=True)
+        keys = Keys()
+        fields = dict(zip(["state", "revision", "updated_at", "events"],
+                          client.hmget(keys.task(task_id),
+                                       ["state", "revision", "updated_at", "events"]),
+                          strict=True))
+        doc = {name: json.loads(value) if value else None for name, value in fields.items()}
+        revision = doc["revision"] or 0
+        queued = {queue: sum(task_id in m for m in client.lrange(keys.queue(queue), 0, -1))
+                  for queue in QUEUES}
+        unacked = sum(task_id in m for m in client.hvals(f"{keys.celery_prefix()}unacked"))
+        slot = f"{task_id}:{revision}"
+        host_queues = [k for k in client.scan_iter(f"{keys.prefix}:slots:*")
+                       if client.type(k) == "list" and slot in client.lrange(k, 0, -1)]
+        leases = [k for k in client.scan_iter(f"{keys.prefix}:slots:*")
+                  if client.type(k) == "zset" and client.zscore(k, slot) is not None]
+        last_event = (doc["events"] or [{}])[-1]
+        age = time.time() - doc["updated_at"] if doc["updated_at"] else None
+        return (f"{task_id} r{revision} {doc['state']} for {age or 0:.0f}s, last event "
+                f"{last_event}, messages queued {queued} unacked {unacked}, heartbeat "
+                f"{bool(client.exists(keys.beat(task_id, revision)))}, waiting for a slot "
+                f"{bool(host_queues)}, holding one {bool(leases)}")
 
     def launches(self, ids: list[str]) -> Counter[str]:
         """Launches per task id, as the counting task's step printed them in its log."""
@@ -161,6 +198,7 @@ class FaultStack:
         report = Report(submitted=submitted, accepted=ids)
         report.states = Counter(s for s in states.values() if s in FINAL)
         report.lost = sum(1 for s in states.values() if s not in FINAL)
+        report.unfinished = [self.where(t) for t, s in states.items() if s not in FINAL]
         report.launched_twice = sum(1 for task_id in ids if launches[task_id] > 1)
         succeeded_without_run = [t for t, s in states.items()
                                  if s == "succeeded" and launches[t] != 1]

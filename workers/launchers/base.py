@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from shared.task.workload import Workload
+
+if TYPE_CHECKING:
+    from shared.store.tasks import TaskStore
+
+Send = Callable[[str, str, int], None]  # stage, task id, revision
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,20 @@ class Launcher(Protocol):
         Safe to call twice.  Once it returns, :meth:`observe` no longer says ``running``
         (a backend that stops asynchronously raises ``TransientError`` until it has).
         """
+        ...
+
+
+@runtime_checkable
+class HostsRunSlots(Protocol):
+    """A launcher whose revisions may wait for one of a host's run slots (``queued``)."""
+
+    def admit_waiting(self, tasks: TaskStore, send: Send) -> int:
+        """Give the slots of runners that died to the oldest waiting revisions; how many."""
+        ...
+
+    def rescue_stranded(self, tasks: TaskStore, send: Send, older_than: float) -> int:
+        """Launch again each ``queued`` revision left neither waiting nor holding a slot
+        for ``older_than`` seconds (its worker died between the two writes); how many."""
         ...
 
 

@@ -41,7 +41,7 @@ from shared.task.workload import Workload
 from workers.launchers import containment
 from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
 from workers.launchers.sandbox import TASK_HOME, BadWorkdir, workdir_inside
-from workers.run_slots import admit_waiting
+from workers.run_slots import admit_waiting, rescue_stranded
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,13 @@ class LocalLauncher:
         if self.settings.local_max_running <= 0:
             return 0
         return admit_waiting(tasks, self.slots, send, reserve_seconds(self.settings))
+
+    def rescue_stranded(self, tasks: TaskStore, send: Callable[[str, str, int], None],
+                        older_than: float) -> int:
+        """The reconciler's full sweep of the revisions recorded as waiting."""
+        if self.settings.local_max_running <= 0:
+            return 0
+        return rescue_stranded(tasks, self.slots, send, older_than)
 
     def observe(self, workload: Workload) -> Outcome | None:
         """``running`` while the runner lives, then the outcome it left; None if it left none.
