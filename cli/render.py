@@ -49,14 +49,17 @@ def terminal_safe(text: str) -> str:
 
 
 def when(timestamp: Any) -> str:
-    """An API time (RFC 3339, e.g. ``2026-12-01T15:04:05.123Z``) in the reader's zone."""
+    """An API time (RFC 3339, e.g. ``2026-12-01T15:04:05.123Z``) in the reader's zone, with
+    that zone's offset (ISO 8601: ``2026-12-01T16:04:05+01:00``): a time read from a
+    terminal, a log or another user's screen says which moment it is."""
     if not isinstance(timestamp, str) or not timestamp:
         return ""
     try:
         moment = timestamps.parse(timestamp)
     except ValueError:
-        return shown(timestamp)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        # As the server wrote it, but never passed off as a time in the reader's zone.
+        return f"{shown(timestamp)} (time zone unknown)"
+    return moment.astimezone().isoformat(timespec="seconds")
 
 
 def problem_line(problem: dict[str, Any]) -> str:

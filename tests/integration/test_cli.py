@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -35,10 +37,10 @@ env:
 DOTENV = "# from the .env file\nNOTE='$(HOME) stays ${HOME}'\n"
 
 
-def taskenv(stack: Stack, token: str, *args: str,
-            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def taskenv(stack: Stack, token: str, *args: str, stdin: str | None = None,
+            **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(stack.work_dir),
-           "TASKENV_URL": stack.base, "TASKENV_TOKEN": token}
+           "TASKENV_URL": stack.base, "TASKENV_TOKEN": token, **extra_env}
     result = subprocess.run([str(TASKENV), *args], env=env, capture_output=True, text=True,
                             timeout=120, check=False, input=stdin)
     assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
@@ -403,3 +405,27 @@ def test_show_and_env_get_list_every_variable_replica_0_holds_with_its_source(
     for out in (shown.stdout, as_table.stdout):
         assert "replica 0 of 2 shown: in replica k, TASK_REPLICA, RANK, PET_NODE_RANK are k" in out
         assert "hunter2-secret" not in out
+
+
+# --- times name their zone -------------------------------------------------------------------
+
+def test_the_times_the_server_gives_are_printed_in_the_readers_zone_with_its_offset(
+        stack: Stack, user: str, succeeded_task: str):
+    in_kolkata = {"TZ": "IST-5:30"}  # a POSIX zone: no tz database needed
+    doc = stack.task(succeeded_task)
+    made_at = stack.call("GET", f"/api/v1/tasks/{succeeded_task}/revisions",
+                         token=user).json()["items"][0]["made_at"]
+    for command, at in ((("show", succeeded_task), doc["created_at"]),
+                        (("revisions", succeeded_task), made_at),
+                        (("tasks", "--status", doc["status"]), doc["updated_at"])):
+        result = taskenv(stack, user, *command, **in_kolkata)
+        assert result.returncode == 0, result.stderr
+        assert render_in_kolkata(at) in result.stdout, (command, at, result.stdout)
+        assert not re.search(r"\d\d:\d\d:\d\d(?![+\d])", result.stdout), result.stdout
+
+
+def render_in_kolkata(rfc3339: str) -> str:
+    """The server's UTC time as the CLI should print it five and a half hours east."""
+    moment = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    return moment.astimezone(timezone(timedelta(hours=5, minutes=30))).isoformat(
+        timespec="seconds")
