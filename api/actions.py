@@ -174,24 +174,36 @@ def revise_task(svc: Services, task_id: str, actor: str, scope: str | None,
 
     def change(doc: Doc) -> Doc:
         check_match(doc, if_match)
-        if doc["state"] in states.LAUNCHED:  # started meanwhile: say so rather than guess
-            raise StateConflict(f"task {task_id} started meanwhile ({doc['state']}); "
-                                "send the change again")
-        if doc["state"] == states.PENDING and doc.get("apply") == RESTART:
-            raise StateConflict(f"task {task_id} is restarting: revision {doc['revision']} "
-                                "starts once the one before has stopped; change it then")
+        if doc["state"] in states.LAUNCHED:  # started meanwhile: restart it instead
+            raise _StartedMeanwhile
         env = _patched(svc, doc, set_, unset, action)
         # Judged again inside the compare-and-set: changes of one task racing each other
         # are each counted on the revision they would follow.  (A restart is judged once,
         # before it stops anything: a refusal after the stop would end the run for nothing.)
         svc.quotas.check_revision(doc)
+        waits_for = records.restart_waits_for(doc)
+        if waits_for is not None:  # restarting: this one starts once that one has stopped
+            return _next_revision(doc, env, actor, action, extra, apply=RESTART,
+                                  replaces=waits_for)
         return _next_revision(doc, env, actor, action, extra)
 
-    new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
+    try:
+        new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
+    except _StartedMeanwhile:
+        return revise_task(svc, task_id, actor, scope, set_, unset, action, extra,
+                           apply=apply, if_match=if_match, files=files)
     assert new is not None  # ``change`` never declines: it returns a revision or raises
     _audit_revision(svc, actor, action, new, set_, unset)
-    svc.enqueue(new["id"], new["revision"])
+    waits_for = records.restart_waits_for(new)
+    if waits_for is None:
+        svc.enqueue(new["id"], new["revision"])
+    else:  # the stop's handler starts the newest revision once the old workload is gone
+        svc.send("cancel", task_id, waits_for)
     return new
+
+
+class _StartedMeanwhile(Exception):
+    """The task was launched between reading it and changing it: restart it instead."""
 
 
 def check_match(doc: Doc, if_match: int | None) -> None:
@@ -257,10 +269,15 @@ def _restart(svc: Services, doc: Doc, actor: str, set_: list[Doc], unset: list[s
 
     def change(current: Doc) -> Doc:
         if current["revision"] != old["revision"] or current["state"] != states.CANCELLED:
-            raise StateConflict(f"task {task_id} changed while it was being restarted")
+            raise _StartedMeanwhile  # another change came first: go on from it
         return _next_revision(current, env, actor, "task.restart", extra, apply=RESTART)
 
-    new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
+    try:
+        new = svc.tasks.update(task_id, change, budget=svc.quotas.quotas)
+    except _StartedMeanwhile:
+        svc.send("cancel", task_id, old["revision"])  # the run this call stopped
+        return revise_task(svc, task_id, actor, None, set_, unset, action, extra,
+                           if_match=if_match)
     assert new is not None
     _audit_revision(svc, actor, action, new, set_, unset, apply=RESTART)
     svc.send("cancel", task_id, old["revision"])

@@ -46,9 +46,8 @@ from typing import Any
 from shared import logs, metrics
 from shared.config import Settings
 from shared.store.tasks import TaskStore
-from shared.task import states
+from shared.task import records, states
 from shared.task.workload import Workload
-from shared.types import RESTART
 from workers.launchers.base import Change, HostsRunSlots, Launcher, Outcome, StreamsOutput
 from workers.outcomes import fail
 from workers.services import Services, current
@@ -127,8 +126,9 @@ def _rescue_stranded(tasks: TaskStore, launcher: Launcher, enqueue: Enqueue,
 def _next_step(stage: str, doc: dict[str, Any]) -> tuple[str, str, int]:
     """A restart's revision waits for its predecessor to stop: drive that stop again
     (it starts the new revision once the old workload is gone), never the validation."""
-    if doc["state"] == states.PENDING and doc.get("apply") == RESTART:
-        return "cancel", doc["id"], doc["revision"] - 1
+    waits_for = records.restart_waits_for(doc)
+    if waits_for is not None:
+        return "cancel", doc["id"], waits_for
     return stage, doc["id"], doc["revision"]
 
 

@@ -21,10 +21,9 @@ from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.policy.store import PolicyStore
 from shared.secrets import StreamRedactor
 from shared.store.tasks import Doc, TaskStore
-from shared.task import states
+from shared.task import records, states
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
-from shared.types import RESTART
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher, WaitForSlot
 from workers.outcomes import fail, insist, move, record_outcome, started
@@ -196,8 +195,7 @@ def stop(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         seen = launcher.observe(workload)  # gone, or ended: the backend may keep its record
         if seen is not None and seen.state == states.RUNNING:
             raise TransientError(f"task {task_id} r{revision} is still stopping")
-    if (doc["revision"] == revision + 1 and doc["state"] == states.PENDING
-            and doc.get("apply") == RESTART):
+    if records.restart_waits_for(doc) == revision:
         log.info("task %s r%s stopped: starting r%s", task_id, revision, doc["revision"])
         enqueue(task_id, doc["revision"])
 

@@ -62,7 +62,7 @@ REVISION_FIELDS = frozenset({
     "env", "resolved", "errors", "warnings", "policy_version", "policy_versions",
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
-    "next_env", "files", "refs", "doctor", "replica_exit_codes",
+    "next_env", "files", "refs", "doctor", "replica_exit_codes", "replaces",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})

@@ -17,6 +17,7 @@ from shared.errors import Problem
 from shared.secrets import masked
 from shared.task import files as task_files
 from shared.task import states
+from shared.types import RESTART
 
 NOTE = ("A running container's env cannot change: a change to the env makes a new "
         "revision, which is validated, resolved and launched in a new container.")
@@ -25,7 +26,16 @@ _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code
                   "doctor", "replica_exit_codes")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
-                 "cancelled_at", "apply", "policy_versions")
+                 "cancelled_at", "apply", "policy_versions", "replaces")
+
+
+def restart_waits_for(doc: Mapping[str, Any]) -> int | None:
+    """The revision whose stop a restart's pending revision waits for; None if it waits
+    for none.  Usually the one before it; a change made while it waited replaced it, and
+    waits for the same stop (``replaces``)."""
+    if doc["state"] != states.PENDING or doc.get("apply") != RESTART:
+        return None
+    return int(doc.get("replaces") or doc["revision"] - 1)
 
 
 def request_digest(data: Mapping[str, Any], key: bytes) -> str:

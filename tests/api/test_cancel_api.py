@@ -160,14 +160,43 @@ def test_restart_cancels_the_run_and_waits_for_it_to_stop(
     assert sent.calls == [("cancel", task_id, 1)]
 
 
-def test_a_change_while_a_restart_waits_is_409(client: FlaskClient, create_task: CreateTask,
-                                                move_to: MoveTo, sent: SendSpy) -> None:
+def test_a_change_while_a_restart_waits_replaces_the_waiting_revision(
+        client: FlaskClient, create_task: CreateTask, move_to: MoveTo, tasks: TaskStore,
+        enqueued: EnqueueSpy, sent: SendSpy) -> None:
     task_id = create_task()
     move_to(task_id, states.RUNNING)
     patch(client, task_id)
+    response = client.patch(f"{TASKS}/{task_id}/env",
+                            json={"set": [{"name": "BATCH", "value": "64"}]})
+    assert response.status_code == 202, response.get_json()
+    doc = tasks.get(task_id)
+    # Revision 3 waits for revision 1's stop, as revision 2 did; neither is validated yet.
+    assert (doc["revision"], doc["state"], doc["apply"], doc["replaces"]) == (
+        3, states.PENDING, "restart", 1)
+    assert {e["name"] for e in doc["env"]} >= {"LEARNING_RATE", "BATCH"}
+    assert enqueued.calls == [(task_id, 1)]
+    assert sent.calls == [("cancel", task_id, 1), ("cancel", task_id, 1)]
+
+
+def test_a_change_racing_the_launch_restarts_the_task_instead_of_a_409(
+        client: FlaskClient, create_task: CreateTask, move_to: MoveTo, tasks: TaskStore,
+        sent: SendSpy, monkeypatch: pytest.MonkeyPatch) -> None:
+    task_id = create_task()
+    move_to(task_id, states.RESOLVED)
+    update = tasks.update
+
+    def launched_first(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(tasks, "update", update)  # once: the launch worker's claim
+        assert tasks.transition(task_id, 1, states.RESOLVED, states.LAUNCHING) is not None
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "update", launched_first)
     response = patch(client, task_id)
-    assert response.status_code == 409
-    assert "restarting" in response.get_json()["message"]
+    assert response.status_code == 202, response.get_json()
+    doc = tasks.get(task_id)
+    assert (doc["revision"], doc["state"], doc["apply"]) == (2, states.PENDING, "restart")
+    assert tasks.revision(task_id, 1)["state"] == states.CANCELLED
+    assert sent.calls == [("cancel", task_id, 1)]
 
 
 def test_next_run_keeps_the_change_and_the_run_carries_on(

@@ -487,3 +487,20 @@ def test_a_restart_starts_its_revision_only_once_the_old_workload_is_gone(
     assert launcher.running == {(task_id, 2)}
     assert resolved(tasks, task_id)["LR"]["value"] == "0.2"
     assert tasks.revision(task_id, 1)["state"] == states.CANCELLED
+
+
+def test_a_revision_that_replaced_a_waiting_restart_starts_once_the_old_workload_is_gone(
+        tasks: TaskStore, policies: PolicyStore) -> None:
+    launcher = StoppableLauncher(lingers=0)
+    task_id = running_task(tasks, policies, launcher)
+    restart(tasks, task_id)
+    # A second change while revision 2 waited: revision 3 waits for revision 1's stop.
+    tasks.update(task_id, lambda d: {**records.new_revision(
+        d, [{"name": "LR", "value": "0.3"}], "alice", "patch"), "apply": "restart",
+        "replaces": 1})
+    enqueued: list[tuple[str, int]] = []
+    stages.stop(tasks, launcher, task_id, 1, lambda *m: enqueued.append(m))
+    assert enqueued == [(task_id, 3)]
+    run_all(tasks, policies, launcher, task_id, 3)
+    assert launcher.running == {(task_id, 3)}
+    assert resolved(tasks, task_id)["LR"]["value"] == "0.3"
