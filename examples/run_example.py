@@ -3,7 +3,8 @@
 Runs in a project of its own, ``examples`` (made if missing), whose policy it sets:
 the platform's policy is left as it is.  Shows a rejected task, runs the real one (its
 two scripts travel with it as the task's files) and prints its logs.  Uses only the
-public HTTP API, with an admin's token.
+public HTTP API, with an admin's token; the server is ``TASKENV_URL``, else
+``http://127.0.0.1:$TASKENV_PORT`` (8080 by default), as for ``make run``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def call(method: str, path: str, body: object | None = None) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
+    except (urllib.error.URLError, OSError) as err:
+        raise SystemExit(f"cannot reach taskenv at {BASE} ({getattr(err, 'reason', err)}): "
+                         "is `make run` going? Give its port as TASKENV_PORT (or the whole "
+                         "address as TASKENV_URL), as make run was given it.") from None
 
 
 PROJECT = "examples"
@@ -59,11 +64,31 @@ def own_project() -> None:
     status, body = call("POST", "/api/v1/projects", {"name": PROJECT, "members": ["admin"]})
     if status not in (201, 409):  # 409: made by an earlier run
         raise SystemExit(f"cannot make project {PROJECT}: HTTP {status} {body}")
-    status, body = call("PUT", f"/api/v1/projects/{PROJECT}/policy", load("policy.json"))
+    status, body = call("PUT", f"/api/v1/projects/{PROJECT}/policy",
+                        without_platform_protected(load("policy.json")))
     if status != 200:
         raise SystemExit(f"cannot set project {PROJECT}'s policy: HTTP {status} {body}")
-    print(f"project {PROJECT}: policy version {json.loads(body).get('version')} "
+    print(f"project {PROJECT}: its policy is version {json.loads(body).get('version')} "
           "(the platform's policy is left as it is)")
+
+
+def without_platform_protected(policy: dict) -> dict:
+    """The project's policy less what the platform protects already: a project may not
+    name a variable the platform protects (its protection holds in every project)."""
+    status, body = call("GET", "/api/v1/policy")
+    if status != 200:
+        raise SystemExit(f"cannot read the platform's policy: HTTP {status} {body}")
+    locked = {entry["name"] for entry in json.loads(body).get("protected", [])}
+    for name in sorted(locked & {entry["name"] for entry in policy["protected"]}):
+        print(f"{name}: protected by the platform already, so not by the project")
+    return {**policy, "protected": [e for e in policy["protected"] if e["name"] not in locked]}
+
+
+def versions(doc: dict) -> str:
+    """The policy versions the task was resolved with, each named by its scope."""
+    pinned = doc.get("policy_versions") or {"platform": doc.get("policy_version")}
+    return ", ".join(f"{scope.replace(':', ' ')} v{version}"
+                     for scope, version in sorted(pinned.items()))
 
 
 def run(task: dict) -> dict:
@@ -84,7 +109,7 @@ def main() -> int:
     for error in locked["errors"]:
         print(f"  {error['variable']}: {error['message']}")
     doc = run(load("task.json"))
-    print(f"training task: {doc['status']} (policy v{doc['policy_version']})")
+    print(f"training task: {doc['status']} (policies: {versions(doc)})")
     for var in doc["resolved_env"]:
         print(f"  {var['name']:<22} {var['source']:<9} {var['value']!r}")
     print(call("GET", doc["url"] + "/logs")[1])

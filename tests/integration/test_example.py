@@ -46,3 +46,34 @@ def test_linear_regression_example_runs_both_scripts_on_the_platform_env(stack: 
         env={"TASKENV_URL": stack.base, "TASKENV_TOKEN": stack.admin_token,
              "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr  # a second run works too
+
+
+def run_example(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "run_example.py")],
+                          env={"PATH": "/usr/bin:/bin", **env}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_example_runs_after_the_readme_protected_the_same_names(stack: Stack):
+    before = stack.call("GET", "/api/v1/policy").json()
+    stack.set_policy({"defaults": [], "protected": [
+        {"name": "NCCL_P2P_DISABLE", "value": "1", "reason": "no peer-to-peer link"},
+        {"name": "CUDA_VISIBLE_DEVICES", "reason": "the scheduler assigns GPUs"}]})
+    try:
+        result = run_example({"TASKENV_URL": stack.base, "TASKENV_TOKEN": stack.admin_token})
+    finally:
+        stack.set_policy({key: before[key] for key in ("defaults", "protected", "on_conflict")})
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "CUDA_VISIBLE_DEVICES: protected by the platform already" in out
+    assert "CUDA_VISIBLE_DEVICES is protected" in out  # the locked task is still refused
+    training = next(line for line in out.splitlines() if line.startswith("training task"))
+    assert "platform v" in training and "project examples v" in training, training
+
+
+def test_the_example_names_the_address_it_could_not_reach(stack: Stack):
+    result = run_example({"TASKENV_PORT": "9", "TASKENV_TOKEN": stack.admin_token})
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "cannot reach taskenv at http://127.0.0.1:9" in result.stderr
+    assert "TASKENV_PORT" in result.stderr
