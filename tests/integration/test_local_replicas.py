@@ -154,3 +154,18 @@ def test_every_replica_is_held_like_any_step_as_an_unprivileged_user(stack: Stac
     for k in range(2):
         own = stack.call("GET", f"/api/v1/tasks/{task['id']}/logs?replica={k}").text
         assert "uid=" in own and "uid=0\n" not in own, own
+
+
+def test_the_distributed_example_runs_through_the_cli_on_the_default_launcher(
+        stack: Stack) -> None:
+    from tests.integration.test_cli import taskenv
+    user = stack.new_token("rhea")
+    example = str(ROOT / "examples/distributed/task.yaml")
+    submitted = taskenv(stack, user, "submit", example, "--replicas", "3", "--follow")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    for k in range(3):
+        assert f"[replica {k}] rank {k} of 3: sum of ranks 3 (want 3)" in submitted.stdout
+    task_id = submitted.stderr.split("task ", 1)[1].split()[0]
+    one = taskenv(stack, user, "logs", task_id, "--replica", "1")
+    assert "rank 1 of 3: sum of ranks 3 (want 3)\n" in one.stdout, one
+    assert "rank 0" not in one.stdout and "rank 2" not in one.stdout, one

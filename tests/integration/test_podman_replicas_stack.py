@@ -85,7 +85,7 @@ def test_the_example_through_the_cli_submit_replicas_and_logs_replica(
     from tests.integration.test_cli import taskenv
     stack = podman_stack
     user = stack.new_token("cleo")
-    example = str(ROOT / "examples/distributed/task.yaml")
+    example = str(ROOT / "examples/distributed/task-busybox.yaml")
     submitted = taskenv(stack, user, "submit", example, "--replicas", "3", "--follow")
     assert submitted.returncode == 0, submitted.stderr
     assert "[replica 0] rank 0: all 3 replicas met at 127.0.0.1:29500 (sum of ranks 3)" \
