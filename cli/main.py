@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         err.print("aborted")
         return Exit.USAGE
     except UsageProblem as exc:
-        err.print(render.line(f"error: {exc}", style="bold red"))
+        err.print(render.block(render.prose(f"error: {exc}"), style="bold red"))
         return Exit.USAGE
     except EnvRejected as exc:
-        err.print(render.line(f"the env was rejected: {exc}", style="bold red"))
+        err.print(render.block(render.prose(f"the env was rejected: {exc}"), style="bold red"))
         return Exit.REJECTED
     except ApiError as exc:
         render.print_api_error(err, exc.code, exc.message, exc.url, exc.status, exc.problems)

@@ -4,7 +4,9 @@ Data from the API is always wrapped in ``rich.text.Text``: a value such as
 ``[bold]`` or ``$(HOME)`` is printed as typed, never read as markup.  Its control
 characters are shown escaped (``\x1b``): ``Text`` drops a bell or a backspace but
 passes an escape sequence through, and a server's answer must not drive the terminal
-(clear it, retitle it, hide a line).
+(clear it, retitle it, hide a line).  Words written to be read (a reason, an error's
+message, a description) keep their line ends: each further line is indented under the
+first (``prose``), so none passes for a line of the CLI's own.
 """
 
 from __future__ import annotations
@@ -41,6 +43,35 @@ def line(text: str, style: str = "") -> Text:
     return Text(shown(text), style=style)
 
 
+def prose_lines(text: Any) -> list[str]:
+    """Words that may span lines (a reason, a message): each line's control characters
+    escaped, as ``shown`` does, but a line end kept as one (a carriage return too, as a
+    log's), trailing blank lines dropped."""
+    raw = "" if text is None else str(text)
+    lines = raw.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    while len(lines) > 1 and not lines[-1].strip():
+        lines.pop()
+    return [shown(part) for part in lines]
+
+
+def indented(block: str, prefix: str) -> str:
+    """Every line of ``block`` behind ``prefix``."""
+    return "\n".join(prefix + part for part in block.split("\n"))
+
+
+def prose(text: Any, after: str = "") -> str:
+    """A reason or a message as real text: its first line as is (then ``after``), each
+    further line indented under it, so that no line of the server's can pass for a line
+    of the CLI's own at the margin."""
+    first, *rest = prose_lines(text)
+    return "\n".join([first + after, *(indented(part, "  ") for part in rest)])
+
+
+def block(text: str, style: str = "") -> Text:
+    """Text made with ``prose``, markup inert."""
+    return Text(text, style=style)
+
+
 def terminal_safe(text: str) -> str:
     """A task's output for the terminal: lines and tabs kept, a carriage return read as
     a line end (a progress bar's redraw), every other control character escaped."""
@@ -70,7 +101,8 @@ def problem_line(problem: dict[str, Any]) -> str:
         rule += f", limit {problem['limit']}"
     message = str(problem.get("message", ""))
     message = message.removeprefix(f"{who}: ")  # schema messages start with their field
-    return shown(f"{who}: {message} ({rule})")
+    # The rule on the first line, where a reader (or grep) finds who and which rule.
+    return prose(f"{shown(who)}: {message}", f" ({shown(rule)})")
 
 
 def print_problems(out: Console, heading: str, problems: Iterable[dict[str, Any]],
@@ -80,16 +112,16 @@ def print_problems(out: Console, heading: str, problems: Iterable[dict[str, Any]
         return
     out.print(line(heading, style=f"bold {style}"))
     for shown_line in lines:
-        out.print(Text(f"  {shown_line}", style=style))
+        out.print(block(indented(shown_line, "  "), style=style))
 
 
 def print_api_error(out: Console, code: str, message: str, url: str,
                     status: int | None, problems: Sequence[dict[str, Any]]) -> None:
     # A network error's message names the URL already; an answer says who gave it.
     where = f"; {status} from {url}" if status else ""
-    out.print(line(f"error: {message} [{code}{where}]", style="bold red"))
+    out.print(block(prose(f"error: {message}", shown(f" [{code}{where}]")), style="bold red"))
     for problem in problems:
-        out.print(Text(f"  {problem_line(problem)}", style="red"))
+        out.print(block(indented(problem_line(problem), "  "), style="red"))
 
 
 def table(*columns: str, title: str | None = None) -> Table:
@@ -103,7 +135,12 @@ def table(*columns: str, title: str | None = None) -> Table:
 
 
 def row(grid: Table, *cells: Any) -> None:
-    grid.add_row(*(Text(shown(c)) for c in cells))
+    grid.add_row(*(c if isinstance(c, Text) else Text(shown(c)) for c in cells))
+
+
+def prose_cell(text: Any) -> Text:
+    """A table cell of words (a reason, a description): its lines kept, inside the cell."""
+    return Text("\n".join(prose_lines(text)))
 
 
 def env_table(variables: Iterable[dict[str, Any]], title: str | None = None) -> Table:
@@ -142,11 +179,12 @@ def policy_tables(policy: dict[str, Any]) -> list[Table | Text]:
                       title="protected (tasks may not set these)")
     for p in policy.get("protected") or []:
         value = p.get("value") if p.get("value") is not None else "(reserved, no value)"
-        row(protected, p.get("name"), value, p.get("reason"), "yes" if p.get("secret") else "")
+        row(protected, p.get("name"), value, prose_cell(p.get("reason")),
+            "yes" if p.get("secret") else "")
     rules = table("name", "constraint", "description", "applies to",
                   title="rules (what a task's values must satisfy)")
     for r in policy.get("rules") or []:
-        row(rules, r.get("name"), rule_constraint(r), r.get("description") or "",
+        row(rules, r.get("name"), rule_constraint(r), prose_cell(r.get("description")),
             condition(r.get("when")))
     return [head, defaults, protected, rules]
 
@@ -227,7 +265,7 @@ def impact_parts(impact: dict[str, Any]) -> list[Table | Text]:
         grid = table("variable", "rule", "message", "newly rejected", "rejected already",
                      "owners", title="rejections")
         for r in rejections:
-            row(grid, r.get("variable"), r.get("rule"), r.get("message"),
+            row(grid, r.get("variable"), r.get("rule"), prose_cell(r.get("message")),
                 r.get("newly_rejected"), r.get("already_rejected"), r.get("owners"))
         parts.append(grid)
     changes = impact.get("changes") or []
@@ -246,12 +284,13 @@ def task_facts(doc: dict[str, Any]) -> Table:
     grid = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
+    # The reason keeps its lines, each in the value's column under the first.
     outcome = "; ".join(p for p in (
         f"exit code {doc['exit_code']}" if doc.get("exit_code") is not None else "",
-        shown(doc.get("reason") or "")) if p)
+        "\n".join(prose_lines(doc.get("reason") or ""))) if p)
     facts = [("task", doc.get("id")), ("name", doc.get("name")), ("owner", doc.get("owner")),
              ("project", doc.get("project") or "-"), ("status", doc.get("status")),
-             ("revision", doc.get("revision")), ("outcome", outcome or "-"),
+             ("revision", doc.get("revision")), ("outcome", Text(outcome or "-")),
              ("policy version", doc.get("policy_version")),
              ("image", doc.get("image") or "(the launcher's default)"),
              ("created", when(doc.get("created_at"))), ("updated", when(doc.get("updated_at")))]
@@ -259,7 +298,8 @@ def task_facts(doc: dict[str, Any]) -> Table:
         facts.append(("cancelled", f"by {doc['cancelled_by']} at "
                                    f"{when(doc.get('cancelled_at'))}"))
     for key, value in facts:
-        grid.add_row(key, Text(shown("-" if value is None else value)))
+        grid.add_row(key, value if isinstance(value, Text)
+                     else Text(shown("-" if value is None else value)))
     return grid
 
 
@@ -294,4 +334,4 @@ def print_doctor(out: Console, report: dict[str, Any] | None) -> None:
     out.print(line(f"doctor: read {read or 'no script'}", style="bold"))
     for kind, style in (("from_defaults", ""), ("unknowable", "yellow")):
         for item in report.get(kind) or []:
-            out.print(Text(f"  {shown(item.get('message', ''))}", style=style))
+            out.print(block(indented(prose(item.get("message", "")), "  "), style=style))

@@ -83,7 +83,8 @@ def warn_conflicts(app: App, conflicts: list[dict[str, Any]]) -> None:
             f"{conflict.get('policy_version')}) now conflicts with this policy:",
             "yellow"))
         for problem in conflict.get("problems") or []:
-            app.err.print(render.line(f"  {render.problem_line(problem)}", "yellow"))
+            app.err.print(render.block(render.indented(render.problem_line(problem), "  "),
+                                       "yellow"))
 
 
 @policy.command("history")

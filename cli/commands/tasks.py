@@ -31,11 +31,12 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
         render.print_problems(app.err, f"task {doc['id']} was rejected:", doc.get("errors") or [])
         return Exit.REJECTED
     detail = [f"exit code {doc['exit_code']}" if doc.get("exit_code") is not None else "",
-              render.shown(doc.get("reason") or "")]
+              str(doc.get("reason") or "")]
     extra = "; ".join(d for d in detail if d)
     style = "green" if status == "succeeded" else "red"
-    app.err.print(render.line(f"task {doc['id']} {status}" + (f": {extra}" if extra else ""),
-                              style=f"bold {style}"))
+    said = f"task {render.shown(doc['id'])} {render.shown(status)}"
+    app.err.print(render.block(render.prose(said + (f": {extra}" if extra else "")),
+                               style=f"bold {style}"))
     return for_status(status)
 
 

@@ -466,3 +466,43 @@ def test_a_task_of_one_replica_has_no_note_about_other_replicas(api: FakeApi, ru
     api.on("GET", "/tasks/t1", task("running", replicas=1, resolved_env=IDENTITY_ROWS))
 
     assert "replica 0 of" not in run("env", "get", "t1").out
+
+
+def test_an_api_error_and_a_failed_task_print_their_reasons_as_lines(api: FakeApi, run,
+                                                                     task_file: Path):
+    api.on("GET", "/tasks/t1", task("failed", exit_code=1,
+                                    reason="step 1 exited 1\nlast line: out of memory"))
+    api.on("GET", "/tasks/t2", api_error(422, "policy_conflict", "refused\nsee the policy", {
+        "variable": "DATA_ROOT", "rule": "policy.protected",
+        "message": "DATA_ROOT is protected: shared storage\nask #infra for a bucket"}))
+
+    shown = run("show", "t1")
+    refused = run("env", "get", "t2")
+    accept(api)
+    api.on("GET", "/tasks/t1/logs", Log(200, ""))
+    followed = run("submit", str(task_file), "--follow")
+
+    assert "\\n" not in shown.out + refused.err + followed.err
+    rows = [r.rstrip() for r in shown.out.splitlines()]
+    at = next(i for i, r in enumerate(rows) if r.startswith("outcome"))
+    assert rows[at].endswith("exit code 1; step 1 exited 1")
+    assert rows[at + 1].strip() == "last line: out of memory"
+    assert rows[at + 1].index("last") == rows[at].index("exit")  # under the value
+    assert refused.err.splitlines()[:4] == [
+        f"error: refused [policy_conflict; 422 from {api.base}/api/v1/tasks/t2]",
+        "  see the policy",
+        "  DATA_ROOT: DATA_ROOT is protected: shared storage (policy.protected)",
+        "    ask #infra for a bucket"]
+    assert "task t1 failed: exit code 1; step 1 exited 1\n  last line: out of memory" \
+        in followed.err
+
+
+def test_a_yaml_error_of_several_lines_is_printed_as_lines(run, tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n", encoding="utf-8")
+
+    result = run("submit", str(bad))
+
+    assert result.code == 4
+    assert "\\n" not in result.err and len(result.err.splitlines()) > 1
+    assert all(r.startswith("  ") for r in result.err.splitlines()[1:])

@@ -154,3 +154,24 @@ def test_the_token_is_printed_once_on_create_and_never_otherwise(api: FakeApi, r
     assert made_token not in listed.out + listed.err
     assert TOKEN not in failed.out + failed.err  # the run fixture checks every command too
     assert "bad token [token]" in failed.err
+
+
+def test_a_reason_of_several_lines_forges_no_line_at_the_margin_and_stays_inert(
+        api: FakeApi, run, task_file: Path):
+    forged = "task t1 succeeded"
+    reason = f"why\n{forged}\r{HOSTILE}\n{MARKUP}"
+    api.on("POST", "/tasks", Answer(202, {"id": "t1", "url": "/api/v1/tasks/t1",
+                                          "revision": 1, "status": "pending"}))
+    api.on("GET", "/tasks/t1", hostile_task(reason=reason))
+    api.on("GET", "/tasks/t1/logs", Log(200, ""))
+    api.on("GET", "/tasks/t2", api_error(409, "conflict", reason))
+
+    followed = run("submit", str(task_file), "--follow")
+    shown = run("show", "t1")
+    refused = run("env", "get", "t2")
+
+    for result in (followed, shown, refused):
+        assert_inert(result.out + result.err)
+        assert not any(r.startswith(forged) for r in (result.out + result.err).splitlines())
+    assert f"\n  {forged}\n" in followed.err  # the reason's own line, indented under it
+    assert "[bold red]" in refused.err

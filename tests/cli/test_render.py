@@ -81,3 +81,29 @@ def test_a_message_that_repeats_its_field_is_not_said_twice():
                                 "message": "steps.0.0: Not a valid string."})
 
     assert line == "steps.0.0: Not a valid string. (schema)"
+
+
+def test_a_multi_line_message_keeps_its_lines_indented_under_the_first():
+    line = render.problem_line({"variable": "DATA_ROOT", "rule": "policy.protected",
+                                "message": "DATA_ROOT is protected: shared storage\n"
+                                           "ask #infra\r\nfor a bucket\n"})
+
+    assert line == ("DATA_ROOT: DATA_ROOT is protected: shared storage (policy.protected)\n"
+                    "  ask #infra\n"
+                    "  for a bucket")
+
+
+def test_each_line_of_a_message_keeps_its_control_characters_escaped():
+    assert render.prose("one\x1b[2J\ntwo\x07\tend") == "one\\x1b[2J\n  two\\x07\\tend"
+
+
+def test_a_protected_reason_of_several_lines_is_shown_as_lines_in_its_cell():
+    shown = text_of(*render.policy_tables({"version": 1, "protected": [
+        {"name": "DATA_ROOT", "value": "/mnt", "reason": "shared storage\nask #infra"}],
+        "rules": [{"name": "LR", "max": 1, "description": "fits\nin memory"}]}))
+
+    rows = shown.splitlines()
+    assert "\\n" not in shown
+    assert any("DATA_ROOT" in r and "shared storage" in r for r in rows)
+    assert any("ask #infra" in r and "DATA_ROOT" not in r for r in rows)  # its own line
+    assert any("in memory" in r and "fits" not in r for r in rows)

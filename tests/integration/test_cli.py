@@ -429,3 +429,28 @@ def render_in_kolkata(rfc3339: str) -> str:
     moment = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
     return moment.astimezone(timezone(timedelta(hours=5, minutes=30))).isoformat(
         timespec="seconds")
+
+
+# --- reasons as real text ------------------------------------------------------------------
+
+def test_an_admins_reason_of_several_lines_is_printed_as_lines_not_as_backslash_n(
+        stack: Stack, user: str, tmp_path: Path):
+    reason = "datasets live on shared storage\nask #infra for a bucket of your own"
+    stack.set_policy({**POLICY, "protected": [{**POLICY["protected"][0], "reason": reason}]})
+    (tmp_path / "t.yaml").write_text(
+        "name: sets-locked\nsteps: [[\"true\"]]\nenv: [{name: DATA_ROOT, value: /home/me}]\n",
+        encoding="utf-8")
+    try:
+        refused = taskenv(stack, user, "submit", str(tmp_path / "t.yaml"), "--follow")
+        policy = taskenv(stack, stack.admin_token, "policy", "get")
+    finally:
+        stack.set_policy(POLICY)
+
+    assert refused.returncode == 2, refused.stderr
+    assert "\\n" not in refused.stderr + policy.stdout
+    rows = refused.stderr.splitlines()
+    at = next(i for i, r in enumerate(rows) if "DATA_ROOT: DATA_ROOT is protected" in r)
+    assert rows[at].endswith("datasets live on shared storage (policy.protected)"), rows[at]
+    assert rows[at + 1] == "    ask #infra for a bucket of your own"
+    assert any("ask #infra for a bucket of your own" in r and "DATA_ROOT" not in r
+               for r in policy.stdout.splitlines())
