@@ -1,14 +1,13 @@
 """deploy/slurm/k8s: taskenv on Kubernetes submitting to an existing Slurm cluster.
 
-A kustomize component an operator's overlay lists.  Rendered by ``kubectl kustomize``
-(these machines ship kubectl with kustomize) as deploy/k8s/README.md has it: a copy of
-the example overlay with the component added; every object passes the strict schema.
+A kustomize component the operator's own overlay lists.  Rendered as deploy/k8s/README.md
+has the reader do it (tests/deploy/doc_blocks.py replays it: the example overlay copied,
+the Secrets created, the component added, ``kubectl kustomize`` as ``kubectl apply -k``
+would); every object passes the strict schema.
 """
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,34 +16,33 @@ import pytest
 import yaml
 
 from shared.config import PREFIX, Settings
+from tests.deploy import doc_blocks
 from tests.deploy.test_k8s_manifests import KUBERNETES_VERSIONS, named, setting_names
 
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "deploy" / "slurm" / "k8s"
+README = "deploy/k8s/README.md"
 SUBMITTERS = ("taskenv-launch", "taskenv-reconciler")
 
 pytestmark = pytest.mark.kubectl
 
 
-def kustomize(directory: Path) -> subprocess.CompletedProcess[str]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl (with its built-in kustomize) renders this overlay")
-    return subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True,
-                          text=True, check=False, timeout=60)
+def launcher(render: doc_blocks.Render) -> str | None:
+    configs = [d for d in render.objects if d["kind"] == "ConfigMap"
+               and d["metadata"]["name"] == "taskenv-config"]
+    return configs[0]["data"].get("TASKENV_LAUNCHER") if configs else None
+
+
+def applied(walk: doc_blocks.Walk) -> list[doc_blocks.Render]:
+    """What the README's own commands apply, in order."""
+    return [r for r in walk.renders if r.applied and r.command.doc == README]
 
 
 @pytest.fixture(scope="module")
-def objects(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    checkout = tmp_path_factory.mktemp("checkout")
-    shutil.copytree(REPO / "deploy", checkout / "deploy")
-    prod = checkout / "deploy" / "k8s" / "overlays" / "prod"
-    shutil.copytree(checkout / "deploy" / "k8s" / "overlays" / "example", prod)
-    with (prod / "kustomization.yaml").open("a") as kustomization:
-        kustomization.write("components:\n  - ../../../slurm/k8s\n")
-    done = kustomize(prod)
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+def objects(doc_walk: doc_blocks.Walk) -> list[dict[str, Any]]:
+    """What the README's Slurm steps apply."""
+    (slurm,) = [r for r in applied(doc_walk) if launcher(r) == "slurm"]
+    return slurm.objects
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
@@ -83,14 +81,41 @@ def test_only_the_submitters_get_munge_slurm_conf_and_the_shared_directory(
         assert key["secret"]["defaultMode"] == 0o440
 
 
-def test_the_component_keeps_the_overlays_secrets_and_image(objects: list[dict[str, Any]]) -> None:
-    assert not [d for d in objects if d["kind"] == "Secret"]
-    assert "REPLACE-ME" not in yaml.safe_dump_all(objects)
-    images = {c["image"] for d in objects if d["kind"] == "Deployment"
-              for c in d["spec"]["template"]["spec"].get("initContainers", [])
-              + d["spec"]["template"]["spec"]["containers"]}
-    assert images == {"registry.example.com/platform/taskenv:1.0.0"}
+def test_the_component_keeps_the_overlays_secrets_and_image(
+        objects: list[dict[str, Any]], doc_walk: doc_blocks.Walk) -> None:
+    assert not [d for d in objects if d["kind"] == "Secret"], "the real Secrets stay"
+    assert doc_blocks.PLACEHOLDER not in yaml.safe_dump_all(objects)
+    [(_, built)] = doc_walk.built
+    assert set(doc_blocks.images(objects)) == {built, "redis:7.4"}
+    assert not [i for i in doc_blocks.images(objects) if i.startswith("taskenv")]
+
+
+def test_the_component_changes_only_the_submitters_and_the_settings(
+        objects: list[dict[str, Any]], doc_walk: doc_blocks.Walk) -> None:
+    """The Slurm variant is the reader's own overlay (step 4's apply), plus what Slurm needs."""
+    kubernetes = next(r for r in applied(doc_walk) if launcher(r) == "kubernetes").objects
+    changed = {("Deployment", "taskenv", name) for name in SUBMITTERS} \
+        | {("ConfigMap", "taskenv", "taskenv-config")}
+    before = {doc_blocks.object_key(d): d for d in kubernetes}
+    after = {doc_blocks.object_key(d): d for d in objects}
+    shared = ("PersistentVolumeClaim", "taskenv", "taskenv-slurm-shared")
+    assert set(after) - set(before) == {shared}
+    assert set(before) <= set(after)
+    assert [k for k in before if k not in changed and before[k] != after[k]] == []
+    config = after[("ConfigMap", "taskenv", "taskenv-config")]["data"]
+    assert {k: v for k, v in config.items() if "SLURM" not in k and k != "TASKENV_LAUNCHER"} == \
+        {k: v for k, v in before[("ConfigMap", "taskenv", "taskenv-config")]["data"].items()
+         if k != "TASKENV_LAUNCHER"}
+
+
+def test_the_secret_and_configmap_the_submitters_read_are_created_with_their_keys(
+        doc_walk: doc_blocks.Walk) -> None:
+    created = {(c.kind, c.name): c.keys for c in doc_walk.created if c.command.doc == README}
+    assert created[("Secret", "taskenv-munge")] == {"munge.key"}
+    assert created[("ConfigMap", "taskenv-slurm")] == {"slurm.conf"}
 
 
 def test_the_component_alone_is_refused() -> None:
-    assert kustomize(OVERLAY).returncode != 0
+    """``kubectl apply -k deploy/slurm/k8s`` can never apply anything on its own."""
+    with pytest.raises(doc_blocks.RenderError):
+        doc_blocks.kustomize(OVERLAY)
