@@ -63,3 +63,26 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         yield cluster
     finally:
         cluster.stop()
+
+
+# A test writes into tmp_path, never into the checkout: whatever a run adds at the top of
+# the repository (a scheduler's default output file, say) fails the run, naming it.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IGNORED_AT_ROOT = frozenset({".pytest_cache", ".hypothesis", ".ruff_cache", ".mypy_cache",
+                             ".venv", "var", "__pycache__", ".coverage"})
+_at_start: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _at_start.update(os.listdir(ROOT))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks
+        return
+    added = sorted(set(os.listdir(ROOT)) - _at_start - IGNORED_AT_ROOT)
+    if added:
+        session.config.get_terminal_writer().line(
+            f"tests left files in the repository's top directory: {', '.join(added)}",
+            red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
