@@ -10,11 +10,10 @@ from rich.text import Text
 
 from cli import render, taskfile
 from cli.app import App, pass_app
+from cli.errors import ApiError
 from cli.follow import Follower
 from cli.outcome import TABLE, Exit, for_status
 
-STATES = ["pending", "validated", "resolved", "launching", "running", "succeeded", "failed",
-          "rejected", "cancelled"]
 existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
@@ -125,12 +124,29 @@ def all_tasks(app: App, status: str | None) -> list[dict[str, Any]]:
             return items
 
 
+def refuses_field(exc: ApiError, name: str) -> bool:
+    """The API refused the request's shape (422) for the query field ``name``."""
+    return exc.status == 422 and any(p.get("field") == name for p in exc.problems)
+
+
 @click.command("tasks")
-@click.option("--status", type=click.Choice(STATES), help="Only tasks in this state.")
+# No list of states here: the API's is the one list (the CLI may not import it), so a state
+# it adds works at once, and a name it does not know is refused naming every one it knows.
+@click.option("--status", metavar="STATE",
+              help="Only tasks in this state (running, queued, failed, ...: the server's "
+                   "states; it names them all when it refuses one).")
 @pass_app
 def list_tasks(app: App, status: str | None) -> int:
     """List your tasks (an admin sees everyone's), newest first."""
-    items = all_tasks(app, status)
+    try:
+        items = all_tasks(app, status)
+    except ApiError as exc:
+        if not refuses_field(exc, "status"):
+            raise
+        # The API judged the flag (exit 4 as for any bad flag, whichever check caught it).
+        render.print_api_error(app.err, exc.code, exc.message, exc.url, exc.status,
+                               exc.problems)
+        return Exit.USAGE
     app.out.print(render.tasks_table(items))
     app.err.print(Text(f"{len(items)} task(s)"))
     return Exit.SUCCEEDED

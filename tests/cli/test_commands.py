@@ -108,8 +108,39 @@ def test_submit_refuses_a_name_in_both_files_before_calling_the_api(
 
 def test_usage_errors_exit_4(run):
     assert run("submit", "/no/such/file.yaml").code == 4
-    assert run("tasks", "--status", "bogus").code == 4
     assert run("env", "set", "t1", "=x").code == 4
+
+
+def test_tasks_passes_any_state_to_the_api_which_knows_them(api: FakeApi, run):
+    api.on("GET", "/tasks", Answer(200, {"items": [
+        {"id": "t3", "name": "waits", "status": "queued", "revision": 1}],
+        "next_cursor": None}))
+
+    result = run("tasks", "--status", "queued")
+
+    assert result.code == 0, result.err
+    assert api.seen[0].query["status"] == "queued" and "waits" in result.out
+
+
+def test_a_state_the_api_refuses_is_a_usage_error_naming_the_states_it_knows(api: FakeApi,
+                                                                             run):
+    states = "Must be one of: pending, queued, running."
+    api.on("GET", "/tasks", api_error(422, "unprocessable_entity", "bad shape",
+                                      {"field": "status", "rule": "schema",
+                                       "message": states}))
+
+    result = run("tasks", "--status", "bogus")
+
+    assert result.code == 4  # a bad flag, as when the CLI judged it
+    assert api.seen[0].query["status"] == "bogus"
+    assert f"status: {states} (schema)" in result.err and "422" in result.err
+
+
+def test_another_refusal_of_the_task_list_still_exits_5(api: FakeApi, run):
+    api.on("GET", "/tasks", api_error(422, "unprocessable_entity", "bad shape",
+                                      {"field": "cursor", "rule": "schema", "message": "m"}))
+
+    assert run("tasks", "--status", "running").code == 5
 
 
 def test_logs_follow_prints_only_new_output_until_final(api: FakeApi, run):

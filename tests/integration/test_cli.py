@@ -8,13 +8,16 @@ import re
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from dotenv import dotenv_values
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, running_stack
+from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -454,3 +457,45 @@ def test_an_admins_reason_of_several_lines_is_printed_as_lines_not_as_backslash_
     assert rows[at + 1] == "    ask #infra for a bucket of your own"
     assert any("ask #infra for a bucket of your own" in r and "DATA_ROOT" not in r
                for r in policy.stdout.splitlines())
+
+
+# --- the server's states -------------------------------------------------------------------
+
+@pytest.fixture
+def one_slot_stack(redis_server: RedisServer,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A host that runs one task at a time: a second one waits, ``queued``."""
+    with running_stack(redis_server, tmp_path_factory.mktemp("one-slot"),
+                       TASKENV_LOCAL_MAX_RUNNING="1",
+                       TASKENV_LOCAL_HOST_NAME=f"host-{uuid.uuid4().hex[:6]}") as running:
+        yield running
+
+
+def wait_status(stack: Stack, task_id: str, status: str) -> None:
+    deadline = time.monotonic() + 60
+    while stack.task(task_id)["status"] != status:
+        assert time.monotonic() < deadline, stack.task(task_id)
+        time.sleep(0.2)
+
+
+def test_tasks_takes_every_state_the_api_knows_and_shows_its_refusal_of_others(
+        one_slot_stack: Stack):
+    stack = one_slot_stack
+    token = stack.new_token("cli-queue")
+    first = stack.create({"name": "holds-the-slot", "steps": [["sleep", "300"]]}, token=token)
+    wait_status(stack, first["id"], "running")
+    second = stack.create({"name": "waits-its-turn", "steps": [["true"]]}, token=token)
+    try:
+        wait_status(stack, second["id"], "queued")
+        queued = taskenv(stack, token, "tasks", "--status", "queued")
+        bogus = taskenv(stack, token, "tasks", "--status", "bogus")
+    finally:
+        for made in (second, first):
+            stack.call("POST", f"/api/v1/tasks/{made['id']}/cancel", token=token)
+
+    assert queued.returncode == 0, queued.stderr
+    assert second["id"] in queued.stdout and "waits-its-turn" in queued.stdout
+    assert first["id"] not in queued.stdout
+    assert bogus.returncode == 4
+    assert "422" in bogus.stderr and "status: Must be one of:" in bogus.stderr
+    assert "queued" in bogus.stderr  # the API's list of states, the one list
