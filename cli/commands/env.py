@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
 from rich.text import Text
 
-from cli import envfile, prompt, render
+from cli import envfile, prompt, render, taskfile
 from cli.app import App, pass_app
 from cli.errors import UsageProblem
 from cli.outcome import Exit
@@ -81,8 +82,10 @@ def parse_assignment(text: str) -> tuple[str, str | None]:
     return name, value if sep else None
 
 
-def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The ``set`` list; a secret named without a value is asked for, unechoed."""
+def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...],
+                env_file: Path | None = None) -> list[dict[str, Any]]:
+    """The ``set`` list: ``pairs``, then ``env_file``'s variables (a name in both is refused,
+    naming it); a secret named without a value is asked for, unechoed."""
     entries: dict[str, dict[str, Any]] = {}
     for name, value in map(parse_assignment, pairs):
         if value is None and name not in secrets:
@@ -90,6 +93,11 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...]) -> list[dict[s
         if name in entries:
             raise UsageProblem(f"{name} is given twice")
         entries[name] = {"name": name, "value": value}
+    if env_file is not None:
+        # Read as submit --env-file reads it; sent as entries, so --secret can mark them.
+        merged = taskfile.merge_env(list(entries.values()), envfile.load(env_file),
+                                    "the command line's NAME=VALUE", str(env_file))
+        entries = {e["name"]: e for e in merged}
     for name in secrets:
         entry = entries.setdefault(name, {"name": name, "value": None})
         if entry["value"] is None:
@@ -108,13 +116,18 @@ def print_accepted(app: App, accepted: dict[str, Any]) -> None:
 @click.argument("task_id")
 @click.argument("pairs", nargs=-1, metavar="NAME=VALUE...")
 @click.option("--secret", "secrets", multiple=True, metavar="NAME",
-              help="Store NAME as a secret; without NAME=VALUE its value is prompted for.")
+              help="Store NAME as a secret; without NAME=VALUE (or the .env file) its value "
+                   "is prompted for.")
+@click.option("--env-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A .env file whose variables are set too, read as submit --env-file "
+                   "reads it (never evaluated); a name also given as NAME=VALUE is refused.")
 @pass_app
-def set_env(app: App, task_id: str, pairs: tuple[str, ...], secrets: tuple[str, ...]) -> int:
+def set_env(app: App, task_id: str, pairs: tuple[str, ...], secrets: tuple[str, ...],
+            env_file: Path | None) -> int:
     """Add or change variables (a new revision)."""
-    entries = assignments(pairs, secrets)
+    entries = assignments(pairs, secrets, env_file)
     if not entries:
-        raise UsageProblem("nothing to set: give NAME=VALUE or --secret NAME")
+        raise UsageProblem("nothing to set: give NAME=VALUE, --env-file FILE or --secret NAME")
     print_accepted(app, app.client().patch_env(task_id, entries, []))
     return Exit.SUCCEEDED
 

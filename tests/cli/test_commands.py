@@ -537,3 +537,44 @@ def test_a_yaml_error_of_several_lines_is_printed_as_lines(run, tmp_path: Path):
     assert result.code == 4
     assert "\\n" not in result.err and len(result.err.splitlines()) > 1
     assert all(r.startswith("  ") for r in result.err.splitlines()[1:])
+
+
+def accept_patch(api: FakeApi) -> None:
+    api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
+                                                  "status": "pending", "url": "/x"}))
+
+
+def test_env_set_env_file_sends_its_variables_as_typed_and_marks_secrets(
+        api: FakeApi, run, tmp_path: Path):
+    (tmp_path / ".env").write_text("# kept as text\nNOTE='$(HOME) stays ${HOME}'\n"
+                                   "export HF_TOKEN=from-the-file\n", encoding="utf-8")
+    accept_patch(api)
+
+    result = run("env", "set", "t1", "LR=0.5", "--env-file", str(tmp_path / ".env"),
+                 "--secret", "HF_TOKEN")
+
+    assert result.code == 0, result.err
+    assert api.seen[0].body == {"set": [
+        {"name": "LR", "value": "0.5"}, {"name": "NOTE", "value": "$(HOME) stays ${HOME}"},
+        {"name": "HF_TOKEN", "value": "from-the-file", "secret": True}], "unset": []}
+
+
+def test_env_set_refuses_a_name_both_in_the_file_and_given_naming_it(api: FakeApi, run,
+                                                                     tmp_path: Path):
+    (tmp_path / ".env").write_text("LR=0.1\nNOTE=x\n", encoding="utf-8")
+
+    result = run("env", "set", "t1", "LR=0.5", "--env-file", str(tmp_path / ".env"))
+
+    assert result.code == 2 and api.seen == []
+    assert "the env was rejected" in result.err
+    assert "LR" in result.err and "NOTE" not in result.err
+
+
+def test_env_set_refuses_a_file_line_that_is_no_binding_before_sending(api: FakeApi, run,
+                                                                       tmp_path: Path):
+    (tmp_path / ".env").write_text("LR=0.1\nnot a binding\n", encoding="utf-8")
+
+    result = run("env", "set", "t1", "--env-file", str(tmp_path / ".env"))
+
+    assert result.code == 2 and api.seen == []
+    assert "line 2" in result.err

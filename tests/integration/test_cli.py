@@ -499,3 +499,30 @@ def test_tasks_takes_every_state_the_api_knows_and_shows_its_refusal_of_others(
     assert bogus.returncode == 4
     assert "422" in bogus.stderr and "status: Must be one of:" in bogus.stderr
     assert "queued" in bogus.stderr  # the API's list of states, the one list
+
+
+# --- env set --env-file ----------------------------------------------------------------------
+
+def test_env_set_env_file_makes_a_revision_with_the_files_values_as_typed(
+        stack: Stack, user: str, tmp_path: Path):
+    (tmp_path / "t.yaml").write_text(TASK_YAML, encoding="utf-8")
+    (tmp_path / ".env").write_text(DOTENV, encoding="utf-8")
+    first = taskenv(stack, user, "submit", str(tmp_path / "t.yaml"), "--env-file",
+                    str(tmp_path / ".env"), "--follow")
+    assert first.returncode == 0, first.stderr
+    task_id = task_id_in(first.stderr)
+    (tmp_path / "more.env").write_text("NOTE='`id` and $(HOME) stay text'\nLR=0.9\n",
+                                       encoding="utf-8")
+
+    both = taskenv(stack, user, "env", "set", task_id, "LR=0.7",
+                   "--env-file", str(tmp_path / "more.env"))
+    assert both.returncode == 2 and "LR" in both.stderr  # named both ways: refused
+    (tmp_path / "more.env").write_text("NOTE='`id` and $(HOME) stay text'\n", encoding="utf-8")
+    changed = taskenv(stack, user, "env", "set", task_id, "LR=0.7",
+                      "--env-file", str(tmp_path / "more.env"))
+
+    assert changed.returncode == 0, changed.stderr
+    assert stack.wait(task_id, revision=2)["status"] == "succeeded"
+    logs = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision=2", token=user).text
+    assert "step sees|LR=0.7|NOTE=`id` and $(HOME) stay text|NCCL_DEBUG=WARN" in logs
+    assert stack.task(task_id)["revision"] == 2  # the refused change made none
