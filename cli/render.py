@@ -317,13 +317,29 @@ def revisions_table(items: Iterable[dict[str, Any]]) -> Table:
 
 
 def catalog_table(entries: Iterable[dict[str, Any]]) -> Table:
-    grid = table("name", "values", "layer", "description", "source")
+    """Every field an entry documents (the API's ``EntryOut``), each in its own column."""
+    grid = table("name", "type", "values", "range", "case", "layer", "description", "source")
     for e in entries:
-        kind = e.get("type") or "string"
-        values = ", ".join(e.get("values") or []) or kind
-        row(grid, e.get("name"), values, e.get("scope") or e.get("layer"),
-            e.get("description"), e.get("source") or "")
+        row(grid, e.get("name"), e.get("type") or "string", ", ".join(e.get("values") or []),
+            value_range(e), "any" if e.get("case_insensitive") else "",
+            e.get("scope") or e.get("layer"), prose_cell(e.get("description")),
+            e.get("source") or "")
     return grid
+
+
+def value_range(entry: dict[str, Any]) -> str:
+    """``0 <= value <= 1``, ``value >= 1``, or nothing: the documented bounds of a number."""
+    low, high = (number(entry.get(k)) for k in ("min", "max"))
+    if low and high:
+        return f"{low} <= value <= {high}"
+    return f"value >= {low}" if low else f"value <= {high}" if high else ""
+
+
+def number(value: Any) -> str:
+    """A JSON number as written by hand: ``1`` for 1.0, ``0.001`` as is; None as nothing."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else str(value)
 
 
 def print_doctor(out: Console, report: dict[str, Any] | None) -> None:

@@ -93,3 +93,22 @@ def test_show_prints_the_pre_flight_report(api: FakeApi, run) -> None:
     assert "doctor: read train.py" in result.out
     assert "set by a default of project:vision" in result.out
     assert "built at run time" in result.out
+
+
+def test_catalog_list_shows_every_documented_field(api: FakeApi, run) -> None:
+    api.on("GET", "/catalog", Answer(200, {"builtin": True, "project": None, "entries": [
+        {"name": "LR", "description": "learning rate", "type": "float", "values": [],
+         "min": 0.0, "max": 1.0, "layer": "platform", "scope": "platform"},
+        {"name": "WORKERS", "type": "int", "values": [], "min": 1, "layer": "platform"},
+        {"name": "CEILING", "type": "int", "values": [], "max": 0.5, "layer": "platform"},
+        {"name": "MODE", "type": "enum", "values": ["Fast", "Slow"],
+         "case_insensitive": True, "layer": "builtin"}]}))
+
+    result = run("catalog", "list")
+
+    assert result.code == 0
+    rows = {r.split("│")[1].strip(): r for r in result.out.splitlines() if r.count("│") > 2}
+    assert "float" in rows["LR"] and "0 <= value <= 1" in rows["LR"]
+    assert "value >= 1" in rows["WORKERS"] and "value <= 0.5" in rows["CEILING"]
+    assert "Fast, Slow" in rows["MODE"] and " any " in rows["MODE"] and "enum" in rows["MODE"]
+    assert " any " not in rows["LR"]

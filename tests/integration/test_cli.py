@@ -526,3 +526,23 @@ def test_env_set_env_file_makes_a_revision_with_the_files_values_as_typed(
     logs = stack.call("GET", f"/api/v1/tasks/{task_id}/logs?revision=2", token=user).text
     assert "step sees|LR=0.7|NOTE=`id` and $(HOME) stay text|NCCL_DEBUG=WARN" in logs
     assert stack.task(task_id)["revision"] == 2  # the refused change made none
+
+
+# --- the catalog's fields --------------------------------------------------------------------
+
+def test_catalog_list_shows_the_range_values_and_case_the_server_documents(stack: Stack):
+    admin = stack.admin_token
+    made = taskenv(stack, admin, "catalog", "set", "CLI_RATE", "--type", "float", "--min", "0",
+                   "--max", "0.5", "--description", "a rate")
+    made_enum = taskenv(stack, admin, "catalog", "set", "CLI_MODE", "--type", "enum",
+                        "--value", "Fast", "--value", "Slow", "--case-insensitive")
+    try:
+        listed = taskenv(stack, admin, "catalog", "list", "--layer", "platform")
+    finally:
+        for name in ("CLI_RATE", "CLI_MODE"):
+            taskenv(stack, admin, "catalog", "delete", name)
+
+    assert made.returncode == made_enum.returncode == listed.returncode == 0, made.stderr
+    rows = {r.split("│")[1].strip(): r for r in listed.stdout.splitlines() if r.count("│") > 2}
+    assert "float" in rows["CLI_RATE"] and "0 <= value <= 0.5" in rows["CLI_RATE"]
+    assert "Fast, Slow" in rows["CLI_MODE"] and " any " in rows["CLI_MODE"]
