@@ -51,6 +51,7 @@ IF_NONE_MATCH = {"name": "If-None-Match", "in": "header", "required": False,
 # What If-Match takes: a revision, alone or as the first part of the task's ETag.
 REVISION_TAG = re.compile(r"([0-9]{1,12})(?:-[0-9a-f]{16})?")
 BYTE_OFFSET = re.compile(r"[0-9]{1,15}")
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,15}")
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "maxLength": 200},
                "description": "Retries with the same key return the same task."}
@@ -252,6 +253,17 @@ LOG_HEADERS = {
 }
 
 
+def whole_number(name: str) -> int | None:
+    """A query parameter that must be a whole number when given: ``?replica=abc`` is a 400
+    naming it, never the answer to a question not asked (the whole log)."""
+    text = request.args.get(name)
+    if text is None:
+        return None
+    if not WHOLE_NUMBER.fullmatch(text):
+        raise BadRequest(f"{name} must be a whole number, not {text[:40]!r}")
+    return int(text)
+
+
 @blp.route("/<task_id>/logs")
 class TaskLogs(MethodView):
     @blp.response(200, content_type="text/plain", headers=LOG_HEADERS,
@@ -275,10 +287,10 @@ class TaskLogs(MethodView):
         A task of several replicas: every replica's lines, each prefixed with
         ``[replica k]``; ``?replica=k`` keeps replica k's, unprefixed."""
         doc = readable(task_id)
-        revision = request.args.get("revision", type=int) or doc["revision"]
+        revision = whole_number("revision") or doc["revision"]
         if not 1 <= revision <= doc["revision"]:
             raise NotFound(f"task {task_id} has no revision {revision}")
-        replica = request.args.get("replica", type=int)
+        replica = whole_number("replica")
         replicas = int(doc.get("replicas") or 1)
         if replica is not None and not 0 <= replica < replicas:
             raise NotFound(f"task {task_id} has no replica {replica}: its replicas are "

@@ -316,6 +316,16 @@ def test_logs_are_plain_text_for_the_current_or_a_given_revision(
         assert response.get_json()["message"] == f"task {task_id} has no revision {missing}"
 
 
+@pytest.mark.parametrize("query", ["replica=abc", "replica=1.5", "revision=two", "replica="])
+def test_a_log_query_that_is_no_number_is_a_400_naming_it(
+        client: FlaskClient, create_task: CreateTask, tasks: TaskStore, query: str) -> None:
+    task_id = create_task()
+    tasks.append_log(task_id, 1, "the whole log\n")
+    response = client.get(f"{TASKS}/{task_id}/logs?{query}")
+    assert response.status_code == 400, response.get_data(as_text=True)
+    assert f"{query.split('=')[0]} must be a whole number" in response.get_json()["message"]
+
+
 def test_logs_of_a_task_without_output_are_empty(client: FlaskClient,
                                                  create_task: CreateTask) -> None:
     response = client.get(f"{TASKS}/{create_task()}/logs")
