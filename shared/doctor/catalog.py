@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,6 +29,8 @@ ENTRY_KEYS = ("name", "description", "type", "values", "case_insensitive", "min"
 # What one entry may hold: an entry is a tenant's data stored by the platform.
 MAX_DESCRIPTION = 500
 MAX_SOURCE = 500
+# An http(s) address with a host, and no space or control character in it.
+WEB_ADDRESS = re.compile(r"https?://[^\s/?#]+[^\s\x00-\x1f\x7f]*", re.IGNORECASE)
 MAX_VALUES = 100
 MAX_VALUE_CHARS = 200
 MAX_NAME_CHARS = 200
@@ -175,8 +178,21 @@ def check_entry(data: Mapping[str, Any], where: str = "entry") -> list[Problem]:
             message=f"{where}: a catalog entry names one variable (printable, no '=', no "
                     f"glob, at most {MAX_NAME_CHARS} characters)"))
     problems += _text_limits(data, where, label)
+    problems += _source_is_a_web_address(data, where, label)
     problems += _typed_limits(data, where, label)
     return problems
+
+
+def _source_is_a_web_address(data: Mapping[str, Any], where: str,
+                             label: str | None) -> list[Problem]:
+    """A ``source`` is shown as a link to every reader: only an http(s) address may be
+    one (``javascript:``, ``data:`` and the like would run in the reader's page)."""
+    source = data.get("source") or ""
+    if not isinstance(source, str) or not source or WEB_ADDRESS.fullmatch(source):
+        return []
+    return [Problem(rule="catalog.source_url", field=f"{where}.source", variable=label,
+                    message=f"{label}: source must be an http:// or https:// address, "
+                            f"not {source[:40]!r}")]
 
 
 def _text_limits(data: Mapping[str, Any], where: str, label: str | None) -> list[Problem]:

@@ -72,6 +72,10 @@ def test_a_bad_entry_is_refused_naming_every_problem(client: FlaskClient) -> Non
     assert rules == {"catalog.type", "catalog.description_length", "catalog.values_limit"}
     assert all(p["variable"] == "X" for p in refused.get_json()["errors"])
     assert client.put(f"{CATALOG}/entries/NCCL_*", json={}).status_code == 422
+    scripted = client.put(f"{CATALOG}/entries/X", json={"source": "javascript:alert(1)"})
+    assert scripted.status_code == 422
+    assert [(p["rule"], p["field"]) for p in scripted.get_json()["errors"]] == [
+        ("catalog.source_url", "entry.source")]
 
 
 def test_a_layer_holds_a_bounded_number_of_entries(client: FlaskClient,

@@ -79,11 +79,21 @@ def test_policies_document_their_rules_protected_entries_and_defaults() -> None:
     ({"name": "X", "values": ["v"] * 101}, "catalog.values_limit"),
     ({"name": "X", "min": "low"}, "catalog.invalid"),
     ({"name": "X", "colour": "red"}, "catalog.invalid"),
+    ({"name": "X", "source": "javascript:alert(document.domain)"}, "catalog.source_url"),
+    ({"name": "X", "source": "data:text/html,<script>alert(1)</script>"}, "catalog.source_url"),
+    ({"name": "X", "source": "//evil.example/x"}, "catalog.source_url"),
+    ({"name": "X", "source": "https://\nexample.com"}, "catalog.source_url"),
 ])
 def test_an_entry_breaking_a_limit_is_refused_naming_it(data: dict[str, object],
                                                          rule: str) -> None:
     problems = check_entry(data)
     assert rule in {p.rule for p in problems}
+
+
+@pytest.mark.parametrize("source", ["https://docs.nvidia.com/x#NCCL_DEBUG", "http://wiki.lan/a?b=c",
+                                    "HTTPS://EXAMPLE.COM"])
+def test_a_web_address_is_a_source(source: str) -> None:
+    assert check_entry({"name": "X", "source": source}) == []
 
 
 def test_store_round_trip_bounds_and_settings() -> None:
