@@ -222,6 +222,26 @@ class Client:
     def put_catalog_settings(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.json("PUT", "/catalog/settings", json=body)
 
+    # projects
+    def projects(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.json("GET", "/projects")["items"]
+        return items
+
+    def project(self, name: str) -> dict[str, Any]:
+        return self.json("GET", f"/projects/{segment(name)}")
+
+    def create_project(self, name: str, members: list[str],
+                       maintainers: list[str]) -> dict[str, Any]:
+        return self.json("POST", "/projects", json={"name": name, "members": members,
+                                                    "maintainers": maintainers})
+
+    def patch_project(self, name: str, lists: dict[str, list[str]]) -> dict[str, Any]:
+        """Replace the lists given (``members``, ``maintainers``); the others are kept."""
+        return self.json("PATCH", f"/projects/{segment(name)}", json=lists)
+
+    def delete_project(self, name: str) -> None:
+        self.call("DELETE", f"/projects/{segment(name)}")
+
     # tokens
     def create_token(self, owner: str, role: str) -> dict[str, Any]:
         return self.json("POST", "/tokens", json={"owner": owner, "role": role})

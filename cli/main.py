@@ -13,6 +13,7 @@ from cli.commands.admin import policy, tokens
 from cli.commands.catalog import catalog
 from cli.commands.env import env
 from cli.commands.login import login
+from cli.commands.projects import projects
 from cli.commands.task import cancel, diff, rerun, revisions, show
 from cli.commands.tasks import list_tasks, logs, preview, submit
 from cli.errors import ApiError, EnvRejected, UsageProblem
@@ -25,7 +26,8 @@ mode 0600. Prefer the login or the variable for the token: a flag is visible to
 other users in the process list."""
 
 
-@click.group(help="Work with taskenv from a terminal: tasks, their env, the policy, tokens."
+@click.group(help="Work with taskenv from a terminal: tasks, their env, the policy, projects, "
+                  "tokens."
                   "\n\n" + SETTINGS_HELP,
              epilog="\b\n" + TABLE, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--url", metavar="URL", help="The server, e.g. http://127.0.0.1:8080.")
@@ -39,7 +41,7 @@ def taskenv(ctx: click.Context, url: str | None, token: str | None,
 
 
 for command in (login, submit, show, logs, list_tasks, cancel, rerun, revisions, diff, preview,
-                env, policy, tokens, catalog):
+                env, policy, tokens, catalog, projects):
     taskenv.add_command(command)
 
 

@@ -160,6 +160,30 @@ def tasks_table(items: Iterable[dict[str, Any]]) -> Table:
     return grid
 
 
+def projects_table(items: Iterable[dict[str, Any]]) -> Table:
+    grid = table("name", "members", "maintainers", "policy version", "created by", "created")
+    for p in items:
+        row(grid, p.get("name"), ", ".join(p.get("members") or []) or "-",
+            ", ".join(p.get("maintainers") or []) or "-", p.get("policy_version"),
+            p.get("created_by") or "-", when(p.get("created_at")))
+    return grid
+
+
+def project_facts(project: dict[str, Any]) -> Table:
+    """One project at a glance: who is in it, who looks after it, its policy's version."""
+    grid = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
+    grid.add_column(style="bold")
+    grid.add_column(overflow="fold")
+    for key, value in (("project", project.get("name")),
+                       ("members", ", ".join(project.get("members") or []) or "-"),
+                       ("maintainers", ", ".join(project.get("maintainers") or []) or "-"),
+                       ("policy version", project.get("policy_version")),
+                       ("created", f"{when(project.get('created_at')) or '-'} by "
+                                   f"{project.get('created_by') or '-'}")):
+        grid.add_row(key, Text(shown("-" if value is None else value)))
+    return grid
+
+
 def tokens_table(items: Iterable[dict[str, Any]]) -> Table:
     grid = table("id", "owner", "role", "created", "created by")
     for t in items:

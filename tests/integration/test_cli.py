@@ -546,3 +546,34 @@ def test_catalog_list_shows_the_range_values_and_case_the_server_documents(stack
     rows = {r.split("│")[1].strip(): r for r in listed.stdout.splitlines() if r.count("│") > 2}
     assert "float" in rows["CLI_RATE"] and "0 <= value <= 0.5" in rows["CLI_RATE"]
     assert "Fast, Slow" in rows["CLI_MODE"] and " any " in rows["CLI_MODE"]
+
+
+# --- projects --------------------------------------------------------------------------------
+
+def test_an_admin_manages_a_project_and_its_member_sees_it(stack: Stack):
+    admin = stack.admin_token
+    member = stack.new_token("cli-pat")
+    name = f"cli-{uuid.uuid4().hex[:8]}"
+
+    created = taskenv(stack, admin, "projects", "create", name, "--member", "cli-pat",
+                      "--maintainer", "cli-mo")
+    changed = taskenv(stack, admin, "projects", "members", name, "--add", "cli-quin",
+                      "--remove-maintainer", "cli-mo", "--add-maintainer", "cli-ray")
+    typo = taskenv(stack, admin, "projects", "members", name, "--remove", "cli-nobody")
+    listed = taskenv(stack, admin, "projects", "list")
+    as_member = taskenv(stack, member, "projects", "show", name)
+    refused = taskenv(stack, member, "projects", "create", f"{name}-2")
+    stored = stack.call("GET", f"/api/v1/projects/{name}").json()
+    deleted = taskenv(stack, admin, "projects", "delete", name)
+
+    assert created.returncode == changed.returncode == listed.returncode == 0, created.stderr
+    assert (stored["members"], stored["maintainers"]) == (["cli-pat", "cli-quin"], ["cli-ray"])
+    assert typo.returncode == 4 and "cli-nobody" in typo.stderr
+    row = next(r for r in listed.stdout.splitlines() if f" {name} " in r)
+    assert "cli-pat, cli-quin" in row and "cli-ray" in row
+    assert as_member.returncode == 0, as_member.stderr  # from the member's own list
+    assert any(r.startswith("members") and "cli-pat, cli-quin" in r
+               for r in as_member.stdout.splitlines())
+    assert refused.returncode == 5 and "403" in refused.stderr
+    assert deleted.returncode == 0
+    assert stack.call("GET", f"/api/v1/projects/{name}").status_code == 404
