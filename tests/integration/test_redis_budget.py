@@ -1,0 +1,131 @@
+"""What one task costs Redis, counted exactly: a change that adds commands to every task
+fails here, not only in a benchmark nobody ran.
+
+On a real redis-server that nothing else talks to, the API's ``POST /api/v1/tasks``
+(Flask's test client, enqueue stubbed) and each stage function (``workers.stages``, the
+dryrun launcher) run one task from ``POST`` to ``succeeded``; ``INFO commandstats`` counts
+the commands each part sent, and a count of the packets redis-py sent counts the round
+trips of one ``POST``.  Each part has its own store, as each stage runs in its own
+worker process, and the task is the benchmark's (bench/inputs.py: ten user variables,
+twenty defaults, twenty protected, no files, one replica).  Counts are exact, so this
+is not a timed test: the budgets below are today's counts; lower them when a change
+saves commands, and raise one only with the reason written beside it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import Connection
+
+from bench.inputs import policy_body, task_body
+from shared.access.tokens import PREFIX as TOKEN_PREFIX
+from shared.env.envlist import Limits
+from shared.policy.model import Policy
+from shared.policy.store import PolicyStore
+from shared.store.tasks import TaskStore
+from workers import stages
+from workers.launchers.dryrun import DryRunLauncher
+from workers.localstack import RedisServer
+
+pytestmark = pytest.mark.integration
+
+PREFIX = "budget"
+# Commands per task, by part (Celery's own transport is not ours and not counted), as
+# counted on 2026-12-01: 125 in all.  Of those, 35 are HSTRLEN (the byte metering of each
+# written field: 6 + 10 + 19) and the launch stage's three moves cost 56 — the first
+# places to cut (docs/performance.md).
+BUDGET = {"POST /api/v1/tasks": 25, "validate": 19, "policy": 25, "launch": 56}
+POST_ROUND_TRIPS = 6
+
+
+class Counted:
+    """``INFO commandstats`` since the last reset, by command."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.r = client
+
+    def reset(self) -> None:
+        self.r.config_resetstat()
+
+    def calls(self) -> Counter[str]:
+        stats = self.r.info("commandstats")
+        calls = Counter({key.removeprefix("cmdstat_"): int(value["calls"])
+                         for key, value in stats.items()})
+        for own in ("info", "config|resetstat"):
+            calls.pop(own, None)
+        return calls
+
+
+@pytest.fixture
+def quiet_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A server of its own: nothing but this test talks to it."""
+    server = RedisServer(tmp_path_factory.mktemp("budget-redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Packets sent to Redis: one per command, one per pipeline."""
+    sent: Counter[str] = Counter()
+    send = Connection.send_packed_command
+
+    def counting(self: Connection, command: Any, check_health: bool = True) -> None:
+        sent["packets"] += 1
+        send(self, command, check_health)
+
+    monkeypatch.setattr(Connection, "send_packed_command", counting)
+    return sent
+
+
+def api(server: RedisServer, client: redis.Redis, token: str) -> Any:
+    from api import create_app
+
+    return create_app({"redis_url": server.url, "key_prefix": PREFIX, "admin_token": token},
+                      redis_client=client, enqueue=lambda task_id, revision: None)
+
+
+def test_one_task_costs_redis_what_its_budget_says(quiet_redis: RedisServer,
+                                                   round_trips: Counter[str]) -> None:
+    server, r = quiet_redis, redis.Redis.from_url(quiet_redis.url)
+    token = TOKEN_PREFIX + uuid.uuid4().hex
+    client = api(server, r, token).test_client()
+    PolicyStore(r, PREFIX).put(Policy.from_dict(policy_body()))
+    headers = {"Authorization": f"Bearer {token}"}
+    # Each stage is a long-lived process of its own: its store (scripts loaded, caches)
+    # is warmed by one task before the counted one, as a worker's is by the tasks before.
+    parts = {
+        "validate": (TaskStore(r, PREFIX), lambda s, t: stages.validate(s, Limits(), t, 1)),
+        "policy": (TaskStore(r, PREFIX), lambda s, t: stages.apply_policy(
+            s, PolicyStore(r, PREFIX), t, 1)),
+        "launch": (TaskStore(r, PREFIX), lambda s, t: stages.launch(
+            s, DryRunLauncher(), t, 1, 5)),
+    }
+    counted, spent = Counted(r), {}
+    for counting in (False, True):
+        counted.reset()
+        round_trips.clear()
+        answer = client.post("/api/v1/tasks", json=task_body(), headers=headers)
+        spent["POST /api/v1/tasks"], post_trips = counted.calls(), round_trips["packets"]
+        assert answer.status_code == 202, answer.get_json()
+        task_id = answer.get_json()["id"]
+        for part, (store, run) in parts.items():
+            counted.reset()
+            run(store, task_id)
+            spent[part] = counted.calls()
+        assert TaskStore(r, PREFIX).get(task_id)["state"] == "succeeded"
+
+    report = {part: (sum(calls.values()), dict(calls.most_common())) for part, calls in
+              spent.items()}
+    print("\n" + "\n".join(f"{part}: {total} {calls}" for part, (total, calls) in
+                           report.items()) + f"\nPOST round trips: {post_trips}")
+    assert {part: total for part, (total, _) in report.items()} == BUDGET, report
+    assert post_trips == POST_ROUND_TRIPS
