@@ -1,0 +1,72 @@
+"""The console's layout as a new user meets it, measured in a real headless Chromium on the
+real stack (Redis, the API, Celery workers): element boxes and computed styles at 375 px,
+a phone, and at 1280 px.
+
+At 375 px the task list shows every column of a task, its Created time too, with nothing
+to scroll sideways for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.integration.conftest import Stack
+from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+__all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
+
+PHONE = {"width": 375, "height": 667}
+WIDE = {"width": 1280, "height": 800}
+
+
+def box(page: Page, selector: str) -> dict[str, float]:
+    """The bounding box of the first element ``selector`` names, in viewport pixels."""
+    found = page.locator(selector).first.bounding_box()
+    assert found is not None, f"{selector} is not rendered"
+    return {**found, "right": found["x"] + found["width"],
+            "bottom": found["y"] + found["height"]}
+
+
+def off_screen(page: Page, selector: str) -> list[str]:
+    """The elements ``selector`` names that are not wholly inside the viewport's width
+    (or not rendered at all)."""
+    return page.evaluate("""(selector) => [...document.querySelectorAll(selector)]
+        .filter((el) => { const r = el.getBoundingClientRect();
+                          return r.width === 0 || r.left < 0 || r.right > innerWidth; })
+        .map((el) => el.textContent.trim().slice(0, 40))""", selector)
+
+
+def style(page: Page, selector: str, *props: str) -> dict[str, Any]:
+    return page.locator(selector).first.evaluate(
+        "(el, props) => Object.fromEntries(props.map((p) => [p, getComputedStyle(el)[p]]))",
+        list(props))
+
+
+def test_the_task_list_shows_every_column_on_a_phone(stack: Stack, chromium: Browser) -> None:
+    token = stack.new_token("nell")
+    for name in ("a-long-running-training-task", "eval"):
+        stack.create({"name": name, "steps": [["true"]], "env": []}, token=token)
+    ctx = chromium.new_context(viewport=PHONE)
+    page = ctx.new_page()
+    log_in(page, stack, stack.admin_token)  # an admin's list has the most columns (Owner)
+    page.goto(stack.base + "/ui/tasks")
+    row = "#tasks tbody tr:has(a:text-is('a-long-running-training-task'))"
+    expect(page.locator(row)).to_have_count(1)
+
+    created = page.locator(f"{row} time")
+    expect(created).to_be_in_viewport(ratio=1)  # the Created time, whole, on the screen
+    assert off_screen(page, "#tasks tbody td") == []  # no column is off to the side
+    expect(page.locator(".scroll-hint.shown")).to_have_count(0)  # nothing to scroll for
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert box(page, f"{row} td[data-label=owner]")["right"] <= PHONE["width"]
+
+    page.set_viewport_size(WIDE)  # a wide screen keeps the table, one line per task
+    expect(page.locator("#tasks thead")).to_be_visible()
+    tops = page.locator(f"{row} td").evaluate_all(
+        "(cells) => cells.map((c) => Math.round(c.getBoundingClientRect().top))")
+    assert len(set(tops)) == 1, tops
+    ctx.close()
