@@ -27,8 +27,8 @@ test: install ## Run the test suite (unit, API and integration with real Redis a
 # spread over the machine's cores.
 check: install ## Run the unit and API tests only, in under a minute
 	TASKENV_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check -n auto \
-		-m "not integration and not podman and not browser and not compose and not sandbox and not slurm and not kubectl and not slow" \
-		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose
+		-m "not integration and not podman and not browser and not compose and not sandbox and not slurm and not kubectl and not slow and not docs" \
+		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose --ignore=tests/docs
 
 lint: install ## ruff, mypy and the import contracts (layers, forbidden imports, independence)
 	$(PY) -m ruff check .
@@ -38,10 +38,14 @@ lint: install ## ruff, mypy and the import contracts (layers, forbidden imports,
 example: install ## Run the multi-script example against a running stack
 	$(PY) examples/run_example.py
 
+# Also part of `make test`; this runs it alone (tests/docs/runner.py says how).
+docs-test: install ## Run the docs' shell blocks in reading order on one real stack (summary at the end)
+	$(PY) -m pytest -q -p no:cacheprovider tests/docs
+
 clean: ## Remove the virtualenv and local task directories
 	rm -rf $(VENV) var .pytest_cache .hypothesis
 
-.PHONY: help install run test check lint example clean
+.PHONY: help install run test check lint example docs-test clean
 
 image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuilds it)
 	deploy/image/build.sh

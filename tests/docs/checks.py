@@ -28,6 +28,8 @@ def walkthrough_task_runs_both_scripts_in_its_second_revision(run: Run) -> None:
     task = run.var("TASK")
     assert re.fullmatch(r"[0-9a-f]{32}", task), f"TASK is {task!r}"
     assert re.search(r'"revision":\s*2\b', run.outputs[-1]), f"step 5: {run.outputs[-1]}"
+    masked = r'"name":\s*"HF_TOKEN",\s*"secret":\s*true,\s*"value":\s*"\*{8}"'
+    assert re.search(masked, run.output), "step 4: HF_TOKEN shows as ********"
     doc = run.wait(task, revision=2)
     assert doc["status"] == "succeeded", doc
     logs = run.api("GET", f"/api/v1/tasks/{task}/logs").text

@@ -112,6 +112,7 @@ class Summary:
     run: int = 0
     statements: int = 0
     compared: int = 0
+    kubernetes: int = 0
     rendered: int = 0
     skipped: list[str] = field(default_factory=list)
     xfailed: list[str] = field(default_factory=list)
@@ -121,8 +122,9 @@ class Summary:
         text = sum(1 for b in blocks if not b.is_command and not b.mark("output"))
         return [f"doc runner: {len(parse.manifest(MANIFEST))} documents, "
                 f"{len(blocks) - text} blocks to run or check, {text} text blocks (not commands)",
-                f"  run {self.run} blocks ({self.statements} statements), "
-                f"compared {self.compared} outputs, rendered {self.rendered} kustomizations",
+                f"  run {self.run} blocks ({self.statements} statements), compared "
+                f"{self.compared} outputs; checked {self.kubernetes} Kubernetes blocks "
+                f"({self.rendered} applies rendered)",
                 f"  skipped {len(self.skipped)}:", *(f"    {s}" for s in self.skipped),
                 f"  expected failures {len(self.xfailed)}:", *(f"    {s}" for s in self.xfailed),
                 f"  failed {len(self.failed)}:", *(f"    {s}" for s in self.failed)]
@@ -240,6 +242,8 @@ class Stack:
         self.server: Server | None = None
 
     def start(self) -> None:
+        if self.server is not None:
+            return  # already up (a block that would have stopped it did not get so far)
         with open(self.log, "ab") as out:
             proc = subprocess.Popen([str(self.cwd / ".venv" / "bin" / "python"), "-m",
                                      "workers.localstack"], cwd=self.cwd, env=self.env,
@@ -443,7 +447,7 @@ class Reader:
 
     def kustomize(self, block: parse.Block) -> list[Failure]:
         """What a Kubernetes block applies, rendered, and doc_blocks' checks of its lines."""
-        failures = []
+        failures, self.summary.kubernetes = [], self.summary.kubernetes + 1
         for flag, target in re.findall(r"kubectl\s+apply\s+(-k|-f)\s+(\S+)", block.text):
             self.summary.rendered += 1
             failures += self.render(block, flag, target)

@@ -70,6 +70,9 @@ def test_block(reader: Reader, block: parse.Block) -> None:
     except runner.Unavailable as missing:
         SUMMARY.skipped.append(f"{block.where}: {missing}")
         pytest.skip(str(missing))
+    except Exception:
+        SUMMARY.failed.append(f"{block.where} (the runner could not run it)")
+        raise
     judge(block, failures)
 
 
