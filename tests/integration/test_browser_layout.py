@@ -3,7 +3,8 @@ real stack (Redis, the API, Celery workers): element boxes and computed styles a
 a phone, and at 1280 px.
 
 At 375 px the task list shows every column of a task, its Created time too, with nothing
-to scroll sideways for.
+to scroll sideways for. The new-task form's env preview shows each value across the width
+of a phone, never a character per line.
 """
 
 from __future__ import annotations
@@ -69,4 +70,33 @@ def test_the_task_list_shows_every_column_on_a_phone(stack: Stack, chromium: Bro
     tops = page.locator(f"{row} td").evaluate_all(
         "(cells) => cells.map((c) => Math.round(c.getBoundingClientRect().top))")
     assert len(set(tops)) == 1, tops
+    ctx.close()
+
+
+def lines(page: Page, selector: str) -> list[int]:
+    """How many lines each inline element ``selector`` names is drawn on."""
+    return page.evaluate("""(selector) => [...document.querySelectorAll(selector)]
+        .map((el) => el.getClientRects().length)""", selector)
+
+
+LONG_VALUE = "/mnt/datasets/imagenet-21k/train"
+
+
+def test_the_env_preview_on_the_new_task_form(stack: Stack, chromium: Browser) -> None:
+    ctx = chromium.new_context(viewport=PHONE)
+    page = ctx.new_page()
+    log_in(page, stack, stack.new_token("noor"))
+    page.goto(stack.base + "/ui/tasks/new")
+    page.fill("[name=env-0-name]", "DATA_ROOT")
+    page.fill("[name=env-0-value]", LONG_VALUE)
+    preview = page.locator("#preview-env")
+    expect(preview).to_contain_text(LONG_VALUE)
+
+    # On a phone each value runs across the panel: a few words a line, not a character.
+    values = "#preview-env tbody td:nth-child(2) code"
+    assert page.locator(values).count() > 5
+    assert max(lines(page, values)) <= 2, lines(page, values)
+    assert box(page, values)["width"] > 0.6 * box(page, "#preview")["width"]
+    assert off_screen(page, "#preview-env tbody td:not(.none)") == []
+    expect(page.locator("#preview .scroll-hint.shown")).to_have_count(0)
     ctx.close()

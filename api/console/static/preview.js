@@ -9,11 +9,17 @@
 (() => {
   const DEBOUNCE_MS = 400;
 
-  function cell(text, code) {
+  // One cell; on a phone the table is cards (style.css), each cell labelled and an empty
+  // one left out.
+  function cell(text, { code = false, className = "", label = "" } = {}) {
     const td = document.createElement("td");
     const inner = code ? document.createElement("code") : td;
-    inner.textContent = text === null || text === undefined ? "—" : String(text);
+    const empty = text === null || text === undefined;
+    inner.textContent = empty ? "—" : String(text);
     if (code) td.append(inner);
+    if (className) td.className = className;
+    if (label) td.dataset.label = label;
+    if (empty) td.classList.add("none");
     return td;
   }
 
@@ -61,8 +67,10 @@
     const body = panel.querySelector("#preview-env tbody");
     body.replaceChildren(...variables.map((v) => {
       const tr = document.createElement("tr");
-      tr.append(cell(v.name, true), cell(v.value, true), cell(v.source),
-                cell(v.scope), cell(v.when));
+      tr.append(cell(v.name, { code: true, className: "title" }),
+                cell(v.value, { code: true, className: "value full" }),
+                cell(v.source, { label: "source" }), cell(v.scope, { label: "scope" }),
+                cell(v.when, { label: "when" }));
       return tr;
     }));
   }
