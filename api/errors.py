@@ -111,6 +111,7 @@ class TaskenvApi(Api):
     ERROR_SCHEMA = Error
 
     def __init__(self, app: Any) -> None:
+        self._undocumented: list[tuple[Any, str, Any]] = []
         super().__init__(app)
         app.register_error_handler(TaskenvError, self.handle_taskenv_error)
         app.register_error_handler(redis.RedisError, self.handle_redis_error)
@@ -118,6 +119,26 @@ class TaskenvApi(Api):
         # ends there.  Nothing else in a request recurses without bound.
         app.register_error_handler(RecursionError, self.handle_too_deep)
         app.before_request(refuse_a_change_without_a_body)
+
+    def register_blueprint(self, blp: Any, *, parameters: Any = None, **options: Any) -> None:
+        """Serve the blueprint now and document it when the OpenAPI document is first
+        read: building the document is most of an app's start-up, and most app instances
+        (each test's, each worker process's) are never asked for it."""
+        name = options.get("name", blp.name)
+        self._app.extensions["flask-smorest"]["blp_name_to_api"][name] = self
+        self._app.register_blueprint(blp, **options)
+        self._undocumented.append((blp, name, parameters))
+
+    def _document(self) -> None:
+        while self._undocumented:  # in registration order, as the tags are listed
+            blp, name, parameters = self._undocumented.pop(0)
+            blp.register_views_in_doc(self, self._app, self.spec, name=name,
+                                      parameters=parameters)
+            self.spec.tag({"name": name, "description": blp.description})
+
+    def _openapi_json(self) -> Any:
+        self._document()
+        return super()._openapi_json()
 
     def handle_taskenv_error(self, error: TaskenvError) -> Any:
         payload = body(error.code, error.message, error.problems)
