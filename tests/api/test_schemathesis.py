@@ -11,6 +11,7 @@ breaks them is rightly answered 422 (or rejected by the validation stage).
 from __future__ import annotations
 
 import fakeredis
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
@@ -57,6 +58,7 @@ class AdminToken:
         case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
 
 
+@pytest.mark.slow  # a fuzzer: ~70 s of the inner loop; make test runs it
 @schema.parametrize()
 # 40 examples per operation, or fewer when the active profile asks for fewer (make check)
 @settings(max_examples=min(40, settings.default.max_examples), deadline=None,

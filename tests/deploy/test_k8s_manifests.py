@@ -139,6 +139,7 @@ def test_no_object_is_defined_twice(objects):
     assert [k for k, n in keys.items() if n > 1] == []
 
 
+@pytest.mark.slow  # every object against each version's full schema; make test runs it
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_every_builtin_object_passes_the_strict_schema(objects, version):
     checked = 0
@@ -589,6 +590,7 @@ def test_the_documented_permissions_are_the_roles(doc: Path):
 
 # --- the example overlay: what an operator copies -------------------------------------------
 
+@pytest.mark.slow  # the overlay against each version's full schema; make test runs it
 def test_the_example_overlay_renders_schema_valid_objects_with_an_ingress():
     objects = render(EXAMPLE)
     for version in KUBERNETES_VERSIONS:
