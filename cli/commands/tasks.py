@@ -152,6 +152,17 @@ def list_tasks(app: App, status: str | None) -> int:
     return Exit.SUCCEEDED
 
 
+def with_scripts(files: list[dict[str, Any]], scripts: tuple[Path, ...]) -> list[dict[str, Any]]:
+    """The task's files with each --script added; a script the task file already carries
+    under the same path takes that file's place (what is on disk is what is asked about),
+    so no path is sent twice."""
+    by_path = {str(f.get("path")): f for f in files}
+    for script in scripts:
+        by_path[script.name] = {**by_path.get(script.name, {}), "path": script.name,
+                                "content": script.read_text(errors="replace")}
+    return list(by_path.values())
+
+
 @click.command()
 @click.argument("task_file", type=existing_file)
 @click.option("--env-file", type=existing_file, help="A .env file added to the task's env.")
@@ -180,8 +191,7 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     asked.update({k: body[k] for k in ("replicas", "procs_per_replica") if k in body})
     # The task file's own files, and the scripts named with --script (read, never run);
     # sent only when there are some: a server without them still answers.
-    files = list(body.get("files") or []) + [
-        {"path": p.name, "content": p.read_text(errors="replace")} for p in scripts]
+    files = with_scripts(list(body.get("files") or []), scripts)
     if files:
         asked["files"] = files
     if strict_env:

@@ -578,3 +578,23 @@ def test_env_set_refuses_a_file_line_that_is_no_binding_before_sending(api: Fake
 
     assert result.code == 2 and api.seen == []
     assert "line 2" in result.err
+
+
+def test_preview_of_a_script_the_task_file_carries_sends_that_path_once(
+        api: FakeApi, run, tmp_path: Path):
+    (tmp_path / "train.py").write_text("import os\nos.environ['LR']\n", encoding="utf-8")
+    (tmp_path / "prepare.sh").write_text("echo $DATA\n", encoding="utf-8")
+    (tmp_path / "task.yaml").write_text(
+        "name: demo\nsteps: [[python3, train.py]]\nfiles:\n"
+        "  - {path: train.py, source: train.py}\n", encoding="utf-8")
+    api.on("POST", "/env/preview", Answer(200, {"ok": True, "policy_version": 1,
+                                                "variables": [], "warnings": [],
+                                                "errors": []}))
+
+    result = run("preview", str(tmp_path / "task.yaml"), "--script",
+                 str(tmp_path / "train.py"), "--script", str(tmp_path / "prepare.sh"))
+
+    assert result.code == 0, result.err
+    sent = api.seen[0].body["files"]
+    assert [f["path"] for f in sent] == ["train.py", "prepare.sh"]
+    assert sent[0]["content"] == "import os\nos.environ['LR']\n"
