@@ -161,6 +161,32 @@ def test_nested_user_namespaces_and_the_riskiest_calls_are_refused(
         assert f"{name} -1 Operation not permitted" in log
 
 
+TRACE = """
+import ctypes, os, signal, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def attach(pid):
+    done = libc.ptrace(16, pid, None, None)  # PTRACE_ATTACH
+    return done, os.strerror(ctypes.get_errno()) if done else "attached"
+print("init", *attach(1), flush=True)
+child = subprocess.Popen(["sleep", "30"])
+print("own child", *attach(child.pid), flush=True)
+os.waitpid(child.pid, 0)
+libc.ptrace(17, child.pid, None, None)  # PTRACE_DETACH
+child.kill()
+"""
+
+
+def test_the_sandbox_s_init_cannot_be_traced_but_a_step_s_own_processes_can(
+        tasks: TaskStore, settings: Settings) -> None:
+    job = launch(tasks, settings, [["python3", "-c", TRACE]])
+    doc = final(tasks, job.task_id)
+    log = tasks.read_log(job.task_id, 1)
+    assert doc["state"] == states.SUCCEEDED, log
+    assert "init -1 Operation not permitted" in log
+    assert "own child 0 attached" in log
+
+
 def test_proc_hides_the_host_s_kernel_and_the_host_paths(tasks: TaskStore,
                                                          settings: Settings) -> None:
     job = launch(tasks, settings, [shell("cat /proc/kallsyms | head -c 100; "

@@ -18,7 +18,11 @@ Refused with ``EPERM`` (the program sees an ordinary permission error):
   programs, ``perf_event_open``, ``userfaultfd``, the kernel keyring, ``io_uring``,
   ``open_by_handle_at`` (the classic container escape), clocks, ``acct``,
   ``quotactl``, ``syslog``, ``iopl``/``ioperm``;
-* faking terminal input (``ioctl`` ``TIOCSTI``/``TIOCLINUX``).
+* faking terminal input (``ioctl`` ``TIOCSTI``/``TIOCLINUX``);
+* tracing or reading the sandbox's init, PID 1 (``ptrace``, ``process_vm_readv`` and
+  ``process_vm_writev`` naming it): a stopped init leaves the task running and its slots
+  held until the step's timeout.  A step's own processes stay traceable (``py-spy dump``
+  on a hung rank keeps working).
 
 A step of another architecture (x32, i386 through ``int 0x80``) is killed: libseccomp
 refuses what the filter was not compiled for.
@@ -97,6 +101,10 @@ def _add_rules(lib: ctypes.CDLL, ctx: int) -> None:
     _rule(lib, ctx, eperm, "unshare", newuser)
     for request in (TIOCSTI, TIOCLINUX):
         _rule(lib, ctx, eperm, "ioctl", _ArgCmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, request))
+    init = 1  # the sandbox's PID 1, as the step sees it; pid_t is the low 32 bits
+    _rule(lib, ctx, eperm, "ptrace", _ArgCmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, init))
+    for name in ("process_vm_readv", "process_vm_writev"):
+        _rule(lib, ctx, eperm, name, _ArgCmp(0, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, init))
 
 
 def _rule(lib: ctypes.CDLL, ctx: int, action: int, name: str, *args: _ArgCmp) -> None:
