@@ -4,7 +4,8 @@ a phone, and at 1280 px.
 
 At 375 px the task list shows every column of a task, its Created time too, with nothing
 to scroll sideways for. The new-task form's env preview shows each value across the width
-of a phone, never a character per line.
+of a phone, never a character per line; it sits beside the env rows on a wide screen, on
+the new-task form and in a task's env editor, and under them on a phone.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ LONG_VALUE = "/mnt/datasets/imagenet-21k/train"
 def test_the_env_preview_on_the_new_task_form(stack: Stack, chromium: Browser) -> None:
     ctx = chromium.new_context(viewport=PHONE)
     page = ctx.new_page()
-    log_in(page, stack, stack.new_token("noor"))
+    token = stack.new_token("noor")
+    log_in(page, stack, token)
     page.goto(stack.base + "/ui/tasks/new")
     page.fill("[name=env-0-name]", "DATA_ROOT")
     page.fill("[name=env-0-value]", LONG_VALUE)
@@ -99,4 +101,29 @@ def test_the_env_preview_on_the_new_task_form(stack: Stack, chromium: Browser) -
     assert box(page, values)["width"] > 0.6 * box(page, "#preview")["width"]
     assert off_screen(page, "#preview-env tbody td:not(.none)") == []
     expect(page.locator("#preview .scroll-hint.shown")).to_have_count(0)
+    # Under the rows on a phone, before the .env file box.
+    rows, panel = box(page, "#env-rows"), box(page, "#preview")
+    assert panel["y"] >= rows["bottom"] and abs(panel["x"] - rows["x"]) < 20, (rows, panel)
+    assert panel["bottom"] <= box(page, "fieldset.env-file")["y"]
+
+    page.set_viewport_size(WIDE)  # beside the rows, its top level with the first of them
+    beside(page, "#env-rows")
+
+    task = stack.create({"name": "edited", "steps": [["sleep", "0"]],
+                         "env": [{"name": f"VAR_{i}", "value": str(i)} for i in range(12)]},
+                        token=token)
+    page.goto(f"{stack.base}/ui/tasks/{task['id']}")
+    page.fill("[name=new-0-name]", "DATA_ROOT")
+    page.fill("[name=new-0-value]", LONG_VALUE)
+    expect(preview).to_contain_text(LONG_VALUE)
+    beside(page, "form.env-form table.editor tbody")
     ctx.close()
+
+
+def beside(page: Page, rows_selector: str) -> None:
+    """The preview panel is to the right of the rows, its top level with the first row."""
+    rows, panel = box(page, rows_selector), box(page, "#preview")
+    first = box(page, f"{rows_selector} tr")
+    assert panel["x"] >= rows["right"], (rows, panel)
+    assert rows["y"] - 60 <= panel["y"] <= first["bottom"], (first, panel)
+    assert panel["right"] <= WIDE["width"]

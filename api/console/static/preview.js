@@ -96,7 +96,7 @@
   }
 
   function render(form, panel, result) {
-    panel.hidden = false;
+    panel.querySelector("#preview-table").hidden = false;
     const errors = result.errors || [];
     panel.querySelector("#preview-state").textContent = errors.length
       ? `Would be rejected: ${errors.length} problem${errors.length > 1 ? "s" : ""}, marked below and next to the rows.`
@@ -111,6 +111,10 @@
 
   function watch(form) {
     const panel = document.getElementById("preview");
+    // Shown from the start, so that the rows beside it never move when it fills.
+    panel.hidden = false;
+    panel.querySelector("#preview-state").textContent =
+      "Edit the rows: what they would give shows here, before anything is submitted.";
     let timer = null;
     let sent = 0;
     async function ask() {
