@@ -39,7 +39,12 @@ from shared.policy.model import Policy, check_policy
 from shared.secrets import masked
 from shared.task import files as task_files
 from shared.task import manifest, records, resolution, revisions, states
-from shared.task.limits import platform_maxima, resource_problems
+from shared.task.limits import (
+    host_capacity,
+    one_host_problems,
+    platform_maxima,
+    resource_problems,
+)
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from shared.types import NEXT_RUN, RESTART
@@ -52,7 +57,7 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
-    refuse_unrunnable(data.get("resources"), svc)
+    refuse_unrunnable(data.get("resources"), svc, int(data.get("replicas") or 1))
     refuse_unadmittable(svc, data, actor)
     project = svc.projects.for_task(actor, data.get("project"))
     refuse_unstorable(svc, in_project(dict(data), project))
@@ -110,10 +115,15 @@ def every_problem(svc: Services, doc: Doc) -> list[Problem]:
                                     svc.policies.project(doc.get("project")), svc.limits)
 
 
-def refuse_unrunnable(resources: Doc | None, svc: Services) -> None:
+def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1) -> None:
     """Resources that are no quantities, or more than a task may ever have (on the local
-    launcher: more than one host has), are refused now, not left waiting for ever."""
-    problems = resource_problems(resources, platform_maxima(svc.settings))
+    launcher: more than one host has, its replicas together), are refused now, not left
+    waiting for ever."""
+    maxima = platform_maxima(svc.settings)
+    problems = resource_problems(resources, maxima)
+    if svc.settings.launcher == "local" and not problems:
+        problems = one_host_problems(resources, replicas, maxima,
+                                     host_capacity(svc.settings)[1])
     if problems:
         raise ResourcesInvalid("the task asks for resources it can never have", problems)
 

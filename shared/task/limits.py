@@ -152,6 +152,26 @@ def resource_problems(resources: Mapping[str, Any] | None, maxima: Maxima) -> li
     return problems
 
 
+def one_host_problems(resources: Mapping[str, Any] | None, replicas: int, maxima: Maxima,
+                      host_memory: int) -> list[Problem]:
+    """A task whose replicas all run on one host (the local launcher) asks, together, for
+    its replicas times each one's memory (asked, or the default): more than the host has
+    could never run whole, however long it waited.  Cores are shares, not reservations:
+    replicas that ask for more cores than the host has run, only slower."""
+    if replicas <= 1:
+        return []  # one replica: resource_problems judged it against the host already
+    res = resources or {}
+    memory = _parsed(res.get("memory"), parse_bytes, "resources.memory", []) \
+        or maxima.default_memory
+    if memory * replicas <= host_memory:
+        return []
+    return [Problem(
+        "resource_limit", f"resources.memory: {replicas} replicas of {show_bytes(memory)} "
+        f"ask for {show_bytes(memory * replicas)} on one host, which has "
+        f"{show_bytes(host_memory)} (the local launcher runs a task's replicas on one host)",
+        field="resources.memory", limit=host_memory // replicas)]
+
+
 def _parsed(value: Any, parse: Any, field: str, problems: list[Problem]) -> int | None:
     if value in (None, ""):
         return None

@@ -162,3 +162,20 @@ def test_on_kubernetes_the_preview_names_replica_zero_after_the_job(
     env = {v["name"]: v["value"] for v in got["variables"]}
     assert env["MASTER_ADDR"] == "<the task's job>-0.<the task's job>"
     assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"]
+
+
+def test_on_the_local_launcher_replicas_that_together_need_more_memory_than_a_host_are_refused(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(launcher="local", local_max_running=4, local_host_memory="24Gi"), "ann")
+    refused = ann.post(TASKS, json=body(replicas=4, resources={"memory": "20Gi"}))
+    assert refused.status_code == 422, refused.get_json()
+    assert refused.get_json()["code"] == "resources_invalid"
+    (problem,) = refused.get_json()["errors"]
+    assert (problem["rule"], problem["field"], problem["limit"]) == (
+        "resource_limit", "resources.memory", 6 * 2**30)
+    assert "4 replicas of 20Gi ask for 80Gi on one host, which has 24Gi" in problem["message"]
+    assert ann.get(TASKS).get_json()["items"] == []  # nothing stored
+    assert ann.post(TASKS, json=body(replicas=4, resources={"memory": "6Gi"})).status_code == 202
+    elsewhere = user(app_with(launcher="kubernetes", local_host_memory="24Gi"), "bob")
+    assert elsewhere.post(TASKS, json=body(replicas=4, resources={"memory": "20Gi"})
+                          ).status_code == 202  # replicas on several nodes
