@@ -12,6 +12,10 @@ Variables that only exist at run time (the platform's identity, torchrun's and t
 schedulers' per-replica variables, the process basics such as ``PATH``) are known and
 never reported missing.  Variables the built-in catalog documents are read by libraries
 (NCCL, CUDA, PyTorch...), not by the scripts: they are never reported as unread.
+
+A script past the reader's budget is named as too complex (``doctor.too_complex``, a
+warning whatever ``strict_env`` says).  While a script is left unread, no variable is
+said to be unread: it may be read there.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from shared.errors import Problem
 MISSING = "doctor.script_unset"
 UNREAD = "doctor.script_unread"
 UNREADABLE = "doctor.script_unreadable"
+TOO_COMPLEX = "doctor.too_complex"
 RUNTIME = (
     "TASK_*",  # the platform's identity variables
     "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
@@ -79,9 +84,16 @@ class Report:
                  for m in self.missing]
         found += [Problem(rule=UNREAD, variable=u["name"], message=u["message"])
                   for u in self.unread]
-        found += [Problem(rule=UNREADABLE, field=s["path"],
-                          message=f"{s['path']}: {s['error']}; the doctor did not read it")
-                  for s in self.scripts if s.get("error")]
+        for s in self.scripts:
+            if s.get("too_complex"):
+                found.append(Problem(
+                    rule=TOO_COMPLEX, field=s["path"], limit=s.get("limit"),
+                    message=f"{s['path']} is too complex for the doctor to read: "
+                            f"{s['too_complex']}; it did not read it (the task goes on)"))
+            elif s.get("error"):
+                found.append(Problem(rule=UNREADABLE, field=s["path"], limit=s.get("limit"),
+                                     message=f"{s['path']}: {s['error']}; the doctor did not "
+                                             "read it"))
         return found
 
 
@@ -92,11 +104,13 @@ def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str
     report = Report(strict=strict)
     by_name = {v["name"]: v for v in resolved}
     readings: list[tuple[str, Reading]] = []
+    complete = True
     for f in files:
         path, content = str(f.get("path", "")), f.get("content")
         if not isinstance(content, str):
             continue
         reading = read(path, content)
+        complete = complete and reading.complete
         if reading.language is None:
             continue
         readings.append((path, reading))
@@ -117,8 +131,9 @@ def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str
                                           "doctor cannot tell which"}
                               for u in reading.unknowable]
     read_names = set().union(*(r.names for _, r in readings))
-    _unread(report, resolved, read_names, catalog,
-            unknowable=any(r.unknowable for _, r in readings))
+    if complete:  # a script left unread may read any of them
+        _unread(report, resolved, read_names, catalog,
+                unknowable=any(r.unknowable for _, r in readings))
     for kind in ("missing", "unread", "from_defaults", "unknowable"):
         setattr(report, kind, getattr(report, kind)[:MAX_FINDINGS])
     return report
@@ -129,6 +144,8 @@ def _summary(path: str, reading: Reading) -> dict[str, Any]:
                            "reads": sorted(reading.names)}
     if reading.error:
         out["error"] = reading.error
+    if reading.too_complex:
+        out.update(too_complex=reading.too_complex, limit=reading.limit)
     return out
 
 

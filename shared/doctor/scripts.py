@@ -15,6 +15,16 @@ default.  Quotes are the grammar's own: a single-quoted ``'$NAME'`` and a commen
 nothing.  A name the script assigns anywhere (``NAME=...``, ``export``, ``read``,
 ``for NAME in``) is its own, not the task's; order is not followed.
 
+Reading is bounded whatever a script holds (:class:`Budget`), and the budget is kept
+inside the reading itself: the shell parser reports its progress and is cancelled past
+``MAX_PARSE_STEPS``; the walk over its tree counts the nodes it visits (``MAX_NODES``)
+and the depth it reaches (``MAX_DEPTH``); the Python walk counts its nodes too, and
+Python's own parser refuses nesting past its limits (200 brackets, 100 indentation
+levels).  A script past one of them is *too complex*: its reading names the limit
+reached and holds no reads (a warning, ``doctor.too_complex``, never an error).  Every
+step of the reading is linear in the script, so a script within the budget costs time
+in proportion to its size, and one past it costs no more than the budget.
+
 Readings are cached by content digest (a bounded LRU): a preview typed a character at
 a time reads each script once.
 """
@@ -22,11 +32,11 @@ a time reads each script once.
 from __future__ import annotations
 
 import ast
-import bisect
 import hashlib
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -35,6 +45,12 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_SCRIPT_BYTES = 256 * 1024  # larger files are not read (and say so)
 MAX_READS = 5000  # per script: a report's size never depends on a script's size
 CACHE_SIZE = 512
+# The reading's budget, per script (see Budget).  A real script is far inside each: a
+# 256 KiB shell script of ordinary lines makes some 70,000 syntax nodes, 2,000 parser
+# steps and a tree 10 to 30 levels deep (each $( ) one inside another adds 3 levels).
+MAX_DEPTH = 256  # shell: levels of the syntax tree
+MAX_NODES = 200_000  # shell syntax nodes, or Python AST nodes, visited
+MAX_PARSE_STEPS = 8_000  # shell: tree-sitter's progress reports while it parses
 SHELL_SUFFIXES = (".sh", ".bash")
 DEFAULT_OPERATORS = {":-", "-", ":=", "=", ":+", "+"}  # "+" forms read nothing if unset
 
@@ -66,11 +82,55 @@ class Reading:
     # ("X" in os.environ) before reading them.
     sets: frozenset[str] = frozenset()
     error: str | None = None  # why it could not be read
+    # The limit of the budget the reading reached ("nested deeper than 256 levels"), and
+    # its number: a too complex script, whose reading stopped there and holds no reads.
+    too_complex: str | None = None
+    limit: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every line of the script was read (a script too large or too complex was not)."""
+        return self.language is None or not (self.too_complex or _NOT_READ in (self.error or ""))
 
     @cached_property
     def names(self) -> frozenset[str]:
         """Every name read (a reading is immutable: worked out once)."""
         return frozenset(r.name for r in self.reads)
+
+
+@dataclass
+class Budget:
+    """What reading one script may cost, counted inside the reading as it goes.
+
+    ``parse_steps``: the shell parser's progress reports (tree-sitter makes one every
+    hundred or so operations; past ``max_parse_steps`` it is cancelled); ``nodes``: the
+    syntax nodes (shell) or AST nodes (Python) the walk visited; ``depth``: the deepest
+    level of the shell syntax tree it reached.  ``reached`` names the limit that stopped
+    the reading, if one did.  A test hands one in to count the work done."""
+
+    max_depth: int = MAX_DEPTH
+    max_nodes: int = MAX_NODES
+    max_parse_steps: int = MAX_PARSE_STEPS
+    parse_steps: int = 0
+    nodes: int = 0
+    depth: int = 0
+    reached: str | None = None
+
+    def too_complex(self, language: str, why: str, limit: int | None) -> Reading:
+        self.reached = why
+        return Reading(language, error=f"too complex to read: {why}; {_NOT_READ}",
+                       too_complex=why, limit=limit)
+
+    def deeper_than(self) -> Reading:
+        return self.too_complex("shell", f"nested deeper than {self.max_depth:,} levels",
+                                self.max_depth)
+
+    def more_nodes_than(self, language: str) -> Reading:
+        return self.too_complex(language, f"more than {self.max_nodes:,} syntax nodes",
+                                self.max_nodes)
+
+
+_NOT_READ = "not read"
 
 
 @dataclass
@@ -131,7 +191,7 @@ def read(path: str, content: str) -> Reading:
     if language is None:
         return Reading(None)
     if len(content.encode(errors="replace")) > MAX_SCRIPT_BYTES:
-        return Reading(language, error=f"larger than {MAX_SCRIPT_BYTES} bytes: not read")
+        return Reading(language, error=f"larger than {MAX_SCRIPT_BYTES} bytes: {_NOT_READ}")
     key = (language, hashlib.sha256(content.encode(errors="replace")).hexdigest())
     cached = CACHE.get(key)
     if cached is not None:
@@ -143,19 +203,34 @@ def read(path: str, content: str) -> Reading:
 
 # --- Python ------------------------------------------------------------------------------
 
-def read_python(source: str) -> Reading:
+# Python's parser refuses nesting past its own limits (Parser/tokenizer.c: MAXLEVEL
+# brackets, MAXINDENT indentation levels): a script past them is too complex, not wrong.
+_PYTHON_LIMITS = (("too many nested parentheses", "more than 200 nested brackets", 200),
+                  ("too many levels of indentation", "more than 100 levels of indentation",
+                   100),
+                  ("nested too deeply", "expressions nested too deeply", None))
+
+
+def read_python(source: str, budget: Budget | None = None) -> Reading:
+    budget = budget or Budget()
     if "environ" not in source and "getenv" not in source:
         return Reading("python")  # nothing to find: not even parsed
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError) as error:
+        message = str(getattr(error, "msg", error))
+        for says, why, limit in _PYTHON_LIMITS:
+            if says in message:
+                return budget.too_complex("python", f"{why} (Python's parser's limit)", limit)
         line = getattr(error, "lineno", None)
         return Reading("python", error=f"not valid Python (line {line}): "
                                        f"{error.__class__.__name__}")
     except (RecursionError, MemoryError):
-        return Reading("python", error="nested too deeply to be read")
+        return budget.too_complex("python", "nested past the depth Python's parser reads",
+                                  None)
     found = _PythonReads()
-    found.walk(tree)
+    if not found.walk(tree, budget):
+        return budget.more_nodes_than("python")
     found.reads.sort(key=lambda r: r.line)
     found.unknowable.sort(key=lambda u: u.line)
     return Reading("python", tuple(found.reads[:MAX_READS]),
@@ -182,9 +257,15 @@ class _PythonReads:
             ast.Assign: self.on_assign, ast.Subscript: self.on_subscript,
             ast.Call: self.on_call, ast.Compare: self.on_compare}
 
-    def walk(self, tree: ast.AST) -> None:
+    def walk(self, tree: ast.AST, budget: Budget) -> bool:
+        """Visit every node, counting them into ``budget``; False past its ``max_nodes``."""
         stack: list[tuple[ast.AST, str | None]] = [(tree, None)]
+        visited, most = budget.nodes, budget.max_nodes
         while stack:
+            visited += 1
+            if visited > most:
+                budget.nodes = visited
+                return False
             node, function = stack.pop()
             kind = type(node)
             handler = self.dispatch.get(kind)
@@ -201,6 +282,8 @@ class _PythonReads:
                                  if isinstance(child, ast.AST))
                 elif isinstance(value, ast.AST):
                     stack.append((value, function))
+        budget.nodes = visited
+        return True
 
     # imports ---------------------------------------------------------------------------
     def on_import(self, node: ast.Import, function: str | None) -> None:
@@ -285,22 +368,17 @@ def _text(node: ast.AST) -> str:
     return text if len(text) <= 80 else text[:80] + "..."
 
 
-# --- shell -------------------------------------------------------------------------------
+# --- shell ---------------------------------------------------------------------------------
 
-_QUERY = """
-(simple_expansion (variable_name) @read)
-(expansion) @expansion
-(variable_assignment name: (variable_name) @set)
-(declaration_command (variable_name) @set)
-(for_statement variable: (variable_name) @set)
-(command name: (command_name) @command)
-(function_definition name: (word) @name) @function
-"""
+# What the walk looks at, by the grammar's node type; every other node is only passed.
+_SHELL_KINDS = ("simple_expansion", "expansion", "variable_assignment",
+                "declaration_command", "for_statement", "command", "function_definition")
+_CHUNK = 64 * 1024  # bytes handed to the parser at a time
 
 
-def _bash() -> tuple[Any, Any]:
-    """tree-sitter's bash parser and the query of what the doctor looks for, made once per
-    thread (a parser is not thread-safe)."""
+def _bash() -> tuple[Any, dict[int, str]]:
+    """tree-sitter's bash parser, made once per thread (a parser is not thread-safe), and
+    the node kinds the walk looks at by their ids (a kind may have several)."""
     local = _LOCAL
     if not hasattr(local, "parser"):
         import tree_sitter
@@ -308,77 +386,143 @@ def _bash() -> tuple[Any, Any]:
 
         language = tree_sitter.Language(tree_sitter_bash.language())
         local.parser = tree_sitter.Parser(language)
-        local.query = tree_sitter.Query(language, _QUERY)
-    return local.parser, local.query
+        local.kinds = {i: language.node_kind_for_id(i) for i in range(language.node_kind_count)
+                       if language.node_kind_is_named(i)
+                       and language.node_kind_for_id(i) in _SHELL_KINDS}
+    return local.parser, local.kinds
 
 
 _LOCAL = threading.local()
 
 
-def read_shell(source: str) -> Reading:
-    """One parse, one query: the matching runs in tree-sitter's C code, and only the
-    nodes the doctor needs become Python objects."""
-    import tree_sitter
+def read_shell(source: str, budget: Budget | None = None) -> Reading:
+    """One parse, cancelled past the budget's parser steps, then one walk over the tree
+    with a cursor, counting the nodes it visits and the depth it reaches.  Each node is
+    visited once, so the walk's cost is linear in the tree (a query's matching was not:
+    it grew with the square of a wide error node, ```` `...` ```` repeated)."""
+    budget = budget or Budget()
+    parser, kinds = _bash()
+    data = source.encode(errors="replace")
 
-    parser, query = _bash()
-    tree = parser.parse(source.encode(errors="replace"))
-    found = tree_sitter.QueryCursor(query).captures(tree.root_node)
-    functions = _Functions(found.get("function", []), found.get("name", []))
-    reads = [Read(_node_text(n), n.start_point[0] + 1, False, functions.at(n.start_byte))
-             for n in found.get("read", [])]
-    unknowable: list[Unknowable] = []
-    for node in found.get("expansion", []):
-        _expansion(node, functions, reads, unknowable)
-    sets = {_node_text(n) for n in found.get("set", [])}
-    for name in found.get("command", []):
-        command = name.parent
-        if command is not None and _node_text(name) == "read":  # read X: the script's own
-            sets.update(_node_text(c) for c in command.children[1:]
-                        if c.type == "word" and NAME.fullmatch(_node_text(c)))
-    reads = [r for r in reads if NAME.fullmatch(r.name)]
+    def progress(_offset: int, _has_error: bool) -> bool:
+        budget.parse_steps += 1
+        return budget.parse_steps > budget.max_parse_steps  # True cancels the parse
+
+    try:
+        tree = parser.parse(lambda at, _point: data[at:at + _CHUNK],
+                            progress_callback=progress)
+    except ValueError:  # cancelled: "Parsing failed"
+        parser.reset()  # the next parse must start afresh, not resume this one
+        if budget.parse_steps <= budget.max_parse_steps:
+            raise
+        return budget.too_complex("shell", f"more than {budget.max_parse_steps:,} parser "
+                                           "steps", budget.max_parse_steps)
+    walk = _ShellWalk(kinds, data)
+    if not walk.run(tree, budget):
+        return budget.deeper_than() if budget.depth > budget.max_depth \
+            else budget.more_nodes_than("shell")
+    reads = [r for r in walk.reads + walk.expanded if NAME.fullmatch(r.name)]
     reads.sort(key=lambda r: (r.line, r.name))
     error = "could not be parsed in full" if tree.root_node.has_error else None
-    return Reading("shell", tuple(reads[:MAX_READS]), tuple(unknowable[:MAX_READS]),
-                   frozenset(sets), error or _too_many(len(reads)))
+    return Reading("shell", tuple(reads[:MAX_READS]), tuple(walk.unknowable[:MAX_READS]),
+                   frozenset(walk.sets), error or _too_many(len(reads)))
 
 
-def _expansion(node: Any, functions: _Functions, reads: list[Read],
-               unknowable: list[Unknowable]) -> None:
+class _ShellWalk:
+    """What a shell script reads and sets, in one pass over its syntax tree.
+
+    ``reads``: ``$X`` (a ``simple_expansion``'s variable); ``expanded``: ``${X...}``
+    (an ``expansion``), kept apart so that the order of two reads of a name on one line
+    stays the one the doctor has always given; the innermost enclosing function of each
+    is the top of a stack of the functions the walk is inside."""
+
+    def __init__(self, kinds: dict[int, str], source: bytes) -> None:
+        self.kinds = kinds
+        self.source = source  # a tree parsed from a callback holds no text of its own
+        self.reads: list[Read] = []
+        self.expanded: list[Read] = []
+        self.unknowable: list[Unknowable] = []
+        self.sets: set[str] = set()
+        self.functions: list[tuple[int, str]] = []  # (depth of its node, name)
+
+    def run(self, tree: Any, budget: Budget) -> bool:
+        """Visit every node in document order; False at the first limit ``budget`` sets."""
+        cursor = tree.walk()
+        kinds, functions = self.kinds, self.functions
+        depth = deepest = 0
+        visited, most, too_deep = budget.nodes, budget.max_nodes, budget.max_depth
+        try:
+            while True:
+                visited += 1
+                if visited > most:
+                    return False
+                node = cursor.node
+                kind = kinds.get(node.kind_id)
+                if kind is not None:
+                    self.on(kind, node, depth)
+                if cursor.goto_first_child():
+                    depth += 1
+                    if depth > deepest:
+                        deepest = depth
+                        if depth > too_deep:
+                            return False
+                    continue
+                while not cursor.goto_next_sibling():
+                    if not cursor.goto_parent():
+                        return True
+                    depth -= 1
+                while functions and functions[-1][0] >= depth:
+                    functions.pop()  # the walk has left the function's body
+        finally:
+            budget.nodes, budget.depth = visited, max(budget.depth, deepest)
+
+    def text(self, node: Any) -> str:
+        return self.source[node.start_byte:node.end_byte].decode(errors="replace")
+
+    def on(self, kind: str, node: Any, depth: int) -> None:
+        text, function = self.text, (self.functions[-1][1] if self.functions else None)
+        if kind == "simple_expansion":
+            self.reads += [Read(text(c), c.start_point[0] + 1, False, function)
+                           for c in node.children if c.type == "variable_name"]
+        elif kind == "expansion":
+            _expansion(node, function, text, self.expanded, self.unknowable)
+        elif kind == "variable_assignment":
+            self._set(node.child_by_field_name("name"))
+        elif kind == "for_statement":
+            self._set(node.child_by_field_name("variable"))
+        elif kind == "declaration_command":
+            self.sets.update(text(c) for c in node.children if c.type == "variable_name")
+        elif kind == "command":
+            name = node.child_by_field_name("name")
+            if name is not None and name.type == "command_name" \
+                    and text(name) == "read":  # read X: the script's own
+                self.sets.update(text(c) for c in node.children[1:]
+                                 if c.type == "word" and NAME.fullmatch(text(c)))
+        elif kind == "function_definition":
+            name = node.child_by_field_name("name")
+            if name is not None and name.type == "word":
+                self.functions.append((depth, text(name)))
+
+    def _set(self, name: Any) -> None:
+        if name is not None and name.type == "variable_name":
+            self.sets.add(self.text(name))
+
+
+def _expansion(node: Any, function: str | None, text: Callable[[Any], str],
+               reads: list[Read], unknowable: list[Unknowable]) -> None:
     children = node.children
     names = [c for c in children if c.type == "variable_name"]
     line = node.start_point[0] + 1
     if not names:  # ${1}, ${@}: positional and special parameters
         return
-    operators = {_node_text(c) for c in children if not c.is_named}
+    operators = {text(c) for c in children if not c.is_named}
     if "!" in operators:  # ${!ref}: the name read is ref's value
-        unknowable.append(Unknowable(line, _node_text(node)[:80]))
+        unknowable.append(Unknowable(line, text(node)[:80]))
         return
     default = bool(operators & DEFAULT_OPERATORS) or "#" in operators  # ${#X}: a length
-    reads.append(Read(_node_text(names[0]), line, default, functions.at(node.start_byte)))
-
-
-class _Functions:
-    """Which shell function a byte of the script is in (the innermost one)."""
-
-    def __init__(self, bodies: list[Any], names: list[Any]) -> None:
-        named = {n.parent.start_byte: _node_text(n) for n in names if n.parent is not None}
-        self.spans = sorted((b.start_byte, b.end_byte, named.get(b.start_byte, "?"))
-                            for b in bodies)
-        self.starts = [s for s, _, _ in self.spans]
-
-    def at(self, position: int) -> str | None:
-        index = bisect.bisect_right(self.starts, position)
-        for start, end, name in reversed(self.spans[max(0, index - 32):index]):
-            if start <= position < end:
-                return name
-        return None
+    reads.append(Read(text(names[0]), line, default, function))
 
 
 def _too_many(count: int) -> str | None:
     return (f"more than {MAX_READS} reads: only the first {MAX_READS} are used"
             if count > MAX_READS else None)
-
-
-def _node_text(node: Any) -> str:
-    raw = node.text
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
