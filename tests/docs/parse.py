@@ -56,6 +56,7 @@ class Block:
     text: str
     heading: str
     marks: list[Mark] = field(default_factory=list)
+    place: int = 0  # 1 for the first command block under its heading, 2 for the next, ...
 
     @property
     def is_command(self) -> bool:
@@ -100,6 +101,7 @@ def blocks(doc: str, text: str) -> list[Block]:
         elif fence := FENCE.match(line):
             start, (i, body) = i + 1, closing(lines, i, fence)
             found.append(Block(doc, start, fence["lang"], body, heading, marks))
+            found[-1].place = sum(b.heading == heading and b.is_command for b in found)
             marks = []
         elif marks:
             raise DocError(f"{where}: a doc-test mark must stand right before a fence")

@@ -13,16 +13,19 @@ are commands and how a block is marked) as one reader would:
 * **one stack** for the whole run, started as ``make run`` starts it
   (``python -m workers.localstack`` in the checkout, the default ``local`` launcher, its
   own Redis in ``var/``), on a free port given as ``TASKENV_PORT``.  Blocks say
-  ``127.0.0.1:8080``: the runner rewrites that, and only that, to the stack's address
-  before running a block (and exports ``TASKENV_PORT`` into the shell, so ``make
-  example`` finds the stack as it finds it on 8080);
-* **one shell state**: every statement runs in ``bash`` (tests/docs/step.sh) from the
-  variables, functions and directory the statements before it left, across blocks and
-  documents, with the virtualenv first on ``PATH`` (as after ``. .venv/bin/activate``)
-  and a ``HOME`` of its own (``taskenv login`` writes there).  As when a block is pasted
-  into a terminal, a failing statement does not stop the ones after it; each that exits
-  non-zero is a failure of its block.  Standard input is empty unless a ``given`` says
-  what the reader types.
+  ``127.0.0.1:8080``: the runner rewrites that to the stack's address before running a
+  block (and exports ``TASKENV_PORT`` into the shell, so ``make example`` finds the
+  stack as it finds it on 8080).  Apart from a Slurm block's site paths (below), it is
+  the only text of a block the runner changes;
+* **one shell state**: a block is cut into statements by bash's grammar, and each runs
+  in ``bash`` (tests/docs/step.sh) from the variables, functions and directory the
+  statements before it left, across blocks and documents, with the virtualenv first on
+  ``PATH`` (as after ``. .venv/bin/activate``) and a ``HOME`` of its own (``taskenv
+  login`` writes there).  As when a block is pasted into a terminal, a failing
+  statement does not stop the ones after it; each that exits non-zero is a failure of
+  its block.  Standard input is empty unless a ``given`` says what the reader types.
+  Each statement and what it printed stay in the run's directory (``statement-N.sh``,
+  ``.out``); tests/docs/processes.py holds the checkout, the shell and the stack.
 
 Marks (``<!-- doc-test: KIND … -->`` before a fence):
 
@@ -54,20 +57,21 @@ stands for any text, ``<id>`` for a task id (32 hex digits), ``<token>`` for an 
 token (``tke_…``), ``<time>`` for a time (``2026-01-31T12:00:00.000Z``), ``<n>`` for a
 number, and a run of spaces for any spaces or none (JSON is printed compact).
 
-Checks (tests/docs/checks.py) are Python functions attached to a block by its document
-and heading; they assert what a reader sees after it (a task succeeding, its logs).
+Checks (tests/docs/checks.py) are Python functions attached to a block by its document,
+heading and place under it; they assert what a reader sees after it (a task succeeding,
+its logs).
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import re
-import signal
+import shutil
 import subprocess
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,17 +80,13 @@ import requests
 import yaml
 
 from tests.docs import parse
+from tests.docs.processes import HERE, ROOT, SYSTEM_PATH, Server, Shell, Stack, checkout
 from workers.localstack import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.txt"
 GIVEN = HERE / "given"
 DOC_ADDRESS = "127.0.0.1:8080"
 SLURM_SITE = ("/etc/slurm/slurm.conf", "/shared/taskenv")
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-STATEMENT_TIMEOUT = 240
-READY_TIMEOUT = 120
 
 
 def documents() -> list[parse.Block]:
@@ -133,131 +133,6 @@ class Summary:
 SUMMARY = Summary()  # the run's, one per process: the tests fill it, conftest prints it
 
 
-def checkout(into: Path) -> Path:
-    """A copy of the working tree, the repository's virtualenv linked in."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source, target = ROOT / name, into / name
-        if source.is_file() and not source.is_symlink():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(source.read_bytes())
-            target.chmod(source.stat().st_mode & 0o777)
-    installed = (ROOT / ".venv" / ".installed").stat().st_mtime
-    os.utime(into / "pyproject.toml", (installed - 60, installed - 60))
-    (into / ".venv").symlink_to(ROOT / ".venv")
-    return into
-
-
-class Shell:
-    """A reader's shell: each statement in bash, in the state the ones before it left."""
-
-    def __init__(self, cwd: Path, env: dict[str, str], work: Path) -> None:
-        self.env, self.work = env, work
-        self.state = work / "state.sh"
-        self.state.write_text(f"cd -- '{cwd}'\n")
-        self.count = 0
-
-    def argv(self, text: str) -> list[str]:
-        self.count += 1
-        statement = self.work / f"statement-{self.count}.sh"
-        statement.write_text(text + "\n")
-        return ["bash", "--noprofile", "--norc", str(HERE / "step.sh"), str(self.state),
-                str(statement)]
-
-    def run(self, text: str, stdin: Path | None = None) -> tuple[int, str]:
-        with open(stdin or os.devnull, "rb") as given:
-            done = subprocess.run(self.argv(text), env=self.env, stdin=given,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  timeout=STATEMENT_TIMEOUT, check=False)
-        out = done.stdout.decode(errors="replace")
-        (self.work / f"statement-{self.count}.out").write_text(out)  # to look at afterwards
-        return done.returncode, out
-
-    def start(self, text: str, log: Path) -> subprocess.Popen[bytes]:
-        """The statement in the background, in a process group of its own (a terminal's)."""
-        with open(log, "ab") as out:
-            return subprocess.Popen(self.argv(text), env=self.env, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def var(self, name: str) -> str:
-        done = subprocess.run(["bash", "--norc", "-c", 'source "$1"; printf %s "${!2-}"', "_",
-                               str(self.state), name], env=self.env, capture_output=True,
-                              text=True, check=True)
-        return done.stdout
-
-
-class Server:
-    """What serves the API: a process group, stopped as Ctrl-C stops a terminal's."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], base: str, log: Path) -> None:
-        self.proc, self.base, self.log = proc, base, log
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not self.ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the stack is not ready at {self.base}/readyz (exit "
-                                   f"{self.proc.poll()}):\n{self.log.read_text()[-3000:]}")
-            time.sleep(0.5)
-
-    def ready(self) -> bool:
-        try:
-            return requests.get(self.base + "/readyz", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def stop(self) -> None:
-        """SIGINT to the group, then wait until every process of it is gone."""
-        group = self.proc.pid
-        signal_group(group, signal.SIGINT)
-        deadline = time.monotonic() + 60
-        self.proc.wait(timeout=60)
-        while group_alive(group):
-            if time.monotonic() > deadline:
-                signal_group(group, signal.SIGKILL)
-            time.sleep(0.2)
-
-
-def signal_group(group: int, signum: int) -> None:
-    try:
-        os.killpg(group, signum)
-    except ProcessLookupError:
-        pass
-
-
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-class Stack:
-    """The run's own stack: ``python -m workers.localstack`` in the checkout."""
-
-    def __init__(self, cwd: Path, env: dict[str, str], base: str, log: Path) -> None:
-        self.cwd, self.env, self.base, self.log = cwd, env, base, log
-        self.server: Server | None = None
-
-    def start(self) -> None:
-        if self.server is not None:
-            return  # already up (a block that would have stopped it did not get so far)
-        with open(self.log, "ab") as out:
-            proc = subprocess.Popen([str(self.cwd / ".venv" / "bin" / "python"), "-m",
-                                     "workers.localstack"], cwd=self.cwd, env=self.env,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.server = Server(proc, self.base, self.log)
-        self.server.wait_ready()
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-
-
 @dataclass
 class Run:
     """One block's run, as its check sees it."""
@@ -274,19 +149,10 @@ class Run:
         return self.reader.shell.var(name)
 
     def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        token = (self.reader.cwd / "var" / "admin.token").read_text().strip()
-        return requests.request(method, self.reader.base + path, timeout=10,
-                                headers={"Authorization": f"Bearer {token}"}, **kwargs)
+        return self.reader.api(method, path, **kwargs)
 
-    def wait(self, task: str, revision: int = 1, timeout: float = 120) -> dict[str, Any]:
-        """The task once its ``revision`` is final."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            doc: dict[str, Any] = self.api("GET", f"/api/v1/tasks/{task}").json()
-            if doc.get("revision") == revision and doc.get("status") in FINAL:
-                return doc
-            time.sleep(0.3)
-        raise AssertionError(f"task {task} revision {revision} not final: {doc}")
+    def wait(self, task: str, revision: int = 1) -> dict[str, Any]:
+        return self.reader.wait(task, revision)
 
 
 FINAL = {"succeeded", "failed", "rejected", "cancelled"}
@@ -307,25 +173,33 @@ class Reader:
                     "COLUMNS": "120", "TASKENV_PORT": str(self.port)}
         self.shell = Shell(self.cwd, self.env, work)
         self.stack = Stack(self.cwd, self.env, self.base, work / "stack.log")
-        self.seen: dict[tuple[str, str], int] = {}
         self.slurm: Any = None  # the test cluster, while a Slurm block runs
         self.last: Run | None = None  # the last command block's run (for an output block)
         self.walk: list[Any] | None = None  # doc_blocks' mismatches, once asked for
 
     def close(self) -> None:
         self.stack.stop()
-        if self.slurm is not None:
-            self.slurm.stop()
+        self.stop_slurm()
 
-    def check_of(self, block: parse.Block) -> Check | None:
-        """The check attached to the block: by document, heading and place under it."""
-        key = (block.doc, block.heading)
-        self.seen[key] = self.seen.get(key, 0) + 1
-        return self.checks.get((*key, self.seen[key]))
+    def api(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """The API as the admin of ``make run`` (var/admin.token) calls it."""
+        token = (self.cwd / "var" / "admin.token").read_text().strip()
+        return requests.request(method, self.base + path, timeout=10,
+                                headers={"Authorization": f"Bearer {token}"}, **kwargs)
+
+    def wait(self, task: str, revision: int = 1, timeout: float = 120) -> dict[str, Any]:
+        """The task once its ``revision`` is final."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            doc: dict[str, Any] = self.api("GET", f"/api/v1/tasks/{task}").json()
+            if doc.get("revision") == revision and doc.get("status") in FINAL:
+                return doc
+            time.sleep(0.3)
+        raise AssertionError(f"task {task} revision {revision} not final: {doc}")
 
     def run(self, block: parse.Block) -> list[Failure]:
         """Run (or check) one block; what failed in it."""
-        check = self.check_of(block)
+        check = self.checks.get((block.doc, block.heading, block.place))
         if block.mark("kustomize"):
             return self.kustomize(block)
         if block.mark("output"):
@@ -339,7 +213,7 @@ class Reader:
                 self.stack.start()
 
     def commands(self, block: parse.Block, check: Check | None) -> list[Failure]:
-        run, failures = Run(self, block), []
+        run, failures = Run(self, block), list[Failure]()
         site = self.slurm_site(block) if block.mark("slurm") else ()
         self.summary.run += 1
         statements = parse.statements(self.rewrite(block, site), block.where)
@@ -370,7 +244,7 @@ class Reader:
         mark = block.mark("given")
         if mark is None:
             return []
-        status, out = self.shell.run(f"source '{GIVEN / mark.arg}.sh'")
+        status, out = self.shell.source(GIVEN / f"{mark.arg}.sh")
         return [] if status == 0 else [Failure(block.where, f"given {mark.arg}",
                                                f"exit {status}\n{out[-2000:]}")]
 
@@ -378,7 +252,7 @@ class Reader:
         status, out = self.shell.run(statement.text, self.stdin(run.block))
         run.outputs.append(out)
         self.summary.statements += 1
-        where = f"{run.block.doc}:{run.block.line + 1 + statement.line}"
+        where = located(run.block, statement)
         found = [] if status == 0 else [Failure(where, statement.text,
                                                 f"exit {status}\n{out[-2000:]}")]
         return found + self.compare(where, statement.text, statement.expected, out)
@@ -400,27 +274,27 @@ class Reader:
 
     def serve(self, block: parse.Block, statement: parse.Statement) -> list[Failure]:
         """The reader's ``make run`` in place of the run's stack, until one task ran on it."""
-        where = f"{block.doc}:{block.line + 1 + statement.line}"
+        where = located(block, statement)
         self.stack.stop()
         log = self.work / "served.log"
         server = Server(self.shell.start(statement.text, log), self.base, log)
         try:
             server.wait_ready()
             return self.one_task(where, statement.text)
-        except RuntimeError as error:
+        except (RuntimeError, AssertionError) as error:
             return [Failure(where, statement.text, str(error))]
         finally:
             server.stop()
             self.stop_slurm()
 
     def one_task(self, where: str, text: str) -> list[Failure]:
-        run = Run(self, parse.Block("", 0, "", "", ""))
-        made = run.api("POST", "/api/v1/tasks", json={
+        """One task of one step through the stack a ``serve`` block started."""
+        made = self.api("POST", "/api/v1/tasks", json={
             "name": "doc-served", "steps": [["sh", "-c", "echo served by this stack"]]})
         if made.status_code != 202:
             return [Failure(where, text, f"a task is refused: {made.status_code} {made.text}")]
-        doc = run.wait(made.json()["id"])
-        logs = run.api("GET", f"/api/v1/tasks/{doc['id']}/logs").text
+        doc = self.wait(made.json()["id"])
+        logs = self.api("GET", f"/api/v1/tasks/{doc['id']}/logs").text
         if doc["status"] == "succeeded" and "served by this stack" in logs:
             return []
         return [Failure(where, text, f"a task on it ends {doc['status']}: {doc.get('reason')}"
@@ -447,6 +321,8 @@ class Reader:
 
     def kustomize(self, block: parse.Block) -> list[Failure]:
         """What a Kubernetes block applies, rendered, and doc_blocks' checks of its lines."""
+        if shutil.which("kubectl") is None:
+            raise Unavailable("kubectl 1.32+ (its kustomize) is needed for the Kubernetes blocks")
         failures, self.summary.kubernetes = [], self.summary.kubernetes + 1
         for flag, target in re.findall(r"kubectl\s+apply\s+(-k|-f)\s+(\S+)", block.text):
             self.summary.rendered += 1
@@ -472,6 +348,26 @@ class Reader:
                 and block.line <= int(m.where.rsplit(":", 1)[1]) <= end]
 
 
+def verdict(block: parse.Block, failures: list[Failure]) -> tuple[str, str]:
+    """``pass``, ``fail`` or ``xfail``, and what to say: every failure must be covered by
+    one of the block's xfail marks, and every mark by a failure (strict)."""
+    marks = block.all("xfail")
+    covers = [(m, f) for m in marks for f in failures if not m.arg or m.arg in f.text]
+    unexpected = [f for f in failures if f not in [f for _, f in covers]]
+    if unexpected:
+        return "fail", "\n\n".join(map(str, unexpected))
+    unmet = [m for m in marks if m not in [m for m, _ in covers]]
+    if unmet:
+        return "fail", f"{block.where}: XPASS(strict), remove the mark: " + "; ".join(
+            m.reason for m in unmet)
+    return ("xfail", "; ".join(m.reason for m in marks)) if failures else ("pass", "")
+
+
+def located(block: parse.Block, statement: parse.Statement) -> str:
+    """Where a statement starts in its document (``README.md:63``)."""
+    return f"{block.doc}:{block.line + 1 + statement.line}"
+
+
 class Unavailable(Exception):
     """What a block needs is not on this machine: the block is skipped, saying so."""
 
@@ -487,28 +383,25 @@ def k8s_mismatches(work: Path) -> list[Any]:
     return walk.mismatches + doc_blocks.check(walk, ROOT, settings=setting_names())
 
 
-class checked:  # noqa: N801 - used as a ``with`` statement
-    """A block's check around it: a generator check's part before ``yield`` runs before the
-    block; the rest (or a plain function) after.  An assertion is a failure of the block."""
+@contextmanager
+def checked(run: Run, check: Check | None, failures: list[Failure]) -> Iterator[None]:
+    """A block's check around it: a generator check's part before ``yield`` runs before
+    the block, the rest (or a plain function) after it, unless the runner itself failed.
+    A failed assertion is a failure of the block."""
+    if check is None:
+        yield
+        return
+    steps = check(run) if inspect.isgeneratorfunction(check) else None
+    if steps is not None:
+        failures += guarded(run, check, lambda: next(steps))
+    yield
+    failures += guarded(run, check, (lambda: next(steps, None)) if steps else lambda: check(run))
 
-    def __init__(self, run: Run, check: Check | None, failures: list[Failure]) -> None:
-        self.run, self.check, self.failures = run, check, failures
-        self.steps = None
 
-    def __enter__(self) -> None:
-        if self.check is not None and inspect.isgeneratorfunction(self.check):
-            self.steps = self.check(self.run)
-            self.guard(lambda: next(self.steps))
-
-    def __exit__(self, *exc: object) -> None:
-        if self.check is None or exc[0] is not None:
-            return
-        self.guard(lambda: next(self.steps, None) if self.steps else self.check(self.run))
-
-    def guard(self, step: Callable[[], object]) -> None:
-        try:
-            step()
-        except AssertionError as error:
-            said = str(error) or traceback.format_tb(error.__traceback__)[-1]
-            self.failures.append(Failure(self.run.block.where, f"check {self.check.__name__}",
-                                         said[-3000:]))
+def guarded(run: Run, check: Check, step: Callable[[], object]) -> list[Failure]:
+    try:
+        step()
+    except AssertionError as error:
+        said = str(error) or traceback.format_tb(error.__traceback__)[-1]
+        return [Failure(run.block.where, f"check {check.__name__}", said[-3000:])]
+    return []

@@ -40,27 +40,15 @@ def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
         found.close()
 
 
-def covers(mark: parse.Mark, failure: Failure) -> bool:
-    return not mark.arg or mark.arg in failure.text
-
-
 def judge(block: parse.Block, failures: list[Failure]) -> None:
-    """Pass, fail, or fail as expected: each failure covered by an xfail mark, each mark
-    by a failure."""
-    marks = block.all("xfail")
-    unexpected = [f for f in failures if not any(covers(m, f) for m in marks)]
-    if unexpected:
+    verdict, said = runner.verdict(block, failures)
+    if verdict == "fail":
         SUMMARY.failed.append(block.where)
-        pytest.fail("\n\n".join(map(str, unexpected)), pytrace=False)
-    unmet = [m for m in marks if not any(covers(m, f) for f in failures)]
-    if unmet:
-        SUMMARY.failed.append(f"{block.where} (passes: remove its xfail mark)")
-        pytest.fail(f"{block.where}: XPASS(strict), remove the mark: "
-                    + "; ".join(m.reason for m in unmet), pytrace=False)
-    if failures:
-        print("\n\n".join(map(str, failures)))  # what failed as expected (shown with -s, -rA)
-        SUMMARY.xfailed.append(f"{block.where}: " + "; ".join(m.reason for m in marks))
-        pytest.xfail("; ".join(m.reason for m in marks))
+        pytest.fail(said, pytrace=False)
+    if verdict == "xfail":
+        print("\n\n".join(map(str, failures)))  # what failed as expected (shown with -s)
+        SUMMARY.xfailed.append(f"{block.where}: {said}")
+        pytest.xfail(said)
 
 
 @pytest.mark.parametrize("block", [param(b) for b in RUN])
@@ -100,3 +88,5 @@ def test_every_marked_block_says_why() -> None:
             assert mark.kind not in parse.NEEDS_REASON or re.search(r"\w", mark.reason)
         assert block.is_command or not block.marks or block.mark("output"), \
             f"{block.where}: only command blocks and output blocks take marks"
+        for given in block.all("given"):
+            assert (runner.GIVEN / f"{given.arg}.sh").is_file(), f"{block.where}: no {given}"
