@@ -1,10 +1,13 @@
 """The doctor's whole examination of one revision, as the policy stage and the preview run it.
 
 Pure: the catalog that applies is handed in (see :mod:`shared.doctor.store` for where
-the edited layers live).  What it finds is split by severity: advice is a warning; a
-policy rule with ``documented: true`` reports with its own severity; a script read with
-no value and no default is an error only where the task or a policy layer asks for
-``strict_env``.
+the edited layers live), and the task's file limits, which bound what the doctor reads
+(by default this process's settings, as the API and the workers read them).  What it
+finds is split by severity: advice is a warning; a policy rule with ``documented: true``
+reports with its own severity; a script read with no value and no default is an error
+only where the task or a policy layer asks for ``strict_env``.  A script the doctor
+could not read, too complex or past the files' limits, is a warning even then:
+``strict_env`` is about the reads the doctor saw.
 """
 
 from __future__ import annotations
@@ -13,21 +16,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.config import process_settings
 from shared.doctor import advice
 from shared.doctor.catalog import Catalog
 from shared.doctor.preflight import MISSING, preflight
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, applies
 from shared.policy.model import Policy, Resolution
+from shared.task.files import FileLimits
 
 DOCUMENTED = "rule.documented"
 
 
+def _deployment_files() -> FileLimits:
+    return FileLimits.from_settings(process_settings())
+
+
 @dataclass(frozen=True)
 class Doctor:
-    """What the doctor knows of the deployment: the catalog that applies to the task."""
+    """What the doctor knows of the deployment: the catalog that applies to the task, and
+    the task's file limits (past them, the doctor reads no further file)."""
 
     catalog: Catalog
+    files: FileLimits = field(default_factory=_deployment_files)
 
 
 @dataclass
@@ -53,7 +64,7 @@ def examine(doc: Mapping[str, Any], result: Resolution, layers: Sequence[Policy]
     if files:
         strict = bool(doc.get("strict_env")) or any(layer.strict_env for layer in layers)
         report = preflight(files, [v.to_dict() for v in result.variables], doctor.catalog,
-                           strict)
+                           strict, doctor.files)
         for problem in report.problems():
             blocking = strict and problem.rule == MISSING
             (found.errors if blocking else found.warnings).append(problem)

@@ -13,9 +13,11 @@ schedulers' per-replica variables, the process basics such as ``PATH``) are know
 never reported missing.  Variables the built-in catalog documents are read by libraries
 (NCCL, CUDA, PyTorch...), not by the scripts: they are never reported as unread.
 
-A script past the reader's budget is named as too complex (``doctor.too_complex``, a
-warning whatever ``strict_env`` says).  While a script is left unread, no variable is
-said to be unread: it may be read there.
+The work is bounded per call as per file: the files are read in order, and reading stops
+at the first file past the task's file limits (``files.max_count``, ``files.max_bytes``),
+which is named; none after it is read.  A script past the reader's budget is named as
+too complex (``doctor.too_complex``, a warning whatever ``strict_env`` says).  While a
+script is left unread, no variable is said to be unread: it may be read there.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from shared.doctor.advice import likely
 from shared.doctor.catalog import Catalog
 from shared.doctor.scripts import Read, Reading, read
 from shared.errors import Problem
+from shared.task.files import FileLimits, size
 
 MISSING = "doctor.script_unset"
 UNREAD = "doctor.script_unread"
@@ -90,23 +93,36 @@ class Report:
                     rule=TOO_COMPLEX, field=s["path"], limit=s.get("limit"),
                     message=f"{s['path']} is too complex for the doctor to read: "
                             f"{s['too_complex']}; it did not read it (the task goes on)"))
+            elif s.get("rule"):  # past the task's file limits: the error says it all
+                found.append(Problem(rule=UNREADABLE, field=s["path"], limit=s["limit"],
+                                     message=f"{s['path']}: {s['error']}"))
             elif s.get("error"):
-                found.append(Problem(rule=UNREADABLE, field=s["path"], limit=s.get("limit"),
+                found.append(Problem(rule=UNREADABLE, field=s["path"],
                                      message=f"{s['path']}: {s['error']}; the doctor did not "
                                              "read it"))
         return found
 
 
 def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str, Any]],
-              catalog: Catalog, strict: bool = False) -> Report:
+              catalog: Catalog, strict: bool = False, limits: FileLimits | None = None
+              ) -> Report:
     """The report for ``files`` (``{path, content}``) against the resolved env (records'
-    ``resolved`` entries: name, source, scope)."""
+    ``resolved`` entries: name, source, scope).  ``limits``: the task's file limits; the
+    first file past them stops the reading (the task's defaults if not given)."""
     report = Report(strict=strict)
+    limits = limits or FileLimits()
     by_name = {v["name"]: v for v in resolved}
     readings: list[tuple[str, Reading]] = []
     complete = True
-    for f in files:
+    listed = list(files)
+    total = 0
+    for index, f in enumerate(listed):
         path, content = str(f.get("path", "")), f.get("content")
+        total += size(str(f.get("content", "")))  # as the task's file limits count them
+        if index >= limits.max_files or total > limits.max_bytes:
+            report.scripts.append(_past_limits(path, index, len(listed), limits, total))
+            complete = False
+            break
         if not isinstance(content, str):
             continue
         reading = read(path, content)
@@ -147,6 +163,22 @@ def _summary(path: str, reading: Reading) -> dict[str, Any]:
     if reading.too_complex:
         out.update(too_complex=reading.too_complex, limit=reading.limit)
     return out
+
+
+def _past_limits(path: str, index: int, count: int, limits: FileLimits,
+                 total: int) -> dict[str, Any]:
+    """The first file past the task's file limits: named, neither it nor any after it read."""
+    if index >= limits.max_files:
+        rule, limit = "files.max_count", limits.max_files
+        why = f"file {index + 1} of {count}, past files.max_count ({limit:,} files)"
+    else:
+        rule, limit = "files.max_bytes", limits.max_bytes
+        why = f"with it the files take {total:,} bytes, past files.max_bytes ({limit:,})"
+    after = count - index - 1
+    unread = (f"read neither it nor the {after} file{'s' if after != 1 else ''} after it"
+              if after else "did not read it")
+    return {"path": path, "language": None, "reads": [], "rule": rule, "limit": limit,
+            "error": f"{why}: the doctor {unread}"}
 
 
 def _judge(report: Report, path: str, found: Read, by_name: Mapping[str, Mapping[str, Any]],
