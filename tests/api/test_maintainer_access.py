@@ -255,7 +255,7 @@ def test_the_task_list_offers_a_maintainer_the_projects_tasks_a_page_at_a_time(
     first = carol.get("/ui/tasks?project=vision&limit=2")
     assert first.status_code == 200 and "Tasks of project vision" in first.text
     assert listed(first.text) == [made[3], made[1]]
-    assert "<td>erin</td>" in first.text  # whose each task is
+    assert re.search(r"<td[^>]*>erin</td>", first.text)  # whose each task is
     cursor = re.search(r'rel="next" href="[^"]*cursor=([^&"]+)', first.text)
     assert cursor is not None
     rest = carol.get(f"/ui/tasks?project=vision&limit=2&cursor={cursor.group(1)}")
