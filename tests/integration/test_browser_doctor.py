@@ -109,7 +109,7 @@ def test_a_script_typed_into_the_form_is_read_against_the_env_while_typing(
               "import os\nlr = float(os.environ['LEARNING_RATE'])\n"
               "stage = os.environ.get('STAGE', 'pretrain')\n"
               "w = os.environ['W_' + stage]\n")
-    rest = page.locator("#preview-problems")
+    rest = page.locator("#preview-warnings")
     expect(rest).to_contain_text("train.py line 2 reads LEARNING_RATE, which this task does "
                                  "not set and the script gives no default; did you mean LR?")
     expect(page.locator("#env-rows tr").nth(0).locator(".live-problems")).to_contain_text(

@@ -5,7 +5,8 @@ a phone, and at 1280 px.
 At 375 px the task list shows every column of a task, its Created time too, with nothing
 to scroll sideways for. The new-task form's env preview shows each value across the width
 of a phone, never a character per line; it sits beside the env rows on a wide screen, on
-the new-task form and in a task's env editor, and under them on a phone.
+the new-task form and in a task's env editor, and under them on a phone; a warning in it
+(a script's read the env does not satisfy) is amber, an error (a bad .env line) red.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 __all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
 
 PHONE = {"width": 375, "height": 667}
+# style.css's colours: an error's (--bad, --bad-bg) and a warning's (amber).
+BAD, BAD_BG = "rgb(165, 42, 31)", "rgb(253, 240, 238)"
+WARN_LINE, WARN_BG, WARN_TEXT = "rgb(201, 154, 6)", "rgb(255, 247, 224)", "rgb(107, 82, 0)"
 WIDE = {"width": 1280, "height": 800}
 
 
@@ -108,6 +112,26 @@ def test_the_env_preview_on_the_new_task_form(stack: Stack, chromium: Browser) -
 
     page.set_viewport_size(WIDE)  # beside the rows, its top level with the first of them
     beside(page, "#env-rows")
+
+    # A warning no row names, right under "Would be accepted": a warning's colours.
+    page.fill("[name=file-0-path]", "train.py")
+    page.fill("[name=file-0-content]", "import os\nprint(os.environ['EPOCHS'])\n")
+    warnings, errors = page.locator("#preview-warnings"), page.locator("#preview-problems")
+    expect(warnings).to_contain_text("reads EPOCHS")
+    expect(page.locator("#preview-state")).to_contain_text("Would be accepted")
+    expect(page.locator("#preview-state")).to_contain_text("2 warnings")  # DATA_ROOT's unread
+    expect(errors).to_be_hidden()
+    warned = style(page, "#preview-warnings", "backgroundColor", "borderTopColor")
+    warned_text = style(page, "#preview-warnings li", "color")["color"]
+    assert warned == {"backgroundColor": WARN_BG, "borderTopColor": WARN_LINE}, warned
+    assert warned_text == WARN_TEXT
+
+    page.fill("#env_file", "not a line of a .env file\n")  # an error no row names: red
+    expect(errors).to_be_visible()
+    expect(page.locator("#preview-state")).to_contain_text("Would be rejected")
+    refused = style(page, "#preview-problems", "backgroundColor", "borderTopColor")
+    assert refused == {"backgroundColor": BAD_BG, "borderTopColor": BAD}, refused
+    assert style(page, "#preview-problems li", "color")["color"] != warned_text
 
     task = stack.create({"name": "edited", "steps": [["sleep", "0"]],
                          "env": [{"name": f"VAR_{i}", "value": str(i)} for i in range(12)]},

@@ -40,14 +40,18 @@
     return field ? field.closest("td") : null;
   }
 
+  // Errors and warnings no row names go in the panel, each in its own list: a warning is
+  // advice, never styled as a refusal.
   function showProblems(form, panel, problems, warnings) {
     form.querySelectorAll(".live-problems").forEach((el) => el.remove());
-    const rest = panel.querySelector("#preview-problems");
-    rest.replaceChildren();
+    const errorList = panel.querySelector("#preview-problems");
+    const warningList = panel.querySelector("#preview-warnings");
+    errorList.replaceChildren();
+    warningList.replaceChildren();
     const place = (problem, warning) => {
       const where = problem.variable ? rowOf(form, problem.variable) : null;
       if (!where) {
-        rest.append(problemItem(problem, warning));
+        (warning ? warningList : errorList).append(problemItem(problem, warning));
         return;
       }
       let list = where.querySelector(".live-problems");
@@ -60,7 +64,8 @@
     };
     problems.forEach((p) => place(p, false));
     warnings.forEach((p) => place(p, true));
-    rest.hidden = rest.children.length === 0;
+    errorList.hidden = errorList.children.length === 0;
+    warningList.hidden = warningList.children.length === 0;
   }
 
   function showEnv(panel, variables) {
@@ -98,10 +103,13 @@
   function render(form, panel, result) {
     panel.querySelector("#preview-table").hidden = false;
     const errors = result.errors || [];
-    panel.querySelector("#preview-state").textContent = errors.length
+    const warnings = result.warnings || [];
+    const advice = warnings.length
+      ? ` ${warnings.length} warning${warnings.length > 1 ? "s" : ""} (advice, not a refusal).` : "";
+    panel.querySelector("#preview-state").textContent = (errors.length
       ? `Would be rejected: ${errors.length} problem${errors.length > 1 ? "s" : ""}, marked below and next to the rows.`
-      : `Would be accepted with policy version ${result.policy_version}.`;
-    showProblems(form, panel, errors, result.warnings || []);
+      : `Would be accepted with policy version ${result.policy_version}.`) + advice;
+    showProblems(form, panel, errors, warnings);
     showDoctor(panel, result.doctor);
     showEnv(panel, result.variables || []);
     const differs = (result.differs || []).map((d) => `${d.name}: ${d.values}`);
