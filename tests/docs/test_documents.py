@@ -1,6 +1,6 @@
 """The documents, run: every shell block of the manifest's documents is a test, in order.
 
-One session-wide reader (tests/docs/runner.py) carries the checkout, the stack and the
+One reader for the module (tests/docs/runner.py) carries the checkout, the stack and the
 shell state from each block to the next, so the tests must run in the order collected
 (plain ``pytest``, or ``make docs-test``; not spread over xdist workers).  A block
 marked ``skip`` is skipped with its reason; one marked ``xfail`` must fail, and only as
@@ -30,8 +30,9 @@ def param(block: parse.Block):  # type: ignore[no-untyped-def]
     return pytest.param(block, marks=marks, id=f"{block.where} {block.heading}"[:90])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reader]:
+    """The one reader of this module's blocks; its stack stops when they are done."""
     found = Reader(tmp_path_factory.mktemp("doc-reader"), CHECKS)
     try:
         found.stack.start()
