@@ -55,6 +55,10 @@ class EntryOut(ma.Schema):
     source = fields.String()
     layer = fields.String(metadata={"description": "builtin, platform, project or policy."})
     scope = fields.String(metadata={"description": "platform or project:<name>."})
+    notes = fields.List(fields.String(), metadata={
+        "description": "What the policies that apply say of the variable (a default's "
+                       "scope, a protected entry's reason, a rule's description), beside "
+                       "its documented description, type and values."})
 
 
 class CatalogOut(ma.Schema):

@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -53,6 +53,10 @@ class Entry:
     source: str = ""
     layer: str = "builtin"
     scope: str | None = None  # "platform" or "project:<name>" for an edited or policy entry
+    # What the policies say of a documented variable (a default's scope, a protected
+    # entry's reason, a rule's description): shown beside its description, never in
+    # place of its documented type, values or bounds.
+    notes: tuple[str, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], layer: str = "builtin",
@@ -78,6 +82,8 @@ class Entry:
             out["source"] = self.source
         if self.scope is not None:
             out["scope"] = self.scope
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     def stored(self) -> dict[str, Any]:
@@ -127,20 +133,26 @@ def layered(*layers: Iterable[Entry]) -> Catalog:
     return Catalog(found)
 
 
-def from_policies(policies: Sequence[Any]) -> list[Entry]:
+def from_policies(policies: Sequence[Any], project: str | None = None) -> list[Entry]:
     """What the policies themselves document: a rule naming one variable (not a glob)
     with a description or allowed values, a protected entry's reason, each default.
+    An entry whose ``when`` names another project than ``project`` is left out: no
+    caller learns what another project's tasks get.
 
     A rule's ``allowed`` values are the policy's to enforce; here they only describe."""
     found: dict[str, Entry] = {}
+
+    def ours(entries: Sequence[Any]) -> list[Any]:
+        return [e for e in entries if e.when is None or not e.when.names_another_project(project)]
+
     for policy in policies:  # highest scope first: a lower (closer) layer's note wins
-        for default in policy.defaults:
+        for default in ours(policy.defaults):
             found[default.name] = Entry(default.name, f"a default of {policy.scope}",
                                         layer="policy", scope=policy.scope)
-        for held in policy.protected:
+        for held in ours(policy.protected):
             found[held.name] = Entry(held.name, held.reason or f"protected by {policy.scope}",
                                      layer="policy", scope=policy.scope)
-        for rule in policy.rules:
+        for rule in ours(policy.rules):
             if _is_glob(rule.name) or not (rule.description or rule.allowed):
                 continue
             base = found.get(rule.name)
@@ -152,9 +164,23 @@ def from_policies(policies: Sequence[Any]) -> list[Entry]:
 
 
 def applying(builtin_on: bool, platform: Iterable[Entry], project: Iterable[Entry],
-             policies: Sequence[Any] = ()) -> Catalog:
-    """Every layer that applies to a task, the built-in one unless an admin switched it off."""
-    return layered(builtin() if builtin_on else (), platform, project, from_policies(policies))
+             policies: Sequence[Any] = (), project_name: str | None = None) -> Catalog:
+    """Every layer that applies to a task, the built-in one unless an admin switched it off;
+    what the policies say of a variable a layer documents is a note on its entry."""
+    documented = layered(builtin() if builtin_on else (), platform, project)
+    return with_policy_notes(documented, from_policies(policies, project_name))
+
+
+def with_policy_notes(catalog: Catalog, noted: Iterable[Entry]) -> Catalog:
+    """The policies' entries added to ``catalog``: a variable it documents keeps its entry
+    (type, values, bounds, source, layer) and gains the policy's words as a note; one it
+    does not document gets the policy's entry."""
+    found = dict(catalog.entries)
+    for entry in noted:
+        known = found.get(entry.name)
+        found[entry.name] = entry if known is None else replace(
+            known, notes=(*known.notes, entry.description))
+    return Catalog(found)
 
 
 def _is_glob(name: str) -> bool:

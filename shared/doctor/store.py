@@ -102,4 +102,4 @@ class CatalogStore:
         """The catalog that applies to a task of ``project`` under ``policies`` (the
         layers, highest scope first)."""
         on, platform, own = self.layers(project_scope(project) if project else None)
-        return applying(on, platform, own, [p for p in policies if p is not None])
+        return applying(on, platform, own, [p for p in policies if p is not None], project)

@@ -115,6 +115,12 @@ class When:
         return self.project is None or (
             task.project is not None and fnmatchcase(task.project, self.project))
 
+    def names_another_project(self, project: str | None) -> bool:
+        """Whether this condition is about a project other than ``project``: an entry only
+        another project's tasks meet, which a caller of ``project`` is never shown."""
+        return self.project is not None and not (
+            project is not None and fnmatchcase(project, self.project))
+
     def text(self) -> str:
         """How provenance names the condition: ``gpus>=1 and image=nvcr.io/*``."""
         parts = [c.text() for c in (self.gpus, self.replicas) if c is not None]

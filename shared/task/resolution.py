@@ -152,9 +152,11 @@ def not_applied(layers: Sequence[Policy], task: TaskFacts) -> list[dict[str, Any
         kinds = (("default", layer.defaults), ("protected", layer.protected),
                  ("rule", layer.rules))
         for kind, entries in kinds:
+            # An entry for another project's tasks is that project's business: unnamed.
             found += [{"name": e.name, "kind": kind, "scope": layer.scope,
                        "when": e.when.text()}
-                      for e in entries if e.when is not None and not e.when.matches(task)]
+                      for e in entries if e.when is not None and not e.when.matches(task)
+                      and not e.when.names_another_project(task.project)]
     return found
 
 

@@ -216,3 +216,37 @@ def test_a_plain_token_cannot_write_or_switch_anything(users: dict[str, FlaskCli
     assert mallory.put(f"{CATALOG}/settings", json={"builtin": False}).status_code == 403
     assert mallory.get(f"{CATALOG}?project=vision").status_code == 404
     assert client.get(CATALOG).get_json() == before
+
+
+def test_a_policy_default_adds_a_note_and_keeps_the_documented_values(
+        client: FlaskClient, users: dict[str, FlaskClient]) -> None:
+    policy = {"defaults": [{"name": "NCCL_DEBUG", "value": "WARN"}], "protected": []}
+    assert client.put("/api/v1/policy", json=policy).status_code == 200
+    entry = names(users["alice"].get(CATALOG).get_json())["NCCL_DEBUG"]
+    assert (entry["layer"], entry["type"]) == ("builtin", "enum")
+    assert entry["values"] == ["VERSION", "WARN", "INFO", "TRACE"]
+    assert entry["source"].startswith("https://") and entry["notes"] == ["a default of platform"]
+    shown = users["alice"].post("/api/v1/env/preview", json={
+        "env": [{"name": "NCCL_DEBUG", "value": "verbose"}]}).get_json()
+    assert any(w["variable"] == "NCCL_DEBUG" and "verbose" in w["message"]
+               for w in shown["warnings"]), shown["warnings"]
+
+
+def test_a_member_never_learns_what_another_project_s_tasks_get(
+        client: FlaskClient, users: dict[str, FlaskClient]) -> None:
+    assert client.post("/api/v1/projects", json={"name": "p2", "members": ["bob"]}
+                       ).status_code == 201
+    policy = {"defaults": [{"name": "SECRET_PROJ_BUCKET", "value": "s3://p2",
+                            "when": {"project": "p2"}},
+                           {"name": "GPU_ONLY", "value": "1", "when": {"gpus": ">=1"}}],
+              "protected": []}
+    assert client.put("/api/v1/policy", json=policy).status_code == 200
+    alice = users["alice"]
+    preview = alice.post("/api/v1/env/preview", json={"project": "vision", "env": []})
+    listing = alice.get(f"{CATALOG}?project=vision")
+    for answer in (preview, listing, alice.get(CATALOG)):
+        assert answer.status_code == 200, answer.get_json()
+        assert "SECRET_PROJ_BUCKET" not in answer.get_data(as_text=True)
+        assert "p2" not in answer.get_data(as_text=True)
+    # A condition on the task itself is still explained to the member.
+    assert [e["name"] for e in preview.get_json()["not_applied"]] == ["GPU_ONLY"]
