@@ -6,11 +6,14 @@ At 375 px the task list shows every column of a task, its Created time too, with
 to scroll sideways for. The new-task form's env preview shows each value across the width
 of a phone, never a character per line; it sits beside the env rows on a wide screen, on
 the new-task form and in a task's env editor, and under them on a phone; a warning in it
-(a script's read the env does not satisfy) is amber, an error (a bad .env line) red.
+(a script's read the env does not satisfy) is amber, an error (a bad .env line) red. A
+running task with many variables, many warnings and a script shows its log on the first
+screen at 375 x 667 and at 1280 x 800, its warnings one line until opened.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -22,6 +25,7 @@ from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 __all__ = ["CHROMIUM_ARGS", "chromium", "context"]  # the browser fixtures
 
+LIVE_WAIT_MS = 90_000  # the machine is shared: launching a step can take a while
 PHONE = {"width": 375, "height": 667}
 # style.css's colours: an error's (--bad, --bad-bg) and a warning's (amber).
 BAD, BAD_BG = "rgb(165, 42, 31)", "rgb(253, 240, 238)"
@@ -151,3 +155,55 @@ def beside(page: Page, rows_selector: str) -> None:
     assert panel["x"] >= rows["right"], (rows, panel)
     assert rows["y"] - 60 <= panel["y"] <= first["bottom"], (first, panel)
     assert panel["right"] <= WIDE["width"]
+
+
+# Enough variables that the resolved env and the editor are long, as on a real task, and
+# likely typos of documented names: each is a warning on the task page.
+MANY = [{"name": f"HYPERPARAMETER_NUMBER_{i:02d}", "value": str(i)} for i in range(30)]
+TYPOS = ["NCCL_DEBGU", "CUDA_LAUNCH_BLOKING", "OMP_NUM_THREAD", "NCCL_P2P_DISABEL",
+         "HF_HUB_OFLINE"]
+OUTPUT = [f"epoch {i} started" for i in range(1, 7)]
+
+
+def test_a_running_tasks_log_is_on_the_first_screen_however_many_variables_and_warnings(
+        stack: Stack, chromium: Browser) -> None:
+    token = stack.new_token("nico")
+    task = stack.create({
+        "name": "a-long-running-training-task",
+        "env": MANY + [{"name": name, "value": "1"} for name in TYPOS],
+        "files": [{"path": "train.py", "content": "import os\nprint(os.environ['LR'])\n"}],
+        "steps": [["sh", "-c", "; ".join(f"echo {line}" for line in OUTPUT) + "; sleep 120"]],
+    }, token=token)
+    ctx = chromium.new_context(viewport=PHONE)
+    try:
+        page = ctx.new_page()
+        log_in(page, stack, token)
+        page.goto(f"{stack.base}/ui/tasks/{task['id']}")
+        log = page.locator("#log")
+        expect(page.locator("#status")).to_have_text("running", timeout=LIVE_WAIT_MS)
+        expect(log).to_contain_text(OUTPUT[-1], timeout=LIVE_WAIT_MS)
+        line = float(style(page, "#log", "lineHeight")["lineHeight"].removesuffix("px"))
+        for viewport in (PHONE, WIDE):
+            page.set_viewport_size(viewport)
+            page.evaluate("window.scrollTo(0, 0)")
+            assert page.evaluate("document.documentElement.scrollHeight") > 3 * viewport["height"]
+            top = box(page, "#log")["y"]
+            # Five lines of output, at least, without scrolling.
+            assert viewport["height"] - top >= 5 * line, (viewport, top)
+            assert box(page, "#doctor")["y"] > top  # the pre-flight read comes after the log
+
+        warnings = page.locator("#warnings")  # one line until opened, at either width
+        expect(warnings.locator("summary")).to_contain_text(
+            re.compile(r"^\d+ warnings"))  # as many as variables no script reads, and more
+        assert int(warnings.locator("summary strong").inner_text().split()[0]) > len(TYPOS)
+        for viewport in (PHONE, WIDE):
+            page.set_viewport_size(viewport)
+            assert box(page, "#warnings summary")["height"] < 2 * line * 1.5, viewport
+        warnings.locator("summary").click()  # opened: each warning, amber, not red
+        item = warnings.locator("li", has_text="did you mean NCCL_DEBUG")
+        expect(item).to_be_visible()
+        assert style(page, "#warnings li", "color")["color"] == WARN_TEXT
+        assert style(page, "#warnings", "backgroundColor")["backgroundColor"] == WARN_BG
+    finally:  # nothing is left running, whatever failed above
+        ctx.close()
+        stack.call("POST", f"/api/v1/tasks/{task['id']}/cancel", token=token)

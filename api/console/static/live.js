@@ -3,7 +3,7 @@
 // Times are rendered as <time datetime="ISO"> in UTC; here they show in the reader's
 // time zone, the exact ISO time on hover.
 //
-// A page with work in flight polls a small JSON endpoint (api/live_pages.py says why
+// A page with work in flight polls a small JSON endpoint (api/console/live.py says why
 // polling and not server-sent events): every 2 s after a change, half again longer after
 // each unchanged answer (a 304 to our If-None-Match) up to every 20 s, and never again
 // once everything shown is final. A page loaded on a final task has no data-url: it
@@ -61,6 +61,10 @@
     document.querySelectorAll("[data-live][id]").forEach((section) => {
       const replacement = fresh.getElementById(section.id);
       if (replacement && !section.contains(document.activeElement)) {
+        section.querySelectorAll("details[id][open]").forEach((opened) => {  // kept open
+          const twin = fresh.getElementById(opened.id);
+          if (twin) twin.open = true;
+        });
         section.replaceWith(document.adoptNode(replacement));
       }
     });
