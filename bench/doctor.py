@@ -10,12 +10,20 @@ scripts stay the same), and *cold*, the cache emptied before every call (the fir
 preview of new scripts).  Wall time per call, best of ``rounds`` rounds; reported as
 ratios against the preview without the doctor.  ``python -m bench.doctor [--quick]``
 runs it alone; ``python -m bench`` runs it with the rest.
+
+Then the doctor's bound (``pathological``): the issue's hostile scripts, each 64 KiB
+(shell: ``$(`` nested, backticks; Python: parentheses, lists, ``if`` nested), read
+anew against a plain 64 KiB script of the same language (the generated training code
+above), in turns within each round, the median of the rounds kept: each must be read
+within 2 x the plain script's time (``bench/targets.py``).  What each reading says is
+shown with it (too complex, and which limit; or not parsed in full).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,11 +39,12 @@ from shared.task.resolution import preview
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "shared" / "doctor" / "corpus"
 TARGET_LINES = 2000
-ENV = [{"name": "LR", "value": "0.1"}, {"name": "EPOCHS", "value": "3"},
-       {"name": "BATCH_SZ", "value": "64"}, {"name": "MODEL_NAME", "value": "gpt2"},
-       {"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBGU", "value": "WARN"},
-       {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
-       {"name": "HF_TOKEN", "value": "hf_0123456789abcdef", "secret": True}]
+ENV: list[dict[str, Any]] = [
+    {"name": "LR", "value": "0.1"}, {"name": "EPOCHS", "value": "3"},
+    {"name": "BATCH_SZ", "value": "64"}, {"name": "MODEL_NAME", "value": "gpt2"},
+    {"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBGU", "value": "WARN"},
+    {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
+    {"name": "HF_TOKEN", "value": "hf_0123456789abcdef", "secret": True}]
 
 
 def _python_module(index: int, lines: int) -> str:
@@ -74,6 +83,61 @@ def script_set(target: int = TARGET_LINES) -> list[dict[str, str]]:
     files.append({"path": "model_steps.py", "content": _python_module(0, rest * 3 // 4)})
     files.append({"path": "stages.sh", "content": _shell_script(rest - rest * 3 // 4)})
     return files
+
+
+PATHOLOGICAL_BYTES = 64 * 1024
+
+
+def _exactly(text: str, size: int) -> str:
+    """``text`` cut at its last whole line within ``size`` bytes, then filled up to ``size``
+    with a comment line (``#`` starts a comment in both languages)."""
+    cut = text[:text.rindex("\n", 0, size) + 1] if len(text) > size else text
+    pad = size - len(cut.encode())
+    return cut + ("\n" + "#" * (pad - 2) + "\n" if pad >= 2 else " " * pad)
+
+
+def pathological(size: int = PATHOLOGICAL_BYTES) -> dict[str, dict[str, str]]:
+    """Each hostile input of ``size`` bytes, and the plain script of its language it is
+    measured against: ``{name: {path, content, against}}``."""
+    depth = (size - 40) // 3
+    levels = int((size / 2) ** 0.5)  # the indentation of l levels takes about 2 l**2 bytes
+    ifs = "import os\n" + "".join("    " * i + "if os.environ['A']:\n" for i in range(levels))
+    inputs = {
+        "plain shell": ("plain.sh", _shell_script(size // 20), ""),
+        "plain python": ("plain.py", _python_module(0, size // 20), ""),
+        "shell: $( nested": ("nested.sh", "$(" * depth + "x" + ")" * depth, "plain shell"),
+        "shell: backticks": ("ticks.sh", "`" * size, "plain shell"),
+        "python: ( nested": ("parens.py", "import os\nos.environ[" + "(" * (size // 2)
+                             + "'A'", "plain python"),
+        "python: [ nested": ("lists.py", "import os\nos.environ['A']\nx = ["
+                             + "[" * (size // 2), "plain python"),
+        "python: if nested": ("ifs.py", ifs[:ifs.rindex("\n", 0, size) + 1], "plain python"),
+    }
+    return {name: {"path": path, "content": _exactly(content, size), "against": against}
+            for name, (path, content, against) in inputs.items()}
+
+
+def pathological_phase(quick: bool = False) -> dict[str, Any]:
+    """Each input read anew (its reading dropped from the cache first), all of them in
+    turns within a round; the median of each over the rounds, as a ratio to the plain
+    script of its language."""
+    inputs = pathological()
+    rounds = 3 if quick else 7
+    times: dict[str, list[float]] = {name: [] for name in inputs}
+    said: dict[str, str] = {}
+    for _ in range(rounds):
+        for name, f in inputs.items():
+            scripts.CACHE.clear()
+            started = time.perf_counter()
+            reading = scripts.read(f["path"], f["content"])
+            times[name].append(time.perf_counter() - started)
+            said[name] = reading.too_complex or reading.error or "read in full"
+    median = {name: statistics.median(t) for name, t in times.items()}
+    ratios = {name: round(median[name] / median[f["against"]], 3)
+              for name, f in inputs.items() if f["against"]}
+    return {"bytes": PATHOLOGICAL_BYTES, "rounds": rounds,
+            "ms_per_read": {name: round(t * 1000, 2) for name, t in median.items()},
+            "ratios": ratios, "readings": said, "worst_ratio": max(ratios.values())}
 
 
 def _per_call(fn: Callable[[], Any], n: int, rounds: int) -> float:
@@ -117,15 +181,28 @@ def phase(quick: bool = False) -> dict[str, Any]:
                                "with doctor, scripts cached": round(with_warm * 1000, 3),
                                "with doctor, scripts read anew": round(with_cold * 1000, 3)},
             "ratio_warm": round(with_warm / without, 2),
-            "ratio_cold": round(with_cold / without, 2)}
+            "ratio_cold": round(with_cold / without, 2),
+            "pathological": pathological_phase(quick)}
 
 
 def lines(result: dict[str, Any]) -> list[str]:
     ms = result["ms_per_preview"]
-    return [f"{v:8.3f} ms  {k}" for k, v in ms.items()] + [
+    out = [f"{v:8.3f} ms  {k}" for k, v in ms.items()] + [
         f"ratio with/without: {result['ratio_warm']}x (scripts cached), "
         f"{result['ratio_cold']}x (read anew); {result['script_lines']} lines in "
         f"{result['files']} files"]
+    if "pathological" in result:
+        out += pathological_lines(result["pathological"])
+    return out
+
+
+def pathological_lines(result: dict[str, Any]) -> list[str]:
+    ms = result["ms_per_read"]
+    out = [f"{ms[name]:8.2f} ms  {name} ({result['bytes'] // 1024} KiB, read anew)"
+           for name in ms if name.startswith("plain")]
+    out += [f"{ms[name]:8.2f} ms  {name}: x{ratio:.2f} a plain script's time "
+            f"({result['readings'][name]})" for name, ratio in result["ratios"].items()]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ LIMITS = {
     "retention": 0.05,  # memory left by retention 0 / by retention off
     "reconciler": 1.0,  # status calls per pass, 10,000 / 10 running tasks
     "podman": 0.8,  # podman launcher throughput / kube play loop
+    "doctor_pathological": 2.0,  # a hostile 64 KiB script's reading / a plain one's
 }
 
 
@@ -81,13 +82,15 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             "status_calls_ratio_large_vs_small"),
         "podman_throughput": podman.get("throughput_ratio"),
         "podman_p50_submit_to_running": podman.get("p50_ratio"),
+        "doctor_pathological_vs_plain": results.get("doctor", {}).get(
+            "pathological", {}).get("worst_ratio"),
     }
 
 
 def judge(results: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     r = ratios(results)
     return r, [*_pipeline_targets(results, r), *_store_targets(results, r),
-               *_growth_targets(results, r)]
+               *_growth_targets(results, r), *doctor_targets(results)]
 
 
 def _pipeline_targets(results: dict[str, Any], r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,6 +178,22 @@ def _growth_targets(results: dict[str, Any], r: dict[str, Any]) -> list[dict[str
             f"{rows[0]['status_calls_per_pass']:.1f} calls", ""))
     out.append(_podman_target(results.get("podman", {}), r))
     return out
+
+
+def doctor_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The doctor's bound, when measured: every hostile 64 KiB script read within 2 x the
+    time of a plain 64 KiB script of its language (bench/doctor.py)."""
+    found = results.get("doctor", {}).get("pathological")
+    if not found:
+        return []
+    worst = max(found["ratios"], key=found["ratios"].get)
+    ms = found["ms_per_read"]
+    return [_target(
+        "doctor: each hostile 64 KiB script read within 2 x a plain one's time",
+        found["worst_ratio"], "<=", LIMITS["doctor_pathological"],
+        ", ".join(f"{name} x{ratio:.2f}" for name, ratio in found["ratios"].items()),
+        f"slowest: {worst}, {ms[worst]:.1f} ms ({found['readings'][worst]}); plain "
+        f"scripts {ms['plain shell']:.1f} ms (shell), {ms['plain python']:.1f} ms (python)")]
 
 
 def _podman_target(podman: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
