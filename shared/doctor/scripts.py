@@ -398,8 +398,8 @@ _LOCAL = threading.local()
 def read_shell(source: str, budget: Budget | None = None) -> Reading:
     """One parse, cancelled past the budget's parser steps, then one walk over the tree
     with a cursor, counting the nodes it visits and the depth it reaches.  Each node is
-    visited once, so the walk's cost is linear in the tree (a query's matching was not:
-    it grew with the square of a wide error node, ```` `...` ```` repeated)."""
+    visited once, so the walk's cost is linear in the tree (a tree-sitter query's was
+    not: it grew with the square of a wide error node, such as a run of backticks)."""
     budget = budget or Budget()
     parser, kinds = _bash()
     data = source.encode(errors="replace")
@@ -438,7 +438,9 @@ class _ShellWalk:
 
     def __init__(self, kinds: dict[int, str], source: bytes) -> None:
         self.kinds = kinds
-        self.source = source  # a tree parsed from a callback holds no text of its own
+        # A tree parsed from a callback holds no text of its own (its nodes' .text must
+        # not be asked for): the walk slices the source itself.
+        self.source = source
         self.reads: list[Read] = []
         self.expanded: list[Read] = []
         self.unknowable: list[Unknowable] = []
