@@ -21,9 +21,9 @@ from shared.doctor import advice
 from shared.doctor.catalog import Catalog
 from shared.doctor.preflight import MISSING, preflight
 from shared.errors import Problem
+from shared.file_limits import FileLimits
 from shared.policy.conditions import TaskFacts, applies
 from shared.policy.model import Policy, Resolution
-from shared.task.files import FileLimits
 
 DOCUMENTED = "rule.documented"
 

@@ -32,7 +32,7 @@ from shared.doctor.advice import likely
 from shared.doctor.catalog import Catalog
 from shared.doctor.scripts import Read, Reading, read
 from shared.errors import Problem
-from shared.task.files import FileLimits, size
+from shared.file_limits import FileLimits, size
 
 MISSING = "doctor.script_unset"
 UNREAD = "doctor.script_unread"

@@ -33,22 +33,13 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from shared.config import DEFAULTS
 from shared.errors import Problem
+from shared.file_limits import FileLimits as FileLimits
+from shared.file_limits import size as size
 
 DEFAULT_MODE = 0o644
 MAX_PATH_CHARS = 1024
 PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-
-
-@dataclass(frozen=True)
-class FileLimits:
-    max_files: int = DEFAULTS.max_files
-    max_bytes: int = DEFAULTS.max_files_bytes
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> FileLimits:
-        return cls(max_files=settings.max_files, max_bytes=settings.max_files_bytes)
 
 
 @dataclass(frozen=True)
@@ -69,10 +60,6 @@ class TaskFile:
 def stored(files: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Files as a record keeps them: each with its mode."""
     return [TaskFile.from_dict(f).to_dict() for f in files]
-
-
-def size(content: str) -> int:
-    return len(content.encode("utf-8", "surrogatepass"))
 
 
 def digest(content: str) -> str:

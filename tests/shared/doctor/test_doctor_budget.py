@@ -4,7 +4,6 @@ steps, nodes visited, depth reached), not timed: the machine is shared."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -135,15 +134,14 @@ def test_each_pathological_script_finishes_with_a_too_complex_warning_naming_it(
         path: str, content: str, reached: str, limit: int | None) -> None:
     assert len(content.encode()) <= MAX_SCRIPT_BYTES  # read, not refused for its size
     scripts.CACHE.clear()
-    started = time.perf_counter()
     report = preflight([{"path": path, "content": content}], [], CATALOG, strict=True)
-    elapsed = time.perf_counter() - started
     [problem] = report.problems()
     assert problem.rule == TOO_COMPLEX and problem.field == path and problem.limit == limit
     assert problem.message == (f"{path} is too complex for the doctor to read: {reached}; "
                                "it did not read it (the task goes on)")
     assert report.scripts[0]["too_complex"] == reached
-    assert elapsed < 5  # loose: the bound is the counted work above, not the clock
+    # No clock here: the bound is the counted work (nodes, steps, depth), which a loaded
+    # machine cannot stretch; bench/doctor.py measures the time, as a ratio.
     assert read(path, content) is read(path, content)  # cached like any other reading
 
 
