@@ -349,17 +349,19 @@ def rerun_task(svc: Services, task_id: str, actor: str, scope: str | None,
     svc.room.check()
     base = revision or current["revision"]
     earlier = svc.tasks.revision(task_id, base)
-    env = _pinned(svc, earlier, current.get("project")) if pin else earlier["env"]
+    env, defaults = _pinned(svc, earlier, current.get("project")) if pin else (
+        earlier["env"], [])
     if revision is None and not pin and current.get("next_env") is not None:
         env = current["next_env"]  # a change kept for the next run (apply: next-run)
     set_, unset = _replacing(current["env"], env)
-    origin: Doc = {"rerun_of": base, **({"pinned_from": base} if pin else {})}
+    origin: Doc = {"rerun_of": base, **({"pinned_from": base, "pinned_defaults": defaults}
+                                        if pin else {})}
     # Rerun as it was: the files of the revision rerun, whatever came since.
     return revise_task(svc, task_id, actor, scope, set_, unset, "task.rerun", origin,
                        if_match=if_match, files=earlier.get("files") or [])
 
 
-def _pinned(svc: Services, earlier: Doc, project: str | None) -> list[Doc]:
+def _pinned(svc: Services, earlier: Doc, project: str | None) -> tuple[list[Doc], list[Doc]]:
     if earlier.get("resolved") is None:
         raise StateConflict(f"revision {earlier['revision']} was never resolved "
                             f"({earlier.get('state')}): it has no values to pin; rerun it "
@@ -367,7 +369,8 @@ def _pinned(svc: Services, earlier: Doc, project: str | None) -> list[Doc]:
     # What either layer protects today is always today's value, as for a new task.
     layers = [svc.policies.current(), svc.policies.project(project)]
     protected_now = {p.name for layer in layers if layer is not None for p in layer.protected}
-    return revisions.pinned_env(earlier["resolved"], protected_now)
+    return (revisions.pinned_env(earlier["resolved"], protected_now),
+            revisions.pinned_defaults(earlier["resolved"], protected_now))
 
 
 def _replacing(current: list[Doc], target: list[Doc]) -> tuple[list[Doc], list[str]]:

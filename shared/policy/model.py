@@ -355,9 +355,13 @@ def resolve(user_env: Iterable[EnvVar], policy: Policy, platform: Iterable[EnvVa
 
 def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
                    platform: Iterable[EnvVar], task: TaskFacts,
-                   hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
+                   hooks: StartupHooks = DEFAULT_HOOKS,
+                   pinned: Iterable[Mapping[str, Any]] = ()) -> Resolution:
     """Merge the layers' defaults and protected values, the task's own list and the platform
     variables, then check every layer's rules.  ``layers`` go highest scope first.
+    ``pinned``: a pinned rerun's defaults, as an earlier revision resolved them (name,
+    value, secret, scope, policy version): they stand in for today's defaults, still as
+    defaults, wherever nothing the user set or a layer protects holds the name.
 
     A project layer never gives a start-up hook variable (``hooks``) a value, even a
     version stored before such policies were refused: see :func:`_without_hooks`."""
@@ -381,6 +385,7 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
         if name not in protected and name not in user_names:
             shadowed = [e.as_shadowed("default") for e in entries[1:]]
             result.variables.append(entries[0].resolved(name, "default", shadowed))
+    _pin_defaults(result, pinned, defaults, taken=set(protected) | user_names)
     for var in accepted:
         shadowed = [e.as_shadowed("default") for e in defaults.get(var.name, [])]
         result.variables.append(Resolved(var.name, var.value, "user", _sources(shadowed),
@@ -393,6 +398,26 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
             found = check_rules(result.variables, [rule], task, _scope_name(layer))
             (result.warnings if rule.severity == "warning" else result.errors).extend(found)
     return result
+
+
+def _pin_defaults(result: Resolution, pinned: Iterable[Mapping[str, Any]],
+                  defaults: dict[str, list[_Entry]], taken: set[str]) -> None:
+    """Each pinned default replaces today's default of its name (today's value, if it
+    differs, is what it took precedence over), or is added where today has none."""
+    at = {v.name: i for i, v in enumerate(result.variables)}
+    for old in pinned:
+        name = old["name"]
+        if name in taken:
+            continue
+        shadowed = [e.as_shadowed("default") for e in defaults.get(name, [])
+                    if e.value != old["value"]]
+        var = Resolved(name, old["value"], "default", _sources(shadowed),
+                       bool(old.get("secret")), old.get("scope"), old.get("policy_version"),
+                       shadowed=tuple(shadowed))
+        if name in at:
+            result.variables[at[name]] = var
+        else:
+            result.variables.append(var)
 
 
 def _without_hooks(layer: Policy, hooks: StartupHooks, task: TaskFacts,

@@ -63,11 +63,12 @@ REVISION_FIELDS = frozenset({
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
     "next_env", "files", "refs", "doctor", "replica_exit_codes", "replaces",
+    "pinned_defaults",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
 # Lists of variables whose secret values are sealed.
-SEALED_FIELDS = ("env", "resolved", "next_env")
+SEALED_FIELDS = ("env", "resolved", "next_env", "pinned_defaults")
 SUMMARY_FIELDS = ("id", "name", "owner", "project", "state", "revision", "created_at",
                   "updated_at")
 REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "how",

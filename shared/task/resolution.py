@@ -173,7 +173,7 @@ def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = No
                 hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
     return resolve_layers(envlist.parse(doc["env"]), _layers(policy, project),
                           platform_env(doc["id"], doc["name"], doc["revision"], policy.version),
-                          facts_of(doc), hooks)
+                          facts_of(doc), hooks, pinned=doc.get("pinned_defaults") or ())
 
 
 def _examined(doc: dict[str, Any], result: Resolution, policy: Policy,

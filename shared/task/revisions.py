@@ -55,13 +55,27 @@ def diff(old: Iterable[Var], new: Iterable[Var]) -> dict[str, Any]:
 
 
 def pinned_env(resolved: Iterable[Var], protected_now: set[str]) -> list[dict[str, Any]]:
-    """Revision n's resolved values as a task's own env, for a rerun "as it was".
+    """Revision n's values the user set, as the task's own env, for a rerun "as it was".
 
     Platform and protected values are left out (they are always today's), and so
-    is any name today's policy protects: the rerun takes the protected value.
+    is any name today's policy protects: the rerun takes the protected value.  Its
+    defaults are kept as defaults (:func:`pinned_defaults`), never made the user's.
     """
     return [{"name": v["name"], "value": v["value"], "secret": bool(v.get("secret"))}
-            for v in resolved
+            for v in _pinnable(resolved, protected_now) if v.get("source") != "default"]
+
+
+def pinned_defaults(resolved: Iterable[Var], protected_now: set[str]) -> list[dict[str, Any]]:
+    """Revision n's defaults, each with the scope and policy version that gave it: a
+    pinned rerun keeps their values (as it was), still as defaults, so the user's own
+    values stay the only ones shown as the user's."""
+    return [{"name": v["name"], "value": v["value"], "secret": bool(v.get("secret")),
+             "scope": v.get("scope"), "policy_version": v.get("policy_version")}
+            for v in _pinnable(resolved, protected_now) if v.get("source") == "default"]
+
+
+def _pinnable(resolved: Iterable[Var], protected_now: set[str]) -> list[Var]:
+    return [v for v in resolved
             if v.get("source") not in NEVER_PINNED and v["name"] not in protected_now]
 
 

@@ -204,6 +204,12 @@ def test_a_pinned_rerun_keeps_the_old_values_but_todays_protected_ones(
     values = resolved_values(tasks, task_id)
     assert values["NCCL_DEBUG"] == "WARN"  # revision 1's default, kept
     assert values["HUB_TOKEN"] == SECRET  # a secret default is pinned too, sealed as ever
+    sources = {v["name"]: (v["source"], v.get("policy_version"))
+               for v in tasks.get(task_id)["resolved"]}
+    # Still defaults, from the policy version that gave them; only LR is the user's.
+    assert sources["NCCL_DEBUG"] == sources["HUB_TOKEN"] == ("default", 1)
+    assert sources["LR"][0] == "user" and tasks.get(task_id)["env"] == [
+        {"name": "LR", "value": "0.01", "secret": False}]
     assert values["REGION"] == "us" and values["LR"] == "0.01"  # protected: always today's
     task = ok(client.get(f"{TASKS}/{task_id}"))
     assert (task["pinned_from"], task["rerun_of"], task["policy_version"]) == (1, 1, 2)
@@ -212,6 +218,24 @@ def test_a_pinned_rerun_keeps_the_old_values_but_todays_protected_ones(
     assert (drift["REGION"]["old"], drift["REGION"]["new"]) == ("eu", "us")
     assert drift["REGION"]["why"] == "protected value changed (policy v1 -> v2)"
     assert ok(client.get(f"{TASKS}/{task_id}/revisions/2"))["drift"] == task["drift"]
+
+
+def test_a_pinned_rerun_under_an_unchanged_policy_differs_in_nothing(
+        client: FlaskClient, tasks: TaskStore, policies: PolicyStore) -> None:
+    policy_v(policies, "WARN", "eu", SECRET)
+    task_id = create(client, env=[{"name": "LR", "value": "0.01"}])
+    resolve(tasks, policies, task_id, 1)
+    finish(tasks, task_id, 1)
+
+    revision = rerun(client, task_id, revision=1, pin=True)
+    resolve(tasks, policies, task_id, revision)
+
+    diff = ok(client.get(f"{TASKS}/{task_id}/revisions/1/diff/{revision}"))
+    # Nothing but the revision's own number, which is the platform's identity.
+    assert (diff["added"], diff["removed"]) == ([], [])
+    assert [c["name"] for c in diff["changed"]] == ["TASK_ENV_REVISION"]
+    shown = {v["name"]: v["source"] for v in ok(client.get(f"{TASKS}/{task_id}"))["resolved_env"]}
+    assert shown["NCCL_DEBUG"] == shown["HUB_TOKEN"] == "default" and shown["LR"] == "user"
 
 
 def test_a_rerun_without_pin_takes_todays_policy_and_reports_the_drift(

@@ -37,7 +37,9 @@ def test_pinned_env_keeps_values_but_never_protected_or_platform_ones() -> None:
     resolved = [var("TASK_ID", "t", "platform"), var("LOCK", "1", "protected"),
                 var("NCCL", "WARN", "default"), var("LR", "0.1"), var("NOW_LOCKED", "u")]
     pinned = revisions.pinned_env(resolved, protected_now={"NOW_LOCKED"})
-    assert [(e["name"], e["value"]) for e in pinned] == [("NCCL", "WARN"), ("LR", "0.1")]
+    assert [(e["name"], e["value"]) for e in pinned] == [("LR", "0.1")]
+    defaults = revisions.pinned_defaults(resolved, protected_now={"NOW_LOCKED"})
+    assert [(e["name"], e["value"]) for e in defaults] == [("NCCL", "WARN")]
 
 
 def test_drift_says_why_each_value_moved() -> None:
