@@ -27,7 +27,7 @@ test: install ## Run the test suite (unit, API and integration with real Redis a
 # spread over the machine's cores.
 check: install ## Run the unit and API tests only, in under a minute
 	TASKENV_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider --hypothesis-profile=check -n auto \
-		-m "not integration and not podman and not browser and not compose and not sandbox and not slurm and not kubectl and not slow and not docs" \
+		-m "not integration and not podman and not browser and not compose and not sandbox and not slurm and not kubectl and not slow and not docs and not torch" \
 		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose --ignore=tests/docs
 
 lint: install ## ruff, mypy and the import contracts (layers, forbidden imports, independence)

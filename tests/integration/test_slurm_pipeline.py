@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -99,6 +101,32 @@ def test_two_replicas_rendezvous_through_the_injected_variables(slurm_stack: Sta
     assert doc["status"] == "succeeded", doc
     logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
     assert "rank 0 met ['1']" in logs, logs
+
+
+DDP = (Path(__file__).resolve().parents[2] / "examples/distributed/ddp.py").read_text()
+
+
+@pytest.mark.torch
+@pytest.mark.usefixtures("host_torch")
+def test_pytorch_ddp_at_two_replicas_averages_the_gradients_across_them(
+        slurm_stack: Stack) -> None:
+    created = slurm_stack.create({
+        "name": "ddp-on-slurm", "replicas": 2, "steps": [["python3", "ddp.py"]],
+        "files": [{"path": "ddp.py", "content": DDP}],
+        "env": [{"name": "LEARNING_RATE", "value": "0.1"},
+                {"name": "DATA_DIR", "value": "/data/regression"}]})
+
+    doc = slurm_stack.wait(created["id"], timeout=240)  # torch's import: seconds per process
+
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert doc["status"] == "succeeded", (doc, logs)
+    for k in range(2):
+        assert (f"rank {k} of 2: RANK={k} WORLD_SIZE=2 LOCAL_RANK=unset LEARNING_RATE=0.1 "
+                "DATA_DIR=/data/regression") in logs, logs
+    passed = re.findall(r"rank (\d) of 2: OK 5 steps, .* gradients averaged over 2 ranks, "
+                        r"weights equal on every rank \(checksum (\S+)\)", logs)
+    assert sorted(rank for rank, _ in passed) == ["0", "1"], logs
+    assert len({checksum for _, checksum in passed}) == 1, logs
 
 
 def test_a_failing_step_fails_the_task_with_its_exit_code(slurm_stack: Stack) -> None:
