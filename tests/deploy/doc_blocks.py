@@ -151,13 +151,7 @@ def _parse_markdown(doc: str, text: str) -> Parsed:
             block += 1
             _split(doc, body, block, out)
     out.prose = Prose(doc, "\n".join(prose))
-    for span in INLINE.finditer(out.prose.text):
-        words = " ".join(span.group(1).split())
-        if words.startswith(RUNNABLE):
-            block += 1
-            _split(doc, [(out.prose.line_of(span.start()), words)], block, out)
-    out.commands.sort(key=lambda c: (c.line, c.block))
-    return out
+    return _with_inline_commands(doc, out, block)
 
 
 def _parse_yaml(doc: str, text: str) -> Parsed:
@@ -173,6 +167,12 @@ def _parse_yaml(doc: str, text: str) -> Parsed:
             block += 1
             _split(doc, [(number, command.group(1))], block, out)
     out.prose = Prose(doc, "\n".join(comments))
+    return _with_inline_commands(doc, out, block)
+
+
+def _with_inline_commands(doc: str, out: Parsed, block: int) -> Parsed:
+    """``out`` with the runnable commands quoted inline in its prose, each a block of its
+    own after the ``block`` fenced ones, every command in the order of its line."""
     for span in INLINE.finditer(out.prose.text):
         words = " ".join(span.group(1).split())
         if words.startswith(RUNNABLE):
