@@ -8,6 +8,7 @@ edit its entries.  The same store and checks as ``/api/v1/catalog``.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import flash, redirect, request, url_for
 
@@ -15,7 +16,7 @@ from api import auth
 from api.console.blueprint import bp
 from api.console.pages import page
 from api.context import svc
-from shared.doctor.catalog import TYPES
+from shared.doctor.catalog import TYPES, WEB_ADDRESS
 from shared.doctor.store import PLATFORM
 from shared.errors import Forbidden, TaskenvError
 from shared.policy.model import project_scope
@@ -37,7 +38,8 @@ def catalog() -> Any:
     choices = svc().projects.names() if who.is_admin else svc().projects.of(who.owner)
     found = svc().catalog.applying(project, [svc().policies.current(),
                                              svc().policies.project(project)])
-    return page("catalog.html", entries=found.listing(), project=project, choices=choices,
+    return page("catalog.html", entries=[shown(e) for e in found.listing()], project=project,
+                choices=choices,
                 builtin=svc().catalog.builtin_on(), editable=_editable(project),
                 is_admin=who.is_admin, types=TYPES)
 
@@ -70,6 +72,29 @@ def catalog_edit() -> Any:
         details = "; ".join(p.message for p in error.problems)
         flash(f"{error.message}: {details}" if details else error.message, "error")
     return redirect(url_for("pages.catalog", project=project))
+
+
+def shown(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as the page lists it: its range in words and its source as a link (``href``,
+    with the site's name for text) only when the source is an http or https address.
+
+    An edit is refused any other source, but an entry stored before that rule (or written
+    to Redis by other means) may hold a wiki page's name or a ``javascript:`` URL: shown as
+    text, never put in an href."""
+    source = entry.get("source") or ""
+    href = source if WEB_ADDRESS.fullmatch(source) else None
+    return {**entry, "href": href, "site": urlsplit(href).hostname if href else None,
+            "range": value_range(entry.get("min"), entry.get("max"))}
+
+
+def value_range(low: Any, high: Any) -> str:
+    def number(value: Any) -> str:
+        return f"{value:g}" if isinstance(value, float) else str(value)
+    if low is not None and high is not None:
+        return f"{number(low)} to {number(high)}"
+    if low is not None:
+        return f"at least {number(low)}"
+    return f"at most {number(high)}" if high is not None else ""
 
 
 def _entry(name: str) -> dict[str, Any]:

@@ -8,17 +8,21 @@ of a phone, never a character per line; it sits beside the env rows on a wide sc
 the new-task form and in a task's env editor, and under them on a phone; a warning in it
 (a script's read the env does not satisfy) is amber, an error (a bad .env line) red. A
 running task with many variables, many warnings and a script shows its log on the first
-screen at 375 x 667 and at 1280 x 800, its warnings one line until opened.
+screen at 375 x 667 and at 1280 x 800, its warnings one line until opened. The catalog
+page shows each entry's type, values, range, description, source and layer, on a phone
+too, and a source is a link only when it is a web address.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from shared.keys import Keys
 from tests.integration.conftest import Stack
 from tests.integration.test_browser import CHROMIUM_ARGS, chromium, context, log_in
 
@@ -42,12 +46,12 @@ def box(page: Page, selector: str) -> dict[str, float]:
 
 
 def off_screen(page: Page, selector: str) -> list[str]:
-    """The elements ``selector`` names that are not wholly inside the viewport's width
-    (or not rendered at all)."""
-    return page.evaluate("""(selector) => [...document.querySelectorAll(selector)]
+    """The elements ``selector`` (a Playwright selector) names that are not wholly inside
+    the viewport's width, or not rendered at all."""
+    return page.locator(selector).evaluate_all("""(found) => found
         .filter((el) => { const r = el.getBoundingClientRect();
                           return r.width === 0 || r.left < 0 || r.right > innerWidth; })
-        .map((el) => el.textContent.trim().slice(0, 40))""", selector)
+        .map((el) => el.textContent.trim().slice(0, 40))""")
 
 
 def style(page: Page, selector: str, *props: str) -> dict[str, Any]:
@@ -207,3 +211,44 @@ def test_a_running_tasks_log_is_on_the_first_screen_however_many_variables_and_w
     finally:  # nothing is left running, whatever failed above
         ctx.close()
         stack.call("POST", f"/api/v1/tasks/{task['id']}/cancel", token=token)
+
+
+def test_the_catalog_shows_every_field_of_an_entry_at_375_and_1280_px(
+        stack: Stack, chromium: Browser) -> None:
+    made = stack.call("PUT", "/api/v1/catalog/entries/WARMUP_STEPS", json={
+        "description": "optimizer steps before the full learning rate", "type": "int",
+        "min": 0, "max": 10000, "source": "https://example.org/docs/warmup"})
+    assert made.status_code == 200, made.text
+    # Stored before sources had to be web addresses (an edit is refused one today).
+    stack.redis.hset(Keys(stack.env["TASKENV_KEY_PREFIX"]).catalog("platform"), "OLD_ENTRY",
+                     json.dumps({"name": "OLD_ENTRY", "description": "kept from before",
+                                 "type": "enum", "values": ["on", "off"],
+                                 "source": "javascript:alert(document.cookie)"}))
+    ctx = chromium.new_context(viewport=PHONE)
+    page = ctx.new_page()
+    log_in(page, stack, stack.new_token("nina"))
+    page.goto(stack.base + "/ui/catalog")
+    warmup = "#catalog tr:has(code:text-is('WARMUP_STEPS'))"
+    old = "#catalog tr:has(code:text-is('OLD_ENTRY'))"
+    expect(page.locator(warmup)).to_contain_text("int, 0 to 10000")
+    expect(page.locator(warmup)).to_contain_text("optimizer steps before the full learning rate")
+    expect(page.locator(f"{warmup} td.source a")).to_have_attribute(
+        "href", "https://example.org/docs/warmup")
+    expect(page.locator(old)).to_contain_text("on, off")
+    expect(page.locator(f"{old} td.source")).to_have_text("javascript:alert(document.cookie)")
+    expect(page.locator(f"{old} td.source a")).to_have_count(0)  # text, not a link
+    assert page.evaluate("""() => [...document.querySelectorAll("#catalog a")]
+        .filter((a) => !["http:", "https:"].includes(a.protocol)).length""") == 0
+
+    for viewport in (PHONE, WIDE):
+        page.set_viewport_size(viewport)
+        for entry in (warmup, old):  # every field on the screen, none off to the side
+            page.locator(entry).scroll_into_view_if_needed()
+            assert off_screen(page, f"{entry} td:not(.none)") == [], (viewport, entry)
+            expect(page.locator(f"{entry} td.description")).to_be_in_viewport(ratio=1)
+        expect(page.locator(".scroll-hint.shown")).to_have_count(0)
+        assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]
+    tops = page.locator(f"{warmup} td").evaluate_all(  # at 1280, a table: one line an entry
+        "(cells) => cells.map((c) => Math.round(c.getBoundingClientRect().top))")
+    assert len(set(tops)) == 1, tops
+    ctx.close()
