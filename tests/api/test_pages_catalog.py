@@ -10,6 +10,7 @@ from html import unescape
 
 import fakeredis
 from flask import Flask
+from flask.testing import FlaskClient
 
 from tests.api.conftest import Browser
 
@@ -75,3 +76,13 @@ def test_a_source_that_is_no_web_address_is_text_never_a_link(
         assert f'<span class="text">{source.replace("<", "&lt;").replace(">", "&gt;")}</span>' \
             in cell, cell
     assert "<script>alert(1)" not in page
+
+
+def test_what_a_policy_says_of_a_documented_variable_shows_beside_its_description(
+        client: FlaskClient, browser: Callable[..., Browser]) -> None:
+    policy = {"defaults": [], "protected": [], "rules": [
+        {"name": "NCCL_DEBUG", "description": "keep it at WARN on the shared cluster"}]}
+    assert client.put("/api/v1/policy", json=policy).status_code == 200
+    nccl = row(browser("alice").get("/ui/catalog").text, "NCCL_DEBUG")
+    assert "How much NCCL logs." in nccl and "VERSION, WARN, INFO, TRACE" in nccl
+    assert "The policy: keep it at WARN on the shared cluster" in nccl
