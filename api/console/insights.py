@@ -4,8 +4,9 @@ Tasks by state over the last day and the last week, the rules and protected
 variables that rejected the most tasks, and the names the doctor most often took for a
 typo of a documented one, by name (never a value), from the per-day counters of
 :mod:`shared.store.insights`: the page reads twenty-four small hashes whatever the
-number of tasks (three counters a day for the last 7 days, today's read twice).  Admins see every task, or one project's with
-``?project=``; a maintainer sees the projects they maintain.
+number of tasks (three counters a day for the last 7 days, today's read twice).  Admins
+see every task, or one project's with ``?project=``; a maintainer sees the projects they
+maintain.
 """
 
 from __future__ import annotations
