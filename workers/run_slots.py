@@ -46,13 +46,15 @@ def rescue_stranded(tasks: TaskStore, slots: HostSlots, send: Send, older_than: 
     revision goes back to ``resolved`` and gets its launch message, which takes a slot
     (or the one it holds) or joins the queue again.  Called by the reconciler's full
     sweeps: one look per waiting revision, like the sweep of running ones; ``older_than``
-    spares a revision whose worker is between the two writes right now.
+    spares a revision whose worker is between the two writes right now, and a revision
+    waiting for another host's slots is that host's to judge.
     """
     now = time.time() if now is None else now
     rescued = 0
     for task_id in tasks.iter_ids_in_state(states.QUEUED):
-        seen = tasks.position_since(task_id)
-        if seen is None or seen[1] != states.QUEUED or now - seen[2] < older_than:
+        seen = tasks.waiting(task_id)
+        if (seen is None or seen[1] != states.QUEUED or now - seen[2] < older_than
+                or seen[3] not in (None, slots.host)):
             continue
         revision = seen[0]
         if not slots.holds_or_waits(task_id, revision, now) and move(

@@ -138,7 +138,7 @@ def _queue(tasks: TaskStore, workload: Workload, wait: WaitForSlot) -> None:
     """Record the revision as waiting for a run slot, then put it in the host's queue: a
     slot freed in between finds it recorded, and a later pass of the promoter picks it."""
     task_id, revision = workload.task_id, workload.revision
-    if not move(tasks, task_id, revision, states.LAUNCHING, states.QUEUED):
+    if not move(tasks, task_id, revision, states.LAUNCHING, states.QUEUED, waits_on=wait.host):
         return  # cancelled meanwhile
     place = wait.join()
     _append_log(tasks, task_id, revision,

@@ -63,7 +63,7 @@ REVISION_FIELDS = frozenset({
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
     "next_env", "files", "refs", "doctor", "replica_exit_codes", "replaces",
-    "pinned_defaults",
+    "pinned_defaults", "waits_on",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})
@@ -463,13 +463,17 @@ class TaskStore:
             return None
         return int(json.loads(revision)), str(json.loads(state))
 
-    def position_since(self, task_id: str) -> tuple[int, str, float] | None:
-        """:meth:`position` and when the record last changed; None if gone."""
+    def waiting(self, task_id: str) -> tuple[int, str, float, str | None] | None:
+        """:meth:`position`, when the record last changed and the host whose run slots the
+        revision waits for (``waits_on``); None if gone."""
         revision, state, updated_at = self.r.hmget(  # type: ignore[misc]
             self.keys.task(task_id), ["revision", "state", "updated_at"])
         if revision is None or state is None or updated_at is None:
             return None
-        return int(json.loads(revision)), str(json.loads(state)), float(json.loads(updated_at))
+        number = int(json.loads(revision))
+        host = self.r.hget(self.keys.revision(task_id, number), "waits_on")
+        return (number, str(json.loads(state)), float(json.loads(updated_at)),
+                None if host is None else str(json.loads(host)))
 
     def find(self, task_id: str) -> Doc | None:
         try:

@@ -26,7 +26,8 @@ _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code
                   "doctor", "replica_exit_codes")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
-                 "cancelled_at", "apply", "policy_versions", "replaces", "pinned_defaults")
+                 "cancelled_at", "apply", "policy_versions", "replaces", "pinned_defaults",
+                 "waits_on")
 
 
 def restart_waits_for(doc: Mapping[str, Any]) -> int | None:

@@ -18,11 +18,14 @@ LEASE = 10.0
 STUCK = 10.0
 
 
-def waiting_revision(tasks: TaskStore, slots: HostSlots, *, joined: bool) -> str:
-    """A launch that found no slot: recorded as waiting, and in the queue if ``joined``."""
+def waiting_revision(tasks: TaskStore, slots: HostSlots, *, joined: bool,
+                     host: str | None = None) -> str:
+    """A launch that found no slot: recorded as waiting for ``host``'s slots (the stage
+    names its own), and in the queue if ``joined``."""
     task_id = task_in(tasks, states.LAUNCHING)
     assert not slots.acquire(task_id, 1, 0)
-    assert move(tasks, task_id, 1, states.LAUNCHING, states.QUEUED)
+    assert move(tasks, task_id, 1, states.LAUNCHING, states.QUEUED,
+                waits_on=host or slots.host)
     if joined:
         slots.join(task_id, 1)
     return task_id
@@ -78,3 +81,12 @@ def test_admitting_and_rescuing_launch_a_waiting_revision_once(tasks):
     assert admit_waiting(tasks, slots, send, LEASE) == 1
     assert rescue_stranded(tasks, slots, send, STUCK, now=age(tasks, waiting) + STUCK) == 0
     assert send.sent == [("launch", waiting, 1)]
+
+
+def test_a_revision_waiting_for_another_host_s_slots_is_that_host_s_to_judge(tasks):
+    slots = full_host(tasks)
+    elsewhere = waiting_revision(tasks, slots, joined=False, host="host-b")
+    send = Queue()
+
+    assert rescue_stranded(tasks, slots, send, STUCK, now=age(tasks, elsewhere) + 1000) == 0
+    assert send.sent == [] and tasks.get(elsewhere)["state"] == states.QUEUED
