@@ -555,6 +555,9 @@ def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_
 
     calls: list[Proc] = []
     monkeypatch.setattr(local.subprocess, "Popen", Proc)
+    # The launcher keeps the runners it starts, to reap them later: this stand-in must
+    # not stay among them for the tests after this one.
+    monkeypatch.setattr(local, "_RUNNERS", [])
     spec = {"env": {"TOKEN": "s3cret-value-on-stdin"}, "redis_url": "redis://:pw@host/0"}
     local.LocalLauncher._start_runner(SimpleNamespace(reap=lambda: None), tmp_path, spec)
     (proc,) = calls
