@@ -33,7 +33,7 @@ from shared.config import Settings
 from shared.task.limits import Limits
 from shared.task.workload import Workload
 from workers.launchers.base import Hooks
-from workers.launchers.local import LocalLauncher, read_outcome_file, runner_alive
+from workers.launchers.local.launcher import LocalLauncher, read_outcome_file, runner_alive
 
 PREFIX = "limitbench"
 

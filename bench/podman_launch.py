@@ -39,7 +39,7 @@ from bench.report import say
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.task import states
 from shared.task.workload import Workload
-from workers.launchers.podman import PodmanLauncher
+from workers.launchers.podman.launcher import PodmanLauncher
 
 PREFIX = "podbench"
 TASKS = 50

@@ -37,7 +37,7 @@ from bench.report import say
 from shared.config import Settings
 from shared.task import states
 from shared.task.workload import Workload
-from workers.launchers.podman import PodmanLauncher
+from workers.launchers.podman.launcher import PodmanLauncher
 
 PREFIX = "podreplicas"
 REPLICAS = (1, 4)

@@ -30,7 +30,7 @@ from shared.task.manifest import (
 from shared.task.workload import Workload
 from tests.contract.jobs import running_jobs
 from tests.contract.k8s_api import FakeKubeApi, condition, terminated
-from workers.launchers.kubernetes import KubernetesLauncher, make_api_client
+from workers.launchers.kubernetes.launcher import KubernetesLauncher, make_api_client
 from workers.reconcile import reconcile_once
 
 FINISHED_PER_PASS = 3  # passes × this stays within the small size

@@ -37,8 +37,8 @@ from shared.task import records, states
 from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
 from workers.launchers.base import Hooks
-from workers.launchers.slurm import SlurmLauncher
-from workers.launchers.slurm_submit import comment
+from workers.launchers.slurm.launcher import SlurmLauncher
+from workers.launchers.slurm.submit import comment
 from workers.reconcile import reconcile_once
 
 FINISHED_PER_PASS = 3

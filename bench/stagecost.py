@@ -48,7 +48,7 @@ def stage_costs(redis_url: str, body: dict[str, Any], policy: dict[str, Any],
     from bench import noop_api
     from workers import stages
     from workers.celery_app import make_celery
-    from workers.launchers.dryrun import DryRunLauncher
+    from workers.launchers.dryrun.launcher import DryRunLauncher
 
     client = connect(redis_url)
     # One store per stage, as each stage runs in its own worker process: nothing one

@@ -538,7 +538,7 @@ def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_
     import sys
     from types import SimpleNamespace
 
-    from workers.launchers import local
+    from workers.launchers.local import launcher as local
 
     class Proc:
         pid = 4242
@@ -570,8 +570,8 @@ def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_
 def test_a_slurm_job_that_can_never_run_is_failed_once_stuck() -> None:
     """A pending job's reason Slurm says waiting will not cure is one the reconciler fails
     once stuck (as for a container that can never start)."""
-    from workers.launchers.slurm import SlurmLauncher
-    from workers.launchers.slurm_submit import listed_outcome
+    from workers.launchers.slurm.launcher import SlurmLauncher
+    from workers.launchers.slurm.submit import listed_outcome
 
     for reason in ("BadConstraints", "PartitionNodeLimit", "InvalidAccount"):
         seen = listed_outcome({"job_state": "PENDING", "state_reason": reason,
@@ -587,7 +587,7 @@ def test_the_kubernetes_launcher_leaves_the_kubeconfig_as_it_was(
     from shared.config import Settings
     from tests.contract.k8s_api import FakeKubeApi
     from tests.workers.conftest import RecordingHooks
-    from tests.workers.test_kubernetes_launcher import NS, workload
+    from tests.workers.launchers.kubernetes.test_kubernetes_launcher import NS, workload
     from workers.launchers import make_launcher
 
     with FakeKubeApi() as server:
@@ -612,7 +612,12 @@ def test_a_refused_owner_patch_leaves_the_task_running_with_a_warning() -> None:
     from shared.task.manifest import secret_name
     from tests.contract.k8s_api import FakeKubeApi
     from tests.workers.conftest import RecordingHooks
-    from tests.workers.test_kubernetes_launcher import NS, SECRETS, make, workload
+    from tests.workers.launchers.kubernetes.test_kubernetes_launcher import (
+        NS,
+        SECRETS,
+        make,
+        workload,
+    )
 
     with FakeKubeApi() as server:
         launcher = make(server)

@@ -1,6 +1,6 @@
 """``python -m workers.local_run``: the process the local launcher starts for a revision.
 
-The runner itself (``workers.launchers.local_runner``) lives with the launchers, which
+The runner itself (``workers.launchers.local.runner``) lives with the launchers, which
 know nothing of Celery; this entry hands it the stages' sender, so a runner whose
 revision ends can launch the revision waiting for its run slot at once, instead of at
 the reconciler's next pass.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from workers.launchers import local_runner
+from workers.launchers.local import runner as local_runner
 from workers.services import stage_sender
 
 if __name__ == "__main__":

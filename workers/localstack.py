@@ -31,7 +31,11 @@ import redis
 from shared import logs
 from shared.config import Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
-from workers.launchers.local import SandboxUnavailable, containment_abilities, sandbox_binary
+from workers.launchers.local.launcher import (
+    SandboxUnavailable,
+    containment_abilities,
+    sandbox_binary,
+)
 from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.localstack")

@@ -29,7 +29,7 @@ worker killed before it acknowledged) and workers can die mid-launch.  One pass:
 * a local host's run slots whose runners died (their leases lapsed) go to the oldest
   ``queued`` revisions, which are launched again; waiting revisions cost the pass
   nothing, except on a full sweep, which launches again a ``queued`` revision a lost
-  write left neither waiting nor holding a slot (``workers.run_slots.rescue_stranded``).
+  write left neither waiting nor holding a slot (``workers.launchers.local.slots.rescue_stranded``).
 
 ``python -m workers.reconcile`` runs passes forever; a Redis lock lets several
 replicas run without acting twice.

@@ -1,7 +1,7 @@
 """Paths a task names inside its own home: checked before anything is stored.
 
 The API refuses a bad path when the task is created; the launchers place the
-path under the task's home (``workers.launchers.sandbox``, the manifest's volume).
+path under the task's home (``workers.launchers.common.sandbox``, the manifest's volume).
 """
 
 from __future__ import annotations

@@ -563,7 +563,7 @@ def granted(objects: list[Doc]) -> dict[tuple[str, str], set[str]]:
 
 
 def launcher_calls() -> dict[tuple[str, str], set[str]]:
-    """What workers/launchers/kubernetes.py asks the API server, as RBAC verbs: a list
+    """What workers/launchers/kubernetes/launcher.py asks the API server, as RBAC verbs: a list
     feeds an informer, which watches too."""
     calls: dict[tuple[str, str], set[str]] = {}
     for _, action, kind in CALL.findall(LAUNCHER.read_text()):

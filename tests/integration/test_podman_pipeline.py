@@ -2,8 +2,8 @@
 
 The launch worker only starts the pod (``running``); the reconciler process
 (``python -m workers.reconcile``, as ``make run`` starts it) asks podman every
-second and brings the outcome and the container's output back.  Needs podman and the local image,
-as tests/workers/test_podman_launcher.py does (.ci/run installs both).
+second and brings the outcome and the container's output back.  Needs podman and the
+local image, as tests/workers/launchers/podman/test_podman_launcher.py does (.ci/run installs both).
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ SECRET = "hf_podman-secret-7c1e04d2b9"
 
 
 def runtime_added(task_id: str, revision: int = 1) -> dict[str, str]:
-    """What podman, the image and the step shell add (see tests/workers/test_podman_launcher)."""
+    """What podman, the image and the step shell add.
+
+    (See tests/workers/launchers/podman/test_podman_launcher.)
+    """
     run_name = f"taskenv-{task_id[:20]}-r{revision}"  # shared.task.workload.Workload.run_name
     return {"HOSTNAME": run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH, "PWD": "/work",
             "SHLVL": "1", **dict(replica_env(Group(), 0))}

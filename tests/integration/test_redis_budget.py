@@ -30,7 +30,7 @@ from shared.policy.model import Policy
 from shared.policy.store import PolicyStore
 from shared.store.tasks import TaskStore
 from workers import stages
-from workers.launchers.dryrun import DryRunLauncher
+from workers.launchers.dryrun.launcher import DryRunLauncher
 from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.integration

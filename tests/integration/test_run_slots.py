@@ -14,8 +14,8 @@ import pytest
 
 from shared.config import Settings
 from tests.integration.conftest import FINAL, Stack, running_stack
-from workers.launchers.containment import remove_leftovers
-from workers.launchers.local import runner_alive
+from workers.launchers.common.containment import remove_leftovers
+from workers.launchers.local.launcher import runner_alive
 from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.integration

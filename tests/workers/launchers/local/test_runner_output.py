@@ -1,0 +1,82 @@
+"""A step's output: read in bounded chunks, redacted across every cut, capped per revision."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import fakeredis
+
+from shared.policy.model import Resolved
+from shared.secrets import REDACTED
+from shared.store.logtail import TAIL_KEPT, OutputCap
+from shared.store.tasks import TaskStore
+from shared.task.workload import Workload
+from workers.launchers.local.runner import READ_CHUNK, LogWriter, copy_output
+
+SECRET = "hunter2-very-secret-token"
+
+
+def job() -> Workload:
+    secret = Resolved("TOKEN", SECRET, "user", secret=True)
+    return Workload("t1", 1, "n", (("true",),), (secret,), 0)
+
+
+def pipe_through(data: bytes, write: object) -> None:
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        copy_output(read_end, write)  # type: ignore[arg-type]
+    finally:
+        writer.join()
+        os.close(read_end)
+
+
+def test_one_line_far_longer_than_a_chunk_arrives_in_bounded_pieces() -> None:
+    pieces: list[str] = []
+    pipe_through(b"x" * (5 * READ_CHUNK) + b"\xc3\xa9 done", pieces.append)
+    assert max(len(p) for p in pieces) <= READ_CHUNK
+    assert "".join(pieces) == "x" * (5 * READ_CHUNK) + "é done"  # a cut character, whole
+
+
+def test_a_secret_cut_by_a_chunk_is_still_redacted() -> None:
+    tasks = TaskStore(fakeredis.FakeRedis(), "t")
+    writer = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)
+    data = b"a" * (READ_CHUNK - 7) + SECRET.encode() + b"b" * 100  # no line break anywhere
+    pipe_through(data, writer)
+    writer.flush()
+    log = tasks.read_log("t1", 1)
+    assert SECRET not in log and REDACTED in log and SECRET[:7] not in log
+
+
+def test_past_the_cap_the_log_keeps_its_start_its_end_and_says_what_was_dropped() -> None:
+    cap = OutputCap(1024 * 1024)
+    kept = cap.feed("head\n") + "".join(cap.feed("x" * 65536) for _ in range(100))
+    kept += cap.feed("\nthe end\n") + cap.finish()
+    assert kept.startswith("head\n") and kept.endswith("the end\n")
+    assert len(kept.encode()) <= 1024 * 1024
+    assert f"{cap.dropped} bytes were dropped" in kept
+    assert cap.dropped == 5 + 100 * 65536 + 9 - (len(kept.encode()) - len(cap.note()) - 2)
+    assert cap.tail_budget == TAIL_KEPT
+
+
+def test_a_secret_is_redacted_in_the_kept_tail_too() -> None:
+    tasks = TaskStore(fakeredis.FakeRedis(), "t")
+    writer = LogWriter(tasks, job(), limit=256 * 1024)
+    for _ in range(10):
+        writer("y" * 65536)
+    writer("tail " + SECRET + " tail\n")
+    writer.flush()
+    log = tasks.read_log("t1", 1)
+    assert SECRET not in log and log.endswith(f"tail {REDACTED} tail\n") and writer.dropped
+
+
+def test_under_the_cap_nothing_is_said() -> None:
+    cap = OutputCap(1024 * 1024)
+    assert cap.feed("short\n") + cap.finish() == "short\n" and cap.dropped == 0

@@ -1,0 +1,1 @@
+"""The dry-run backend: builds everything a launch needs and runs nothing."""

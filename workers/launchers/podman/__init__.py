@@ -1,0 +1,1 @@
+"""The podman backend: a pod per revision, from the same Pod spec Kubernetes gets."""

@@ -1,0 +1,500 @@
+"""Run a workload as a pod under podman, from the same Pod spec Kubernetes gets.
+
+``launch`` renders a Pod manifest (``shared.task.manifest.pod_spec``: one container
+running the steps in order) and hands it to ``podman kube play --start``; it
+returns ``running`` at once.  The reconciler learns how containers ended from
+``changes``: one ``podman ps --all`` of the containers that carry taskenv's label
+per pass, compared with the previous listing (a failed container is inspected
+once, for its out-of-memory kill or error); what changed goes to
+:func:`workers.sync.record_observed`, which copies its ``logs``.  A container
+missing from the listing that was in the last one was removed: its task, if it
+was running, fails with that reason.
+
+What podman 4.3 does differently from Kubernetes, and what this module does about it:
+
+- It does not expand ``$(VAR)`` references, so the ``$$`` escapes the manifest
+  carries for Kubernetes would reach the container literally.  :func:`expand`
+  applies Kubernetes' expansion before playing, so a value arrives as typed.
+- ``kind: Secret`` in the played YAML becomes a podman secret that its own
+  ``secretKeyRef`` lookup cannot read (it expects JSON).  Secret variables go in
+  a podman secret instead, created with its JSON on stdin under a name unique to
+  this attempt, referenced by ``secretKeyRef`` and removed once the pod exists.
+  The YAML written to disk never holds a secret value.  The value does live on
+  in the container's configuration, as every env value does: ``podman inspect``
+  of the container shows it (``podman pod inspect`` does not).
+- A failed play can leave a half-made pod behind; it is removed so a retry
+  starts clean.
+
+The pod is named after the workload's ``run_name``: a second launch of the same
+revision (a redelivery, a retry, a concurrent launch) has its play refused with
+"already exists" and adopts the pod instead, starting it if an earlier launch died
+before it did, so one container runs.  A first launch is therefore one podman
+process, ``kube play``: the pod is not looked up beforehand, and whether a local
+image exists is asked once per worker process (and again after a failed play, so an
+image removed since still gets a plain message).  Every call is an argv list, never
+a shell.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.config import Settings
+from shared.errors import LaunchFailed, TransientError
+from shared.secrets import redact, redact_cut
+from shared.store.logtail import head_only_note, log_budget
+from shared.store.tasks import TaskStore
+from shared.task import manifest, replica_logs
+from shared.task.workload import Workload, with_default_image
+from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
+from workers.launchers.common.group import first_failed, group_outcome
+from workers.launchers.kubernetes.watch import SELECTOR
+
+# podman's messages for trouble that a later attempt can get past.
+TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"
+                       r"try again|connection refused|cannot connect|no space left", re.I)
+NAME_IN_USE = re.compile(r"is in use|already exists", re.I)
+NO_SUCH = re.compile(r"no such (container|pod|object)|no container with name|not found", re.I)
+NOISE = re.compile(r"^failed to connect to syslog|level=(warning|info|debug)")
+FINISHED = {"exited", "stopped"}
+POD_REMOVED = "the pod was removed while the task ran"
+STOP_SECONDS = 2  # a cancelled container's grace between SIGTERM and SIGKILL
+NOT_STARTED = {"created", "configured", "initialized"}
+
+log = logging.getLogger(__name__)
+
+
+class PodmanLauncher:
+    name = "podman"
+    sweep_every_pass = False
+    never_starts: frozenset[str] = CONTAINER_NEVER_STARTS
+
+    def __init__(self, settings: Settings, binary: str = "podman",
+                 timeout: float = 120.0) -> None:
+        self.image = settings.podman_image
+        self.manifest_settings = manifest.ManifestSettings.from_settings(settings)
+        self.binary = binary
+        self.timeout = timeout
+        self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
+        self.images_present: set[str] = set()  # local images found; forgotten on a failed play
+        self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
+        # The last listing's view of each replica container: outcome and when it exited.
+        self.replica_seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
+        self.first_failure: dict[tuple[str, int], int] = {}  # by task: its first failed replica
+
+    # -- the Launcher interface ------------------------------------------------------
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        workload = self.with_image(workload)
+        self._play(workload)
+        hooks.started()
+        return Outcome("running")
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        """The group's outcome from each replica's container (None: there is none)."""
+        found = [self._inspect(self.container_name(workload, k))
+                 for k in range(workload.replicas)]
+        if all(state is None for state in found):
+            return None
+        if workload.replicas == 1:
+            return state_outcome(found[0]) if found[0] is not None else None
+        return group_outcome([state_outcome(s) if s is not None else None for s in found],
+                             [_exited_at(s) for s in found],
+                             self.first_failure.get((workload.task_id, workload.revision)))
+
+    def changes(self) -> list[Change]:
+        """What differs between this listing of taskenv's containers and the last one.
+
+        A task of several replicas one of which failed has the others stopped at once
+        (``pod stop``: their logs stay until the pod is removed), and is listed again,
+        so the failure is reported with every replica's exit code."""
+        before = self.listed
+        now = self.listing(self.listed)
+        if self._stop_failed_groups():
+            now = self.listing(self.listed)
+        self.listed = now
+        gone = [Change(*key, None, POD_REMOVED) for key in before if key not in now]
+        return gone + [Change(*key, outcome) for key, outcome in now.items()
+                       if before.get(key) != outcome]
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        return self.listed.get((workload.task_id, workload.revision))
+
+    def listing(self, known: dict[tuple[str, int], Outcome]) -> dict[tuple[str, int], Outcome]:
+        """Every taskenv task's outcome, from one ``podman ps --all``: a task of several
+        replicas is one outcome, from each replica container's (``group_outcome``)."""
+        result = self.podman("ps", "--all", "--filter", f"label={SELECTOR}", "--format", "json")
+        if result.returncode != 0:
+            raise self._error("ps", result)
+        seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
+        sizes: dict[tuple[str, int], int] = {}
+        for container in json.loads(result.stdout or "[]") or []:
+            found = _task_key(container)
+            if found is None:
+                continue
+            key, index, replicas = found
+            earlier = self.replica_seen.get(key, {}).get(index)
+            outcome = self._listed_outcome(container, earlier[0] if earlier else known.get(key)
+                                           if replicas == 1 else None)
+            seen.setdefault(key, {})[index] = (outcome, _exited_at(container))
+            sizes[key] = replicas
+        self.replica_seen = seen
+        out: dict[tuple[str, int], Outcome] = {}
+        for key, replicas in sizes.items():
+            if replicas == 1:
+                out[key] = seen[key][0][0] if 0 in seen[key] else Outcome("running")
+                continue
+            each = [seen[key].get(k) for k in range(replicas)]
+            outcomes, ended = [e[0] if e else None for e in each], [e[1] if e else None
+                                                                   for e in each]
+            # The replica that failed before the others were stopped is the one named.
+            if key not in self.first_failure:
+                failed = first_failed(outcomes, ended)
+                if failed is not None:
+                    self.first_failure[key] = failed
+            out[key] = group_outcome(outcomes, ended, self.first_failure.get(key))
+        self.first_failure = {k: v for k, v in self.first_failure.items() if k in seen}
+        return out
+
+    def _stop_failed_groups(self) -> bool:
+        """Stop every replica still running in a task another replica of which failed;
+        True if any was stopped."""
+        stopped = False
+        for (task_id, revision), replicas in self.replica_seen.items():
+            outcomes = [o for o, _ in replicas.values()]
+            if any(o.state == "failed" for o in outcomes) and \
+                    any(o.state == "running" for o in outcomes):
+                pod = run_name(task_id, revision)
+                log.info("task %s r%s: a replica failed; stopping the others", task_id,
+                         revision)
+                result = self.podman("pod", "stop", "--time", "0", pod)
+                if result.returncode != 0 and not NO_SUCH.search(result.stderr):
+                    raise self._error("pod stop", result)
+                stopped = True
+        return stopped
+
+    def _listed_outcome(self, container: dict[str, Any], known: Outcome | None) -> Outcome:
+        if container.get("State") not in FINISHED:
+            return Outcome("running")
+        code = int(container.get("ExitCode") or 0)
+        if code == 0:
+            return Outcome("succeeded", exit_code=0)
+        if known is not None and known.state == "failed":
+            return known  # inspected when it ended
+        state = self._inspect(container["Names"][0])
+        return state_outcome(state) if state else Outcome(
+            "failed", exit_code=code, reason=f"container exited with {code}")
+
+    def logs(self, workload: Workload) -> str | None:
+        """The output of each replica's container, read up to the log's budget (shared
+        among the replicas) and no further: one huge line costs this worker what the budget
+        does.  Past it, a line says so.  Several replicas' lines are prefixed with their
+        index, each replica's redacted before it is prefixed."""
+        secrets = [v.value for v in workload.env if v.secret]
+        budget = self.log_budget // workload.replicas
+        parts = [self._container_logs(self.container_name(workload, k), budget, secrets)
+                 for k in range(workload.replicas)]
+        if workload.replicas == 1:
+            return parts[0]
+        if all(part is None for part in parts):
+            return None
+        return "".join(replica_logs.prefixed(k, redact(part, secrets))
+                       for k, part in enumerate(parts) if part)
+
+    def _container_logs(self, name: str, budget: int, secrets: list[str]) -> str | None:
+        # One pipe for both streams keeps the container's stdout and stderr in order.
+        code, data = self.read_bounded(["logs", name], budget + 1)
+        if len(data) <= budget:
+            return data.decode(errors="replace") if code == 0 else None
+        head = data[:budget].decode(errors="ignore")
+        return redact_cut(head, secrets) + head_only_note(budget)
+
+    def read_bounded(self, args: list[str], most: int) -> tuple[int | None, bytes]:
+        """A podman command's exit code and at most ``most`` bytes of its output; a command
+        that has more to say is stopped (its code is then None)."""
+        try:
+            proc = subprocess.Popen([self.binary, *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            raise LaunchFailed(f"{self.binary} is not installed on this worker") from None
+        assert proc.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        with proc:
+            while size < most and (chunk := os.read(proc.stdout.fileno(), min(65536, most - size))):
+                chunks.append(chunk)
+                size += len(chunk)
+            if size >= most:
+                proc.kill()
+            try:
+                code = proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise TransientError(f"podman {args[0]} did not answer in "
+                                     f"{self.timeout:g}s") from None
+        return (None if size >= most else code), b"".join(chunks)
+
+    def cancel(self, workload: Workload) -> None:
+        """Stop the pod at once and remove it with its containers; nothing if it is gone."""
+        result = self.podman("pod", "rm", "--force", "--ignore", "--time", str(STOP_SECONDS),
+                             workload.run_name)
+        if result.returncode != 0:
+            raise self._error("pod rm", result)
+        self.remove_files(workload)
+        if self.pod_exists(workload.run_name):  # a launch racing this one played it again
+            raise TransientError(f"podman pod {workload.run_name} is still there")
+
+    # -- what the launcher plays ---------------------------------------------------------
+
+    def with_image(self, workload: Workload) -> Workload:
+        """A task without an image of its own runs in the configured podman image."""
+        return with_default_image(workload, self.image)
+
+    def pod_manifest(self, workload: Workload, secret_name: str | None) -> dict[str, Any]:
+        """The Pod podman plays: the Job's pod template, expanded as Kubernetes would."""
+        job = manifest.to_dict(manifest.build(workload, self.manifest_settings).job)
+        template = job["spec"]["template"]["metadata"]
+        spec = manifest.to_dict(manifest.replicas_pod_spec(
+            workload, secret_name, self.manifest_settings.limits(workload)))
+        for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+            expand_container(container)
+        metadata = {"name": workload.run_name, "labels": template.get("labels", {}),
+                    "annotations": template.get("annotations", {})}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+    def render(self, workload: Workload, secret_name: str | None) -> str:
+        """The Pod, after the ConfigMap of the task's files if it has any: kube play makes
+        the ConfigMap a volume of the same name (removed with the pod, see ``remove``)."""
+        docs = [self.pod_manifest(workload, secret_name)]
+        files = manifest.config_map(workload, self.manifest_settings)
+        if files is not None:
+            docs.insert(0, manifest.to_dict(files))
+        return yaml.safe_dump_all(docs, sort_keys=False, allow_unicode=True)
+
+    def secret_payload(self, workload: Workload) -> bytes | None:
+        """The secret variables as podman's ``secretKeyRef`` reads them: JSON, base64 values."""
+        secret = manifest.build(workload, self.manifest_settings).secret
+        if secret is None:
+            return None
+        data = dict(secret.data or {})
+        for key, value in (secret.string_data or {}).items():
+            data[key] = base64.b64encode(value.encode()).decode()
+        return json.dumps(data).encode()
+
+    def container_name(self, workload: Workload, replica: int = 0) -> str:
+        """kube play's naming: ``<pod>-<container>``; replica k's container is ``task-k``."""
+        return f"{workload.run_name}-{manifest.replica_container_name(replica, workload.replicas)}"
+
+    # -- podman ----------------------------------------------------------------------
+
+    def container_state(self, workload: Workload) -> dict[str, Any] | None:
+        """``State`` from ``podman container inspect``; None if there is no such container."""
+        return self._inspect(self.container_name(workload))
+
+    def _inspect(self, container: str) -> dict[str, Any] | None:
+        result = self.podman("container", "inspect", container)
+        if result.returncode != 0:
+            if NO_SUCH.search(result.stderr):
+                return None
+            raise self._error("container inspect", result)
+        state: dict[str, Any] = json.loads(result.stdout)[0]["State"]
+        return state
+
+    def pod_exists(self, name: str) -> bool:
+        result = self.podman("pod", "exists", name)
+        if result.returncode in (0, 1):
+            return result.returncode == 0
+        raise self._error("pod exists", result)
+
+    def remove(self, workload: Workload) -> None:
+        """Remove the workload's pod and its containers (their logs go with them)."""
+        self.podman("pod", "rm", "--force", "--ignore", workload.run_name)
+        self.remove_files(workload)
+
+    def remove_files(self, workload: Workload) -> None:
+        """The volume kube play made of the files' ConfigMap: it outlives the pod."""
+        if workload.files:
+            self.podman("volume", "rm", "--force", manifest.files_name(workload))
+
+    def podman(self, *args: str, stdin: bytes | None = None,
+               stderr: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
+        try:
+            raw = subprocess.run([self.binary, *args], input=stdin, stdout=subprocess.PIPE,
+                                 stderr=stderr, timeout=self.timeout, check=False)
+        except FileNotFoundError:
+            raise LaunchFailed(f"{self.binary} is not installed on this worker") from None
+        except subprocess.TimeoutExpired:
+            raise TransientError(f"podman {args[0]} did not answer in {self.timeout:g}s") from None
+        return subprocess.CompletedProcess(
+            raw.args, raw.returncode, _text(raw.stdout), _text(raw.stderr))
+
+    def _play(self, workload: Workload) -> None:
+        """Play the revision's pod, or adopt it if an earlier or concurrent launch made it."""
+        self._check_image(workload.image)
+        result = self._play_with_secret(workload)
+        if result.returncode == 0:
+            return
+        # Asked only now: a first launch needs no lookup, and a play refused because the
+        # pod exists names it.
+        if NAME_IN_USE.search(result.stderr) and self.pod_exists(workload.run_name):
+            self._adopt(workload)
+            return
+        self.remove(workload)  # a failed play can leave a half-made pod
+        self.images_present.discard(workload.image)
+        self._check_image(workload.image)  # removed since it was found: say so plainly
+        raise self._error("kube play", result)
+
+    def _play_with_secret(self, workload: Workload) -> subprocess.CompletedProcess[str]:
+        """``kube play`` with the secret variables in a podman secret that lives for the play."""
+        payload = self.secret_payload(workload)
+        secret = None
+        if payload is not None:
+            secret = f"{manifest.secret_name(workload)}-{uuid.uuid4().hex[:8]}"
+            self._create_secret(secret, payload)
+        try:
+            with private_file(self.render(workload, secret)) as path:
+                return self.play_file(path)
+        finally:
+            if secret is not None:
+                self._remove_secret(secret)
+
+    def _adopt(self, workload: Workload) -> None:
+        """The revision's pod exists (a redelivery, a retry): start it if need be, never twice."""
+        state = self.container_state(workload)
+        if state is not None and state["Status"] in NOT_STARTED:
+            result = self.podman("pod", "start", workload.run_name)
+            if result.returncode != 0:
+                raise self._error("pod start", result)
+
+    def play_file(self, path: Path) -> subprocess.CompletedProcess[str]:
+        return self.podman("kube", "play", "--start", "--quiet", str(path))
+
+    def _check_image(self, image: str) -> None:
+        """A local image that is missing cannot be pulled: say so instead of trying.
+
+        Once found, an image is not asked about again by this worker process until a
+        play fails (each question is a podman process of its own).
+        """
+        if not image.startswith("localhost/") or image in self.images_present:
+            return
+        result = self.podman("image", "exists", image)
+        if result.returncode == 1:
+            raise LaunchFailed(f"image {image} is not in podman's local store "
+                               "(deploy/image/build.sh builds the default one)")
+        if result.returncode != 0:
+            raise self._error("image exists", result)
+        self.images_present.add(image)
+
+    def _create_secret(self, name: str, payload: bytes) -> None:
+        result = self.podman("secret", "create", name, "-", stdin=payload)
+        if result.returncode != 0:
+            raise self._error("secret create", result)
+
+    def _remove_secret(self, name: str) -> None:
+        """Drop the podman secret: the container holds its own copy of the values now."""
+        result = self.podman("secret", "rm", name)
+        if result.returncode != 0:
+            log.warning("podman secret %s could not be removed: %s", name,
+                        _podman_message(result.stderr))
+
+    def _error(self, what: str, result: subprocess.CompletedProcess[str]) -> Exception:
+        message = _podman_message(result.stderr) or f"exit status {result.returncode}"
+        if TRANSIENT.search(message):
+            return TransientError(f"podman {what}: {message}")
+        return LaunchFailed(f"podman {what}: {message}")
+
+
+def state_outcome(state: dict[str, Any]) -> Outcome:
+    """The outcome a container's inspected ``State`` tells."""
+    if state["Status"] not in FINISHED:
+        return Outcome("running")
+    code = int(state["ExitCode"])
+    if code == 0:
+        return Outcome("succeeded", exit_code=0)
+    reason = "killed: out of memory" if state.get("OOMKilled") else f"exited with {code}"
+    if state.get("Error"):
+        reason += f" ({state['Error']})"
+    return Outcome("failed", exit_code=code, reason=f"container {reason}")
+
+
+REPLICA_CONTAINER = re.compile(rf"-{manifest.CONTAINER_NAME}(?:-(\d+))?$")
+
+
+def _task_key(container: dict[str, Any]) -> tuple[tuple[str, int], int, int] | None:
+    """The task id and revision a listed container runs, its replica's index and how many
+    replicas the task has (None: not a task's container)."""
+    labels = container.get("Labels") or {}
+    names = container.get("Names") or []
+    task_id, revision = labels.get(manifest.LABEL_TASK_ID), labels.get(manifest.LABEL_REVISION)
+    replicas = str(labels.get(manifest.LABEL_REPLICAS) or "1")
+    found = next((m for n in names if (m := REPLICA_CONTAINER.search(str(n)))), None)
+    if found is None or not task_id or not str(revision or "").isdigit() \
+            or not replicas.isdigit():
+        return None
+    index = int(found.group(1) or 0)
+    if (found.group(1) is None) != (replicas == "1") or index >= int(replicas):
+        return None
+    return (str(task_id), int(str(revision))), index, int(replicas)
+
+
+def _exited_at(found: dict[str, Any] | None) -> float | None:
+    """When a listed or inspected container exited, if podman says (None: it has not)."""
+    if not found:
+        return None
+    at = found.get("ExitedAt")
+    return float(at) if isinstance(at, (int, float)) and at > 0 else None
+
+
+def run_name(task_id: str, revision: int) -> str:
+    """The pod a task revision runs in: ``Workload.run_name``'s form."""
+    return f"taskenv-{task_id[:20]}-r{revision}"
+
+
+def expand_container(container: dict[str, Any]) -> None:
+    """Expand env values, command and args in place, in the order Kubernetes does."""
+    known: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            var["value"] = manifest.kube_expand(var["value"] or "", known.get)
+            known[var["name"]] = var["value"]
+        # a valueFrom variable is not expanded, and left out of ``known`` on purpose:
+        # a reference to a secret must not copy its value into the manifest
+    for key in ("command", "args"):
+        if container.get(key):
+            container[key] = [manifest.kube_expand(part, known.get) for part in container[key]]
+
+
+@contextmanager
+def private_file(text: str) -> Iterator[Path]:
+    """A file only this user can read, removed on exit."""
+    fd, name = tempfile.mkstemp(prefix="taskenv-pod-", suffix=".yaml")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        yield Path(name)
+    finally:
+        os.unlink(name)
+
+
+def _text(raw: bytes | None) -> str:
+    return raw.decode("utf-8", errors="replace") if raw else ""
+
+
+def _podman_message(stderr: str, limit: int = 2000) -> str:
+    """What podman said went wrong, without its noise (syslog and retry warnings)."""
+    lines = [line.removeprefix("Error: ") for line in stderr.splitlines()
+             if line.strip() and not NOISE.search(line)]
+    return "; ".join(lines)[-limit:]

@@ -1,0 +1,398 @@
+"""Run a workload as a Slurm job: one ``sbatch`` per revision.
+
+Slurm's command line tools are the stable interface (``pyslurm`` is built against
+one Slurm release and breaks with the next; ``sbatch``/``squeue``/``scancel`` and
+their fixed output formats keep their meaning across releases), so the launcher calls
+them, always with an argv list and an environment of ``SLURM_CONF`` alone.
+
+* **Submit.** ``launch`` writes the batch program (``slurm_job.py`` with the
+  revision's spec, no value in it) into the revision's directory, the env into a
+  private export file (0600, removed as soon as ``sbatch`` returns) and submits
+  with ``--export-file``; the job id goes into ``job_id`` beside it.  A second
+  launch of the revision (a redelivery, a retry) finds that file — or, if the
+  first launch died between claiming and recording, the job by name — and adopts
+  the job instead of submitting twice.
+* **Status.** ``changes`` makes one ``squeue --me --states=all`` call per pass
+  (fixed fields: 22.05's ``--json`` ignores filters and lists the whole cluster),
+  for every job of this user, however many, and keys taskenv's jobs by their
+  comment.  The job leaves its outcome in ``outcome.json`` (the failing step, its
+  exit code, an out-of-memory kill): a finished job is reported from it, and a job
+  Slurm has forgotten (``MinJobAge``) is still reported once from it.
+* **Output.** The job's output file grows on the shared filesystem;
+  ``new_output`` hands the reconciler the complete lines added since the last
+  pass, ``logs`` the rest once the job has ended, and the file is then removed.
+* **Cancel.** ``scancel``; until Slurm no longer runs the job, ``TransientError``.
+
+The revision directory (``TASKENV_SLURM_DIR``) must be on a filesystem the
+workers and the nodes share, as a Slurm cluster's home or scratch is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shared.config import Settings
+from shared.errors import LaunchFailed, TransientError
+from shared.policy.model import PLATFORM_SCOPE, Resolved
+from shared.task.workload import Workload
+from workers.launchers.base import Change, Hooks, Outcome
+from workers.launchers.common import containment
+from workers.launchers.common.containment import seccomp
+from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
+from workers.launchers.local.launcher import prepare_home, write_files
+from workers.launchers.slurm import job as slurm_job
+from workers.launchers.slurm.submit import (
+    OUTPUT,
+    PROGRAM,
+    BadResources,
+    SlurmSettings,
+    comment,
+    job_env,
+    job_program,
+    job_spec,
+    list_argv,
+    listed_outcome,
+    parse_comment,
+    parse_listing,
+    sbatch_argv,
+)
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+JOB_ID = "job_id"
+SECCOMP = "seccomp.bpf"
+OFFSET = "output.offset"
+TRANSIENT = re.compile(r"unable to contact|timed? ?out|connection refused|try again|"
+                       r"temporarily|socket|slurm_load|communications? (connection )?failure|"
+                       r"resource temporarily unavailable|busy", re.I)
+NO_SUCH_JOB = re.compile(r"invalid job id", re.I)
+SLURM_OWN = ("SLURM_", "SRUN_")
+CLAIM_STALE_SECONDS = 60.0  # a claim with no job id this old: its launch died before sbatch
+GONE = ("Slurm no longer knows the job (MinJobAge passed, or the controller lost it) "
+        "and it left no outcome")
+
+
+# A pending job's reason when waiting will not help (the request exceeds the partition, an
+# account or QOS it may not use): the reconciler fails the task once it has been stuck.
+NEVER_RUNS = frozenset({"BadConstraints", "PartitionNodeLimit", "PartitionConfig",
+                        "PartitionTimeLimit", "InvalidAccount", "InvalidQOS",
+                        "AccountNotAllowed", "QOSNotAllowed", "DependencyNeverSatisfied"})
+
+
+class SlurmLauncher:
+    name = "slurm"
+    sweep_every_pass = False  # changes() reports every job's end
+    never_starts: frozenset[str] = NEVER_RUNS
+
+    def __init__(self, settings: Settings, timeout: float = 60.0) -> None:
+        self.root = Path(settings.slurm_dir).resolve()
+        self.config = SlurmSettings.from_settings(settings, _which("sbatch"))
+        self.squeue, self.scancel = _which("squeue"), _which("scancel")
+        self.timeout = timeout
+        # Client commands see the cluster's SLURM_CONF and nothing else of the worker's env.
+        self.env = {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
+        self.seccomp = seccomp_filter(settings.local_containment)
+        self.listed: dict[Key, tuple[int, Outcome]] = {}  # the last listing's view
+        self.calls = 0  # Slurm commands run, for the cost benchmark
+
+    # -- the Launcher interface ------------------------------------------------------
+
+    def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        run_dir = self.run_dir(workload)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        job = self._adopt(workload, run_dir)
+        if job is None:
+            job = self._submit(workload, run_dir)
+            hooks.log(f"slurm: submitted job {job}\n")
+        hooks.started()
+        return Outcome("running")
+
+    def observe(self, workload: Workload) -> Outcome | None:
+        job = self.job_id(workload)
+        if job is None:
+            return None
+        result = self.slurm(*list_argv(self.squeue, f"--jobs={job}"))
+        if result.returncode != 0 and not NO_SUCH_JOB.search(result.stderr):
+            raise self._error("squeue", result)
+        jobs = [j for j in parse_listing(result.stdout) if j["job_id"] == job]
+        run_dir = self.run_dir(workload)
+        if not jobs:
+            return read_outcome(run_dir)
+        return self._outcome(jobs[0], run_dir)
+
+    def changes(self) -> list[Change]:
+        """What differs between this listing of taskenv's jobs and the last one."""
+        before, now = self.listed, self.listing()
+        self.listed = now
+        changes: list[Change] = []
+        for key in before.keys() - now.keys():
+            left = read_outcome(self._dir(*key))
+            changes.append(Change(*key, left, None if left else GONE))
+        for key, (_, outcome) in now.items():
+            previous = before.get(key)
+            if previous is None or previous[1] != outcome:
+                changes.append(Change(*key, outcome))
+        return changes
+
+    def seen(self, workload: Workload) -> Outcome | None:
+        listed = self.listed.get((workload.task_id, workload.revision))
+        if listed is not None:
+            return listed[1]
+        return read_outcome(self.run_dir(workload))  # a job Slurm has forgotten
+
+    def logs(self, workload: Workload) -> str | None:
+        """The output not yet streamed; the output file is removed once it has been read."""
+        run_dir = self.run_dir(workload)
+        text = self._read_from_offset(run_dir, whole_lines=False)
+        for name in (OUTPUT, OFFSET):
+            (run_dir / name).unlink(missing_ok=True)
+        return text
+
+    def new_output(self) -> list[tuple[str, int, str]]:
+        """The complete lines each listed job's output gained since the last call.
+
+        Reads files on the shared filesystem: no Slurm call.  The offset reached is kept
+        beside the output, so a restarted reconciler goes on where the last one stopped.
+        """
+        out = []
+        for key in self.listed:
+            text = self._read_from_offset(self._dir(*key), whole_lines=True)
+            if text:
+                out.append((*key, text))
+        return out
+
+    def cancel(self, workload: Workload) -> None:
+        job = self.job_id(workload) or self._find_by_name(workload)
+        if job is None:
+            return
+        result = self.slurm(self.scancel, str(job))
+        if result.returncode != 0 and not NO_SUCH_JOB.search(result.stderr):
+            raise self._error("scancel", result)
+        seen = self.observe(workload)
+        if seen is not None and seen.state == "running":
+            raise TransientError(f"Slurm job {job} is still stopping")
+
+    # -- listing ---------------------------------------------------------------------
+
+    def listing(self) -> dict[Key, tuple[int, Outcome]]:
+        """Every taskenv job of this user Slurm still knows, from one ``squeue``."""
+        result = self.slurm(*list_argv(self.squeue))
+        if result.returncode != 0:
+            raise self._error("squeue", result)
+        out: dict[Key, tuple[int, Outcome]] = {}
+        for job in parse_listing(result.stdout):
+            key = parse_comment(str(job.get("comment") or ""))
+            if key is None:
+                continue
+            known = self.listed.get(key)
+            if known is not None and known[0] == job["job_id"] and known[1].state != "running":
+                out[key] = known  # ended already: its outcome file was read once
+                continue
+            out[key] = (int(job["job_id"]), self._outcome(job, self._dir(*key)))
+        return out
+
+    def _outcome(self, job: dict[str, Any], run_dir: Path) -> Outcome:
+        """Slurm's view; for an ended job, the job's own account when it left one."""
+        listed = listed_outcome(job)
+        if listed.state == "running":
+            return listed
+        left = read_outcome(run_dir)
+        if left is None or left.reason == slurm_job.STOPPED:
+            return listed  # ended from outside (scancel, time limit, node): Slurm knows why
+        if listed.reason and listed.reason.startswith("out of memory"):
+            return listed  # Slurm ended the whole job for memory, naming its limit
+        return left  # the failing step and its code, or a step's out-of-memory kill
+
+    # -- submitting ------------------------------------------------------------------
+
+    def _adopt(self, workload: Workload, run_dir: Path) -> int | None:
+        """The job an earlier launch of this revision submitted; None: submit (claimed)."""
+        claim = run_dir / JOB_ID
+        try:
+            fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            os.close(fd)
+            return None
+        job = self.job_id(workload)
+        if job is not None:
+            return job
+        found = self._find_by_name(workload)
+        if found is not None:
+            _write_job_id(run_dir, found)
+            return found
+        if time.time() - claim.stat().st_mtime < CLAIM_STALE_SECONDS:
+            raise TransientError(f"another launch of {workload.run_name} is submitting it")
+        claim.touch()  # the launch that claimed it died before sbatch: take over
+        return None
+
+    def _submit(self, workload: Workload, run_dir: Path) -> int:
+        try:
+            self._check(workload)
+            home = prepare_home(run_dir, workload.workdir)
+            # On the shared filesystem: the files reach the node with the job.
+            write_files(home / (workload.workdir or ""), workload.files)
+            env = job_env(workload, TASK_HOME)
+            spec = job_spec(self.config, workload, run_dir, list(env))
+            if self.seccomp is not None:  # bwrap loads it on the node, right before the step
+                spec["seccomp"] = str(run_dir / SECCOMP)
+                (run_dir / SECCOMP).write_bytes(self.seccomp)
+            program = run_dir / PROGRAM
+            program.write_text(job_program(self.config, spec), encoding="utf-8")
+            program.chmod(0o700)
+            with private_file(env) as export_file:
+                result = self.slurm(*sbatch_argv(self.config, workload, run_dir, export_file))
+        except BaseException:
+            (run_dir / JOB_ID).unlink(missing_ok=True)  # a retry may submit
+            raise
+        if result.returncode != 0:
+            (run_dir / JOB_ID).unlink(missing_ok=True)
+            raise self._error("sbatch", result)
+        job = int(result.stdout.strip().split(";", 1)[0])
+        _write_job_id(run_dir, job)
+        return job
+
+    def _check(self, workload: Workload) -> None:
+        """Refuse what Slurm could not be given, naming it."""
+        problems = [f"{v.name} is read by Slurm itself (SLURM_*/SRUN_*): only the platform's "
+                    f"policy may set it, not the {v.scope or v.source}" for v in workload.env
+                    if v.name.startswith(SLURM_OWN) and not platform_set(v)]
+        try:
+            workdir_inside(workload.workdir)
+            sbatch_argv(self.config, workload, Path("/"), Path("/"))
+        except (BadWorkdir, BadResources) as exc:
+            problems.append(str(exc))
+        if problems:
+            raise LaunchFailed("; ".join(problems))
+
+    def _find_by_name(self, workload: Workload) -> int | None:
+        result = self.slurm(*list_argv(self.squeue, f"--name={workload.run_name}"))
+        if result.returncode != 0:
+            raise self._error("squeue", result)
+        for job in parse_listing(result.stdout):
+            if job["comment"] == comment(workload):
+                return int(job["job_id"])
+        return None
+
+    # -- files -----------------------------------------------------------------------
+
+    def run_dir(self, workload: Workload) -> Path:
+        return self._dir(workload.task_id, workload.revision)
+
+    def _dir(self, task_id: str, revision: int) -> Path:
+        return self.root / task_id / f"r{revision}"
+
+    def job_id(self, workload: Workload) -> int | None:
+        try:
+            text = (self.run_dir(workload) / JOB_ID).read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
+
+    def _read_from_offset(self, run_dir: Path, whole_lines: bool) -> str | None:
+        try:
+            offset = int((run_dir / OFFSET).read_text() or 0)
+        except (OSError, ValueError):
+            offset = 0
+        try:
+            with open(run_dir / OUTPUT, "rb") as out:
+                out.seek(offset)
+                data = out.read()
+        except OSError:
+            return None
+        if whole_lines:
+            data = data[:data.rfind(b"\n") + 1]
+        if not data:
+            return None
+        tmp = run_dir / f"{OFFSET}.tmp"
+        tmp.write_text(str(offset + len(data)))
+        tmp.replace(run_dir / OFFSET)
+        return data.decode("utf-8", errors="replace")
+
+    # -- Slurm -----------------------------------------------------------------------
+
+    def slurm(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        self.calls += 1
+        try:
+            return subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise TransientError(f"{Path(argv[0]).name} did not answer in "
+                                 f"{self.timeout:g}s") from None
+
+    def _error(self, what: str, result: subprocess.CompletedProcess[str]) -> Exception:
+        message = result.stderr.strip()[-2000:] or f"exit status {result.returncode}"
+        if TRANSIENT.search(message):
+            return TransientError(f"{what}: {message}")
+        return LaunchFailed(f"{what}: {message}")
+
+
+def seccomp_filter(mode: str) -> bytes | None:
+    """The local launcher's seccomp filter, compiled here for the nodes' bwrap (the nodes
+    share this host's architecture); None, with a warning, where libseccomp is missing
+    and containment is only ``warn``."""
+    try:
+        return seccomp.compiled_filter()
+    except seccomp.SeccompUnavailable as exc:
+        if mode == containment.ENFORCE:
+            raise LaunchFailed(f"the slurm launcher loads the steps' seccomp filter and "
+                               f"cannot compile it here: {exc} (TASKENV_LOCAL_CONTAINMENT="
+                               f"{containment.WARN} runs without it)") from exc
+        log.warning("slurm steps run WITHOUT the seccomp filter: %s", exc)
+        return None
+
+
+def platform_set(var: Resolved) -> bool:
+    """Set by the platform itself or by the platform's policy (records from before project
+    layers carry no scope: the platform's was the only policy then)."""
+    return var.source != "user" and (var.scope is None or var.scope == PLATFORM_SCOPE)
+
+
+def read_outcome(run_dir: Path) -> Outcome | None:
+    """What the job left in its directory; None if it left nothing (yet)."""
+    try:
+        found = json.loads((run_dir / slurm_job.OUTCOME).read_text())
+    except (OSError, ValueError):
+        return None
+    return Outcome(found["state"], found.get("exit_code"), found.get("reason"))
+
+
+def _write_job_id(run_dir: Path, job: int) -> None:
+    tmp = run_dir / f"{JOB_ID}.tmp"
+    tmp.write_text(f"{job}\n")
+    tmp.replace(run_dir / JOB_ID)
+
+
+def _which(binary: str) -> str:
+    found = shutil.which(binary)
+    if found is None:
+        raise LaunchFailed(f"{binary} is not installed on this worker: the slurm launcher "
+                           "needs Slurm's client commands (Debian: slurm-client)")
+    return found
+
+
+@contextmanager
+def private_file(env: dict[str, str]) -> Iterator[Path]:
+    """The export file: only this user can read it, and it is removed once sbatch has read it."""
+    from workers.launchers.slurm.submit import export_entries
+
+    fd, name = tempfile.mkstemp(prefix="taskenv-export-")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(export_entries(env))
+        yield Path(name)
+    finally:
+        os.unlink(name)
