@@ -10,7 +10,7 @@ from typing import Any
 import redis
 from flask import Flask
 
-from api import auth, errors, health, metrics
+from api import auth, errors, health, metrics, replication
 from api.console import app as console
 from api.rest import admin, catalog, policy, preview, projects, revisions, tasks
 from shared.config import Settings
@@ -43,6 +43,7 @@ def create_app(test_config: Mapping[str, Any] | None = None,
         services.tokens.ensure(settings.admin_token, owner="admin", role="admin")
     app.extensions["taskenv"] = services
     metrics.init_app(app)  # first: a request refused by auth still has an id and is counted
+    replication.init_app(app)  # before auth, whose writes are a request's writes too
     auth.init_app(app)
     console.init_app(app)  # the web console: its sessions and its blueprint
     api = errors.TaskenvApi(app)

@@ -6,7 +6,9 @@ outage does not make an orchestrator restart every API process at once.
 ``/readyz`` is readiness: 200 only when Redis answers, every stage's queue has at
 least one live consumer (workers publish themselves, see ``workers.liveness``) and
 a reconciler finished a pass recently (``workers.reconcile``).  Otherwise 503 in
-the API's one error shape, one entry per thing missing.
+the API's one error shape, one entry per thing missing.  Behind sentinels, "no
+primary is reachable" is said apart from "Redis does not answer" (during a failover,
+until the sentinels promote a replica).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from typing import Any
 
 from flask import Blueprint
+from redis.sentinel import MasterNotFoundError
 
 from api.context import svc
 from api.errors import body
@@ -47,6 +50,10 @@ def missing(services: Services, now: float) -> list[Problem]:
             pipe.zcount(services.keys.consumers(queue), now, "+inf")
         pipe.exists(services.keys.reconciler_last_pass())
         *consumers, reconciled = pipe.execute()
+    except MasterNotFoundError:  # the sentinels answer, and name no primary that does
+        return [Problem(rule="redis", field="redis",
+                        message="no Redis primary is reachable (the sentinels name none "
+                                "that answers: a failover may be under way)")]
     except Exception:  # any failure to reach Redis: nothing else can be known
         return [Problem(rule="redis", field="redis", message="Redis does not answer")]
     problems = [Problem(rule="consumer", field=f"queues.{queue}",

@@ -59,8 +59,18 @@ class Settings:
     # A worker or reconciler serves /metrics on this port (0: none, as under ``make run``,
     # where the API's /metrics shows every process: they share PROMETHEUS_MULTIPROC_DIR).
     metrics_port: int = 0
-    # Sentinel: with a sentinel:// URL, the name of the monitored master.
+    # Sentinel: with a sentinel:// URL, the name of the monitored master, and the
+    # sentinels' own password (their requirepass; the URL's password is the primary's).
     redis_master_name: str = "mymaster"
+    redis_sentinel_password: str = ""
+    # What "accepted" means: with n > 0, a 2xx to a write (a creation, a change, a rerun,
+    # a policy or token write) is answered only once n replicas acknowledged it (WAIT on
+    # the connection that wrote it, at most redis_replica_wait_ms); else 503 unavailable.
+    redis_min_replicas: int = 0
+    redis_replica_wait_ms: int = 1000
+    # Every Redis call of a taskenv process is bounded: a reply overdue this long is an
+    # error (retried a few times, then a 503 in the API), never a hang.
+    redis_timeout_seconds: float = 5
     # The most replicas one task may ask for (``replicas`` on creation); each also counts in
     # the owner's quotas.
     max_replicas: int = 8

@@ -4,17 +4,36 @@
 ``sentinel://:PASSWORD@s1:26379;sentinel://:PASSWORD@s2:26379/0`` (the form Celery's
 broker understands too) asks the sentinels for the current master named by
 ``TASKENV_REDIS_MASTER_NAME``, so a failover needs no change of configuration.  As
-in Celery's broker, the password is the master's (``requirepass``): the sentinels
-themselves are asked without one.
+in Celery's broker, the URL's password is the master's (``requirepass``); the
+sentinels' own, if they require one, is ``TASKENV_REDIS_SENTINEL_PASSWORD``.
+
+After a failover every call finds the new primary by itself: a connection that
+fails is dropped, and the retry connects again, asking the sentinels where the
+primary is now; a ``READONLY`` reply (a connection still on the demoted primary)
+drops the connection the same way.  Every call is bounded
+(``TASKENV_REDIS_TIMEOUT_SECONDS``, a few retries): an error, never a hang.
+
+:func:`pinned` and :func:`acknowledged` are how the API makes "accepted" mean
+"on the primary and on n replicas" (``TASKENV_REDIS_MIN_REPLICAS``): the writes of
+one request go through one connection, and ``WAIT`` is asked on that connection.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import redis
-from redis.sentinel import Sentinel
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
+
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +55,114 @@ def warn_if_evicting(client: redis.Redis) -> str | None:
     return policy
 
 
-def connect(url: str, master_name: str = "mymaster", **kwargs: object) -> redis.Redis:
+RETRIES = 3  # a failed call is tried again this often, each time on a new connection
+
+
+class _Pin(threading.local):
+    """The connection this thread's calls share, while :func:`pinned` holds one."""
+
+    active = False
+    conn: Any = None
+    sock: Any = None  # the socket the pinned connection had when it was pinned
+
+
+class _Pinning:
+    """A pool mixin: while a thread holds a pin, its calls all get the same connection."""
+
+    pin: _Pin
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        pin = self.pin
+        if not pin.active:
+            return super().get_connection(*args, **kwargs)  # type: ignore[misc]
+        if pin.conn is None:
+            pin.conn = super().get_connection(*args, **kwargs)  # type: ignore[misc]
+            pin.sock = pin.conn._sock
+        return pin.conn
+
+    def release(self, connection: Any) -> None:
+        if self.pin.active and connection is self.pin.conn:
+            return  # kept until the pin ends
+        super().release(connection)  # type: ignore[misc]
+
+
+class PinningConnectionPool(_Pinning, redis.ConnectionPool):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pin = _Pin()
+
+
+class PinningSentinelPool(_Pinning, SentinelConnectionPool):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pin = _Pin()
+
+
+@contextmanager
+def pinned(client: redis.Redis) -> Iterator[None]:
+    """This thread's calls on ``client`` share one connection until the block ends.
+
+    A client whose pool cannot pin (a test's fakeredis) is used as it is."""
+    pool = client.connection_pool
+    pin = getattr(pool, "pin", None)
+    if pin is None or pin.active:
+        yield
+        return
+    pin.active = True
+    try:
+        yield
+    finally:
+        conn, pin.active, pin.conn, pin.sock = pin.conn, False, None, None
+        if conn is not None:
+            pool.release(conn)
+
+
+def acknowledged(client: redis.Redis, replicas: int, timeout_ms: int) -> bool:
+    """Whether ``replicas`` replicas hold every write made on the pinned connection.
+
+    ``WAIT`` on the connection that wrote, with no retry: a connection that was dropped
+    and made again since it was pinned is another client to Redis, whose ``WAIT`` would
+    vouch for nothing of the earlier writes; that, and any error, is False."""
+    pin = getattr(client.connection_pool, "pin", None)
+    if pin is None or not pin.active:
+        raise RuntimeError("acknowledged() needs the writes' connection: use pinned()")
+    if pin.conn is None:
+        return True  # nothing was sent on it: nothing to wait for
+    conn = pin.conn
+    if conn._sock is None or conn._sock is not pin.sock:
+        return False
+    try:
+        conn.send_command("WAIT", replicas, timeout_ms)
+        answer = conn.read_response(timeout=timeout_ms / 1000 + 5)
+    except (redis.RedisError, OSError):
+        conn.disconnect()
+        return False
+    return int(answer) >= replicas
+
+
+def connect_for(settings: Settings, **kwargs: Any) -> redis.Redis:
+    """The client a taskenv process uses, from its settings."""
+    return connect(settings.redis_url, settings.redis_master_name,
+                   sentinel_password=settings.redis_sentinel_password or None,
+                   timeout=settings.redis_timeout_seconds, **kwargs)
+
+
+def connect(url: str, master_name: str = "mymaster", sentinel_password: str | None = None,
+            timeout: float = 5.0, **kwargs: Any) -> redis.Redis:
     kwargs.setdefault("decode_responses", True)
+    kwargs.setdefault("socket_timeout", timeout)
+    kwargs.setdefault("socket_connect_timeout", min(timeout, 2.0))
+    # Each retry connects again; behind sentinels, that asks them for the primary anew.
+    kwargs.setdefault("retry", Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), RETRIES))
     if not url.startswith("sentinel://"):
-        return redis.Redis.from_url(url, **kwargs)  # type: ignore[arg-type]
+        pool = PinningConnectionPool.from_url(url, **kwargs)
+        return redis.Redis(connection_pool=pool)
     hosts, db, password = parse_sentinel_url(url)
-    sentinel = Sentinel(hosts)
-    return sentinel.master_for(master_name, db=db, password=password, **kwargs)
+    sentinel = Sentinel(hosts, sentinel_kwargs={
+        "password": sentinel_password, "socket_timeout": kwargs["socket_timeout"],
+        "socket_connect_timeout": kwargs["socket_connect_timeout"]})
+    return sentinel.master_for(master_name, db=db, password=password,
+                               connection_pool_class=PinningSentinelPool, **kwargs)
 
 
 def parse_sentinel_url(url: str) -> tuple[list[tuple[str, int]], int, str | None]:

@@ -33,6 +33,23 @@ def check_timeouts(settings: Settings) -> None:
             "TASKENV_STEP_TIMEOUT_SECONDS + 300)")
 
 
+def redis_transport_options(settings: Settings) -> dict[str, Any]:
+    """How the broker's connections reach Redis: bounded, and behind sentinels.
+
+    A socket timeout, so that a publish to a primary that vanished without closing its
+    connections fails instead of waiting forever, and kombu's health checks run; the
+    master name and the sentinels' own password are used with sentinel:// URLs only."""
+    options: dict[str, Any] = {
+        "master_name": settings.redis_master_name,
+        "socket_timeout": settings.redis_timeout_seconds,
+        "socket_connect_timeout": min(settings.redis_timeout_seconds, 2.0),
+        "health_check_interval": 10,
+    }
+    if settings.redis_sentinel_password:
+        options["sentinel_kwargs"] = {"password": settings.redis_sentinel_password}
+    return options
+
+
 def make_celery(settings: Settings) -> Celery:
     check_timeouts(settings)
     app = Celery("taskenv", broker=settings.redis_url,
@@ -49,7 +66,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout_seconds,
             "global_keyprefix": Keys(settings.key_prefix).celery_prefix(),
-            "master_name": settings.redis_master_name,  # used with sentinel:// URLs only
+            **redis_transport_options(settings),
         },
         worker_hijack_root_logger=False,
         # No remote control: its broadcast channel is a Redis pub/sub connection, and on

@@ -31,7 +31,7 @@ from shared.env.envlist import Limits
 from shared.keys import Keys
 from shared.policy.hooks import StartupHooks
 from shared.policy.store import PolicyStore
-from shared.redis_conn import connect, warn_if_evicting
+from shared.redis_conn import connect_for, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store.room import Room
 from shared.store.tasks import TaskStore
@@ -88,7 +88,7 @@ def build_services(settings: Settings, redis_client: RedisClient | None = None,
     outcome must land); the API's answer at once instead (503 ``store_full``)."""
     client = redis_client
     if client is None:
-        client = connect(settings.redis_url, settings.redis_master_name)
+        client = connect_for(settings)
         warn_if_evicting(client)
     cipher = Cipher.from_setting(settings.secret_keys)
     prefix = settings.key_prefix

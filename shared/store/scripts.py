@@ -95,7 +95,9 @@ local AUDIT_FIRST = 14  -- ARGV[14..]: the audit pairs, then the task's, revisio
 
 if idem ~= '' then
   local existing = redis.call('GET', idem)
-  if existing then return {0, existing} end
+  -- A write even on a retry: WAIT after it then vouches for the first call's writes too
+  -- (replication is in order), so a retry completes what an unacknowledged call left.
+  if existing then redis.call('EXPIRE', idem, idem_ttl); return {0, existing} end
 end
 local created, unfinished = 0, 0
 if created_key ~= '' then

@@ -32,7 +32,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed
-from shared.redis_conn import connect
+from shared.redis_conn import connect_for
 from shared.store.slots import HostSlots
 from shared.store.tasks import TaskStore
 from shared.task.files import TaskFile, path_problem
@@ -55,7 +55,8 @@ SANDBOX_MODES = (SANDBOXED, UNSAFE)
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
-RUNNER_SETTINGS = ("redis_url", "redis_master_name", "key_prefix", "secret_keys",
+RUNNER_SETTINGS = ("redis_url", "redis_master_name", "redis_sentinel_password",
+                   "redis_timeout_seconds", "key_prefix", "secret_keys",
                    "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes",
                    "local_max_running", "local_host_name", "stuck_after_seconds",
                    "visibility_timeout_seconds")
@@ -130,8 +131,7 @@ class LocalLauncher:
         """This host's run slots, in Redis (connected on first use)."""
         if self._slots is None:
             self._slots = host_slots(self.settings,
-                                     connect(self.settings.redis_url,
-                                             self.settings.redis_master_name))
+                                     connect_for(self.settings))
         return self._slots
 
     def take_slot(self, workload: Workload) -> None:

@@ -38,7 +38,7 @@ import redis
 
 from shared import logs
 from shared.config import Settings
-from shared.redis_conn import connect
+from shared.redis_conn import connect_for
 from shared.secrets import Cipher, StreamRedactor
 from shared.store.logtail import OutputCap
 from shared.store.tasks import TaskStore
@@ -203,7 +203,7 @@ class LogWriter:
 
 def store_for(settings: dict[str, Any]) -> TaskStore:
     config = Settings(**settings)
-    client = connect(config.redis_url, config.redis_master_name)
+    client = connect_for(config)
     return TaskStore(client, config.key_prefix, Cipher.from_setting(config.secret_keys))
 
 
