@@ -21,7 +21,7 @@ from shared.derived_keys import derived_keys
 from shared.doctor import advice as doctor_advice
 from shared.doctor.checkup import Doctor
 from shared.env import envfile, envlist
-from shared.env.identity import LOOPBACK, MASTER_PORT, PET_MASTER_PORT, Group
+from shared.env.identity import MASTER_PORT, PET_MASTER_PORT, Group
 from shared.errors import (
     BadRequest,
     EnvInvalid,
@@ -40,6 +40,7 @@ from shared.secrets import masked
 from shared.task import files as task_files
 from shared.task import manifest, records, resolution, revisions, states
 from shared.task.limits import (
+    gpu_problems,
     host_capacity,
     one_host_problems,
     platform_maxima,
@@ -116,14 +117,17 @@ def every_problem(svc: Services, doc: Doc) -> list[Problem]:
 
 
 def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1) -> None:
-    """Resources that are no quantities, or more than a task may ever have (on the local
-    launcher: more than one host has, its replicas together), are refused now, not left
-    waiting for ever."""
-    maxima = platform_maxima(svc.settings)
+    """Resources that are no quantities, or more than a task may ever have (on a backend
+    that runs a task's replicas on one host: more than one host has, its replicas
+    together; GPUs on a backend that has no way to give them), are refused now, not left
+    waiting for ever nor run without."""
+    backend = svc.backend
+    maxima = platform_maxima(svc.settings, one_host=backend.one_host)
     problems = resource_problems(resources, maxima)
-    if svc.settings.launcher == "local" and not problems:
+    if backend.one_host and not problems:
         problems = one_host_problems(resources, replicas, maxima,
                                      host_capacity(svc.settings)[1])
+    problems += gpu_problems(resources, backend, maxima)
     if problems:
         raise ResourcesInvalid("the task asks for resources it can never have", problems)
 
@@ -412,7 +416,7 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
             message=f"replicas: {replicas} asked for; at most {limit} are allowed per task "
                     "(TASKENV_MAX_REPLICAS)"))
     cap = svc.settings.local_max_running
-    if svc.settings.launcher == "local" and 0 < cap < replicas:
+    if svc.backend.one_host and 0 < cap < replicas:
         problems.append(Problem(
             rule="replicas.host_slots", field="replicas", limit=cap,
             message=f"replicas: {replicas} asked for; the local launcher starts a task's "
@@ -425,21 +429,14 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
 
 # Kubernetes names replica 0 after the task's Job, which a preview's task does not have yet.
 PREVIEW_JOB = "<the task's job>"
-# A distributed Slurm job learns replica 0's address (its first node) and port (the one its
-# step reserves) only once it has its nodes: the node fills both in.
-SLURM_ADDR, SLURM_PORT = "<the job's first node>", "<the port the job's step reserves>"
 
 
 def replica_zero(svc: Services, replicas: int, job: str) -> str:
-    """Where replica 0 listens, as the launcher gives it (``job``: the task's Job name).
+    """Where replica 0 listens, as the backend gives it (``job``: the task's Job name).
 
-    A task of one replica is a world of one on loopback on every launcher; so are the
+    A task of one replica is a world of one on loopback on every backend; so are the
     replicas podman runs in one pod and the local launcher in one network."""
-    if replicas > 1 and svc.settings.launcher == "kubernetes":
-        return f"{job}-0.{job}"
-    if replicas > 1 and svc.settings.launcher == "slurm":
-        return SLURM_ADDR
-    return LOOPBACK
+    return svc.backend.replica_zero_for(replicas, job)
 
 
 def preview_group(svc: Services, data: Doc) -> Group:
@@ -462,8 +459,9 @@ def container_env(svc: Services, task: Doc, rev: Doc) -> list[Doc] | None:
     group = Group(replicas, int(task.get("procs_per_replica") or 1),
                   replica_zero(svc, replicas, job))
     shown = resolution.with_identity(list(resolved), group, 0)
-    if replicas > 1 and svc.settings.launcher == "slurm":
-        shown = [{**v, "value": SLURM_PORT} if v["name"] in (MASTER_PORT, PET_MASTER_PORT)
+    port = svc.backend.master_port_shown
+    if replicas > 1 and port is not None:
+        shown = [{**v, "value": port} if v["name"] in (MASTER_PORT, PET_MASTER_PORT)
                  else v for v in shown]
     return [masked(v) for v in shown]
 

@@ -46,7 +46,8 @@ def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Proble
     against the platform's current policy."""
     if project is None:
         return check_policy(data, svc.limits)
-    return check_layer(data, svc.policies.current(), svc.limits, svc.hooks)
+    return check_layer(data, svc.policies.current(), svc.limits, svc.hooks,
+                       svc.reserved_prefixes)
 
 
 def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]:
@@ -55,14 +56,14 @@ def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]
     names = svc.projects.names()
     current = svc.policies.currents([project_scope(name) for name in names])
     return project_conflicts({name: current[project_scope(name)] for name in names}, platform,
-                             svc.limits, svc.hooks)
+                             svc.limits, svc.hooks, svc.reserved_prefixes)
 
 
 def policy_conflicts(svc: Services, project_policy: Policy) -> list[Problem]:
     """What in a project's policy the platform's current one refuses (a platform policy
     saved after it may have protected a name or added a rule)."""
     return check_layer(project_policy.to_dict(), svc.policies.current(), svc.limits,
-                       svc.hooks)
+                       svc.hooks, svc.reserved_prefixes)
 
 
 def save_project_policy(svc: Services, name: str, data: Doc, actor: str,

@@ -33,7 +33,8 @@ from shared.config import Settings
 from shared.task.limits import Limits
 from shared.task.workload import Workload
 from workers.launchers.base import Hooks
-from workers.launchers.local.launcher import LocalLauncher, read_outcome_file, runner_alive
+from workers.launchers.common.run_dir import read_outcome_file
+from workers.launchers.local.launcher import LocalLauncher, runner_alive
 
 PREFIX = "limitbench"
 

@@ -31,11 +31,7 @@ import redis
 from shared import logs
 from shared.config import Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
-from workers.launchers.local.launcher import (
-    SandboxUnavailable,
-    containment_abilities,
-    sandbox_binary,
-)
+from workers.launchers import setup_problems
 from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.localstack")
@@ -265,17 +261,11 @@ def metrics_env(directory: Path) -> dict[str, str]:
 def launcher_problem(settings: Settings) -> str | None:
     """Why the configured launcher cannot run any task here; None if it can.
 
-    Said at start, once, rather than by every task that would fail.
+    Said at start, once, rather than by every task that would fail (each backend's own
+    check: ``ChecksSetup`` in ``workers.launchers.base``).
     """
-    if settings.launcher != "local":
-        return None
-    try:
-        # The same check the launch worker makes: a host that cannot contain steps (not
-        # root, no writable cgroup) is said here once, with the setting that runs anyway.
-        containment_abilities(settings, sandbox_binary(settings.local_sandbox))
-    except (SandboxUnavailable, ValueError) as exc:
-        return str(exc)
-    return None
+    problems = setup_problems(settings)
+    return "; ".join(problems) if problems else None
 
 
 def main() -> int:

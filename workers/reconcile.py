@@ -48,7 +48,14 @@ from shared.config import Settings
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
-from workers.launchers.base import Change, HostsRunSlots, Launcher, Outcome, StreamsOutput
+from workers.launchers.base import (
+    AcknowledgesChanges,
+    Change,
+    HostsRunSlots,
+    Launcher,
+    Outcome,
+    StreamsOutput,
+)
 from workers.outcomes import fail
 from workers.services import Services, current
 from workers.sync import record_observed, stream_output
@@ -153,9 +160,8 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
         except Exception:
             log.exception("reconcile: task %s could not be updated", change.task_id)
             continue
-        applied = getattr(launcher, "applied", None)  # what the backend may now forget
-        if applied is not None:
-            applied(change)
+        if isinstance(launcher, AcknowledgesChanges):  # what the backend may now forget
+            launcher.applied(change)
     return True
 
 

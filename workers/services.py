@@ -35,6 +35,7 @@ from shared.redis_conn import connect_for, warn_if_evicting
 from shared.secrets import Cipher
 from shared.store.room import Room
 from shared.store.tasks import TaskStore
+from shared.task.backend_traits import BackendTraits
 
 if TYPE_CHECKING:
     from workers.launchers.base import Launcher
@@ -78,6 +79,21 @@ class Services:
         from workers.launchers import make_launcher
 
         return make_launcher(self.settings)
+
+    @functools.cached_property
+    def backend(self) -> BackendTraits:
+        """What the API and the domain core know of the configured backend (plain data:
+        loads its traits, never its launcher)."""
+        from workers.launchers import traits
+
+        return traits(self.settings.launcher)
+
+    @functools.cached_property
+    def reserved_prefixes(self) -> tuple[str, ...]:
+        """The variable prefixes a project policy may not set (any backend's own)."""
+        from workers.launchers import reserved_prefixes
+
+        return reserved_prefixes()
 
 
 def build_services(settings: Settings, redis_client: RedisClient | None = None,

@@ -23,14 +23,16 @@ from shared.secrets import MASK
 
 
 def check_layer(project_data: Mapping[str, Any], platform: Policy,
-                limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS) -> list[Problem]:
+                limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
+                reserved: tuple[str, ...] = ()) -> list[Problem]:
     """Every reason a project policy cannot be saved under the platform's ``platform``;
-    ``hooks``: the start-up hook names only the platform may give a value."""
+    ``hooks``: the start-up hook names only the platform may give a value; ``reserved``:
+    the variable prefixes backends' own commands read (each backend declares its own)."""
     rules = valid_rules(project_data.get("rules"))
     problems = check_policy(project_data, limits)
     problems += injection_problems(project_data, hooks)
     problems += _platform_protected_names(project_data, platform)
-    problems += _scheduler_names(project_data)
+    problems += _scheduler_names(project_data, reserved)
     problems += values_against_rules(project_data, platform.rules, "the platform's")
     problems += [p for rule_index, rule in enumerate(rules)
                  for p in _unsatisfiable(rule, f"rules[{rule_index}]", platform)]
@@ -56,14 +58,14 @@ class ProjectConflict:
 
 
 def project_conflicts(projects: Mapping[str, Policy], platform: Policy,
-                      limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS
-                      ) -> list[ProjectConflict]:
+                      limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
+                      reserved: tuple[str, ...] = ()) -> list[ProjectConflict]:
     """Each project whose current policy ``check_layer`` would refuse under ``platform``,
     by name.  One check per project, whatever the number of tasks."""
     found: list[ProjectConflict] = []
     for name in sorted(projects):
         policy = projects[name]
-        problems = check_layer(policy.to_dict(), platform, limits, hooks)
+        problems = check_layer(policy.to_dict(), platform, limits, hooks, reserved)
         if problems:
             found.append(ProjectConflict(name, policy.version, tuple(problems)))
     return found
@@ -89,18 +91,18 @@ def _named_entries(data: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
                 yield f"{where}[{index}].name", name
 
 
-# Variables the Slurm commands of a job read as their own options (SLURM_CPUS_PER_TASK,
-# SLURM_EXPORT_ENV, SLURM_CONF, SRUN_CPUS_PER_TASK, ...): whoever sets them changes how
-# every step of the task is started, so only the platform's own policy may.
-SCHEDULER_PREFIXES = ("SLURM_", "SRUN_")
-
-
-def _scheduler_names(data: Mapping[str, Any]) -> list[Problem]:
+# Variables a scheduler's commands read as their own options (Slurm's SLURM_CPUS_PER_TASK,
+# SLURM_EXPORT_ENV, SRUN_CPUS_PER_TASK, ...): whoever sets them changes how every step of
+# the task is started, so only the platform's own policy may.  Each backend declares its
+# prefixes (``BackendTraits.reserved_prefixes``).
+def _scheduler_names(data: Mapping[str, Any], reserved: tuple[str, ...]) -> list[Problem]:
+    if not reserved:
+        return []
     return [Problem(rule="layer.scheduler_variable", variable=name, field=field,
-                    message=f"{name} is read by Slurm itself when it starts a step "
-                            f"({', '.join(p + '*' for p in SCHEDULER_PREFIXES)}); only the "
+                    message=f"{name} is read by the scheduler itself when it starts a step "
+                            f"({', '.join(p + '*' for p in reserved)}); only the "
                             "platform's policy may set it")
-            for field, name in _named_entries(data) if name.startswith(SCHEDULER_PREFIXES)]
+            for field, name in _named_entries(data) if name.startswith(reserved)]
 
 
 def _unsatisfiable(rule: Rule, where: str, platform: Policy) -> list[Problem]:

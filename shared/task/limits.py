@@ -18,6 +18,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from shared.errors import Problem, ResourcesInvalid
+from shared.task.backend_traits import BackendTraits
 
 BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
@@ -152,6 +153,19 @@ def resource_problems(resources: Mapping[str, Any] | None, maxima: Maxima) -> li
     return problems
 
 
+def gpu_problems(resources: Mapping[str, Any] | None, backend: BackendTraits,
+                 maxima: Maxima) -> list[Problem]:
+    """GPUs asked of a backend that has no way to give them: refused now, rather than a
+    task that runs without the GPUs it asked for.  (More than the platform allows is
+    :func:`resource_problems`' to say, once.)"""
+    gpus = int((resources or {}).get("gpus") or 0)
+    if gpus <= 0 or backend.gpus or gpus > maxima.max_gpus:
+        return []
+    return [Problem("resource_limit", f"resources.gpus asks for {gpus}; the {backend.name} "
+                    "launcher gives a task no GPU (TASKENV_LAUNCHER: kubernetes and slurm do)",
+                    field="resources.gpus", limit=0)]
+
+
 def one_host_problems(resources: Mapping[str, Any] | None, replicas: int, maxima: Maxima,
                       host_memory: int) -> list[Problem]:
     """A task whose replicas all run on one host (the local launcher) asks, together, for
@@ -215,11 +229,12 @@ def host_capacity(settings: Any) -> tuple[int, int]:
     return cpu, total_kib * 1024
 
 
-def platform_maxima(settings: Any) -> Maxima:
-    """The maxima a new task is judged against: the platform's, and, where the local
-    launcher runs tasks, no more than one of its hosts has."""
+def platform_maxima(settings: Any, one_host: bool) -> Maxima:
+    """The maxima a new task is judged against: the platform's, and, where the backend
+    runs a task on one host (``one_host``, the local launcher), no more than one of its
+    hosts has."""
     maxima = Maxima.from_settings(settings)
-    if settings.launcher == "local":
+    if one_host:
         cpu, memory = host_capacity(settings)
         maxima = maxima.within(cpu=cpu, memory=memory)
     return maxima

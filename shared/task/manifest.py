@@ -207,9 +207,15 @@ def label_value(text: str) -> str:
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
 
 
+MANAGED_BY = ("app.kubernetes.io/managed-by", "taskenv")
+# What every workload taskenv made carries: how a Kubernetes watch and a podman listing
+# select taskenv's own, and nothing else.
+SELECTOR = "=".join(MANAGED_BY)
+
+
 def task_labels(workload: Workload) -> dict[str, str]:
     labels = {
-        "app.kubernetes.io/managed-by": "taskenv",
+        MANAGED_BY[0]: MANAGED_BY[1],
         LABEL_TASK_ID: label_value(workload.task_id),
         LABEL_REVISION: str(workload.revision),
         LABEL_POLICY_VERSION: str(workload.policy_version),

@@ -114,7 +114,16 @@ def test_a_project_default_overrides_a_platform_default_and_says_so_with_both_sc
     assert shown["policy_versions"] == {"platform": 1, "project:vision": 1}
 
 
-@pytest.mark.usefixtures("projects")
+@pytest.fixture
+def gpu_backend(app: Any) -> None:
+    """The app as it runs on a backend that gives GPUs (the local one refuses them)."""
+    from api.context import services_of
+    from workers.launchers import traits
+
+    services_of(app).backend = traits("slurm")
+
+
+@pytest.mark.usefixtures("projects", "gpu_backend")
 def test_a_gpu_default_reaches_a_gpu_task_and_not_a_cpu_one_and_preview_says_why(
         client: FlaskClient, users: dict[str, FlaskClient], tasks: TaskStore,
         policies: PolicyStore) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 
-from tests.api.conftest import task_body
+from tests.api.conftest import build_app, client_with, task_body
 
 TASKS = "/api/v1/tasks"
 
@@ -61,3 +63,33 @@ def test_more_than_one_local_host_has_is_refused_saying_so(
     assert all("one host of the local launcher" in e["message"] for e in errors.values())
     on_kubernetes = admin_client_with(launcher="kubernetes", local_host_cpu="2")
     assert on_kubernetes.post(TASKS, json=task_body(resources={"cpu": "3"})).status_code == 202
+
+
+def user_on(launcher: str, redis_client: Any, enqueued: Any) -> FlaskClient:
+    """A plain user's client of an app whose backend is ``launcher`` (its traits decide)."""
+    app = build_app(redis_client, enqueued, launcher=launcher)
+    token, _ = app.extensions["taskenv"].tokens.create("mallory", "user", "tests")
+    return client_with(app, token)
+
+
+@pytest.mark.parametrize("launcher", ["local", "podman"])
+def test_gpus_asked_of_a_backend_that_has_none_are_refused_at_creation_naming_it(
+        launcher: str, redis_client: Any, enqueued: Any) -> None:
+    mallory = user_on(launcher, redis_client, enqueued)
+    resp = mallory.post(TASKS, json=task_body(resources={"gpus": 1, "cpu": "64"}))
+    assert resp.status_code == 422, resp.get_json()
+    body = resp.get_json()
+    gpus = next(e for e in body["errors"] if e["field"] == "resources.gpus")
+    assert gpus["limit"] == 0 and f"the {launcher} launcher gives a task no GPU" in gpus[
+        "message"]
+    # Every problem at once: the cpu beyond what any task may have is named beside it.
+    assert {e["field"] for e in body["errors"]} == {"resources.gpus", "resources.cpu"}
+    assert mallory.get(TASKS).get_json()["items"] == []  # nothing was stored
+
+
+@pytest.mark.parametrize("launcher", ["kubernetes", "slurm"])
+def test_gpus_asked_of_a_backend_that_gives_them_are_accepted(
+        launcher: str, redis_client: Any, enqueued: Any) -> None:
+    resp = user_on(launcher, redis_client, enqueued).post(
+        TASKS, json=task_body(resources={"gpus": 2}))
+    assert resp.status_code == 202, resp.get_json()

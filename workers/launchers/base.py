@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from shared.task.workload import Workload
 
 if TYPE_CHECKING:
+    from shared.config import Settings
     from shared.store.tasks import TaskStore
 
 Send = Callable[[str, str, int], None]  # stage, task id, revision
@@ -126,4 +127,26 @@ class StreamsOutput(Protocol):
     def new_output(self) -> list[tuple[str, int, str]]:
         """``(task id, revision, text)``: whole lines added since the last call, per workload
         of the last :meth:`Launcher.changes`; what is left at the end is :meth:`Launcher.logs`."""
+        ...
+
+
+@runtime_checkable
+class AcknowledgesChanges(Protocol):
+    """A launcher that keeps what it reported in :meth:`Launcher.changes` until the
+    reconciler has recorded it (the local launcher's finished run directories)."""
+
+    def applied(self, change: Change) -> None:
+        """``change`` is recorded: what the launcher kept for it may go."""
+        ...
+
+
+@runtime_checkable
+class ChecksSetup(Protocol):
+    """A backend that can tell at start, in seconds, why it could run no task on this
+    host (no sandbox, no writable cgroup, no scheduler's commands), rather than fail
+    each task after it was accepted.  ``make run`` and the launch worker refuse to start."""
+
+    @classmethod
+    def setup_problems(cls, settings: Settings) -> list[str]:
+        """Each reason no task could run, naming the setting or binary; [] if none."""
         ...

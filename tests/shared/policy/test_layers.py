@@ -100,9 +100,12 @@ def test_a_project_is_named_exactly_when_check_layer_refuses_its_policy(
 
 
 def test_a_project_may_not_inject_slurms_own_variables_each_named() -> None:
+    # The prefixes the Slurm backend declares, as the API passes them (every backend's).
+    from workers.launchers import reserved_prefixes
+
     data = {"defaults": [{"name": "SLURM_CPUS_PER_TASK", "value": "64"}],
             "protected": [{"name": "SRUN_EXPORT_ENV", "value": "ALL", "reason": "x"}]}
-    problems = check_layer(data, NEW_PLATFORM, LIMITS)
+    problems = check_layer(data, NEW_PLATFORM, LIMITS, reserved=reserved_prefixes())
     named = {(p.rule, p.variable, p.field) for p in problems}
     assert named == {("layer.scheduler_variable", "SLURM_CPUS_PER_TASK", "defaults[0].name"),
                      ("layer.scheduler_variable", "SRUN_EXPORT_ENV", "protected[0].name")}

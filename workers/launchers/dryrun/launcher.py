@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shared.config import Settings
 from shared.env.identity import replica_env
 from shared.task.replica_logs import prefixed
 from shared.task.workload import Workload
@@ -12,6 +13,9 @@ class DryRunLauncher:
     name = "dryrun"
     sweep_every_pass = True
     never_starts: frozenset[str] = frozenset()
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        """Takes the settings every backend is built from, and needs none of them."""
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         env = workload.env_dict()  # the same work a real launcher does before it submits

@@ -60,6 +60,7 @@ from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
     INDEX_ANNOTATION,
+    SELECTOR,
     Manifests,
     ManifestSettings,
     build,
@@ -73,7 +74,6 @@ from workers.launchers.kubernetes.ratelimit import TokenBucket
 from workers.launchers.kubernetes.watch import (
     GONE,
     REPLICAS_NOT_ADMITTED,
-    SELECTOR,
     Fetch,
     Gone,
     Informer,

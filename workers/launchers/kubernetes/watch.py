@@ -32,12 +32,16 @@ import urllib3
 from kubernetes.watch.watch import iter_resp_lines
 
 from shared.errors import TransientError
-from shared.task.manifest import ANNOTATION_TASK_ID, CONTAINER_NAME, LABEL_REVISION, LABEL_TASK_ID
+from shared.task.manifest import (
+    ANNOTATION_TASK_ID,
+    CONTAINER_NAME,
+    LABEL_REVISION,
+    LABEL_TASK_ID,
+)
 from workers.launchers.base import Change, Outcome
 
 log = logging.getLogger(__name__)
 
-SELECTOR = "app.kubernetes.io/managed-by=taskenv"
 GONE = 410
 DEFAULT_BACKOFF_LIMIT = 6  # what the API server sets when a Job omits backoffLimit
 JOB_DELETED = "the Job was deleted while the task ran"

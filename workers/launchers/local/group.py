@@ -181,7 +181,7 @@ def main() -> int:
 
     from shared import logs
     from workers.heartbeat import keep_alive
-    from workers.launchers.local.launcher import write_outcome_file
+    from workers.launchers.common.run_dir import write_outcome_file
     from workers.launchers.local.runner import (
         LOG_PATIENCE,
         OUTCOME_PATIENCE,

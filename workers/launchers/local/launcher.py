@@ -26,7 +26,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,16 @@ from shared.errors import LaunchFailed
 from shared.redis_conn import connect_for
 from shared.store.slots import HostSlots
 from shared.store.tasks import TaskStore
-from shared.task.files import TaskFile, path_problem
 from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
 from workers.launchers.common import containment
+from workers.launchers.common.run_dir import (
+    finished_at,
+    prepare_home,
+    read_outcome_file,
+    write_files,
+)
 from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 from workers.launchers.local.slots import admit_waiting, rescue_stranded
 
@@ -68,7 +73,6 @@ class SandboxUnavailable(RuntimeError):
 
 RUNNER = "workers.local_run"  # a task of one replica
 GROUP_RUNNER = "workers.launchers.local.group"  # a task of several
-OUTCOME_FILE = "outcome.json"  # how the runner ended, written before it tells Redis
 # The runners this process started, kept to reap them once they end.  Per process, not per
 # launcher: a launcher dropped while its runners live must not drop their handles (an
 # unreaped handle collected with its launcher is a "subprocess still running" warning).
@@ -87,6 +91,17 @@ class LocalLauncher:
         self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
         self._applied: set[Path] = set()  # finished run dirs whose outcome is recorded
         self._slots: HostSlots | None = None
+
+    @classmethod
+    def setup_problems(cls, settings: Settings) -> list[str]:
+        """The check the launch worker makes when it builds the launcher, made at start: a
+        host that cannot contain steps (no bwrap, not root, no writable cgroup) is said
+        once, with the setting that runs anyway."""
+        try:
+            containment_abilities(settings, sandbox_binary(settings.local_sandbox))
+        except (SandboxUnavailable, ValueError) as exc:
+            return [str(exc)]
+        return []
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
@@ -387,61 +402,6 @@ def workload_doc(workload: Workload) -> dict[str, Any]:
         "resources": {"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus},
         "replicas": workload.replicas, "procs_per_replica": workload.procs_per_replica,
     }
-
-
-def prepare_home(run_dir: Path, workdir: str | None, replica: int = 0) -> Path:
-    """A fresh home for the revision (replica k > 0 of several: one of its own), with the
-    workdir made inside it."""
-    home = run_dir / ("home" if replica == 0 else f"home-{replica}")
-    home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if workdir:  # already checked: relative, no '..'; the home holds no links yet
-        (home / workdir).mkdir(mode=0o700, parents=True, exist_ok=True)
-    return home
-
-
-def write_files(workdir: Path, files: Iterable[TaskFile]) -> None:
-    """The task's own files, written into its working directory before the runner starts.
-
-    Paths were checked when the task was stored and are checked again here: relative,
-    no '..'.  The directory is the revision's fresh home, so nothing in it is a link yet;
-    ``O_NOFOLLOW`` refuses one all the same.
-    """
-    for file in files:
-        if (problem := path_problem(file.path)) is not None:
-            raise LaunchFailed(f"file {file.path!r}: path {problem}")
-        target = workdir / file.path
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, file.mode)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            os.fchmod(out.fileno(), file.mode)  # the mode asked for, whatever the umask
-            out.write(file.content)
-
-
-def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
-    tmp = run_dir / f"{OUTCOME_FILE}.tmp"
-    tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
-                               "reason": outcome.reason,
-                               "replica_exit_codes": outcome.replica_exit_codes}))
-    tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
-
-
-def finished_at(run_dir: Path) -> float:
-    """When the runner in ``run_dir`` left its outcome (0 if the file is gone)."""
-    try:
-        return (run_dir / OUTCOME_FILE).stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def read_outcome_file(run_dir: Path) -> Outcome | None:
-    """How the runner in ``run_dir`` ended, as it wrote it; None if it never finished."""
-    try:
-        found = json.loads((run_dir / OUTCOME_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    codes = found.get("replica_exit_codes")
-    return Outcome(found["state"], found.get("exit_code"), found.get("reason"),
-                   tuple(codes) if codes is not None else None)
 
 
 def write_pid_file(run_dir: Path, pid: int) -> None:

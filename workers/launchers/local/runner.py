@@ -46,8 +46,9 @@ from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment import Jail, Plan
+from workers.launchers.common.run_dir import write_outcome_file
 from workers.launchers.common.sandbox import bwrap_argv
-from workers.launchers.local.launcher import host_slots, reserve_seconds, write_outcome_file
+from workers.launchers.local.launcher import host_slots, reserve_seconds
 from workers.launchers.local.slots import admit_waiting
 from workers.outcomes import patiently, record_outcome
 

@@ -58,10 +58,10 @@ from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
 from shared.task import manifest, replica_logs
+from shared.task.manifest import SELECTOR
 from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.common.group import first_failed, group_outcome
-from workers.launchers.kubernetes.watch import SELECTOR
 
 # podman's messages for trouble that a later attempt can get past.
 TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"

@@ -49,8 +49,8 @@ from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.common import containment
 from workers.launchers.common.containment import seccomp
+from workers.launchers.common.run_dir import prepare_home, write_files
 from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
-from workers.launchers.local.launcher import prepare_home, write_files
 from workers.launchers.slurm import job as slurm_job
 from workers.launchers.slurm.submit import (
     OUTPUT,

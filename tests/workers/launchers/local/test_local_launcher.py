@@ -33,6 +33,7 @@ from shared.task import records, states
 from shared.task.workload import Workload
 from workers import outcomes, stages
 from workers.launchers.base import Hooks, Outcome
+from workers.launchers.common.run_dir import prepare_home
 from workers.launchers.common.sandbox import TASK_HOME
 from workers.launchers.local import launcher as local
 from workers.launchers.local.launcher import (
@@ -40,7 +41,6 @@ from workers.launchers.local.launcher import (
     UNSAFE,
     LocalLauncher,
     SandboxUnavailable,
-    prepare_home,
     runner_alive,
     runner_spec,
 )
@@ -461,7 +461,7 @@ def test_a_runner_stops_waiting_for_redis_once_its_run_directory_is_gone(
 def test_write_files_places_each_file_with_its_mode_and_refuses_an_escape(tmp_path):
     from shared.errors import LaunchFailed
     from shared.task.files import TaskFile
-    from workers.launchers.local.launcher import write_files
+    from workers.launchers.common.run_dir import write_files
     write_files(tmp_path, [TaskFile("run.sh", "echo hi\n", 0o755),
                            TaskFile("conf/deep/a.yaml", "x: 1\n")])
     assert (tmp_path / "run.sh").read_text() == "echo hi\n"

@@ -1,0 +1,37 @@
+"""What the API and the domain core know of a backend, as plain data.
+
+A backend (``workers/launchers/<name>/``) declares its traits in its own ``traits.py``,
+which imports nothing but this module; the registry (``workers.launchers.registry``)
+finds them by name and :func:`workers.services.build_services` hands the configured
+backend's to every process as ``Services.backend``.  So the API and ``shared/`` ask the
+traits — never ``settings.launcher == "slurm"`` — and a new backend changes none of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.env.identity import LOOPBACK
+
+
+@dataclass(frozen=True)
+class BackendTraits:
+    name: str
+    # Variables the backend's own commands read as their options (Slurm's SLURM_*,
+    # SRUN_*): whoever sets them changes how every step is started.
+    reserved_prefixes: tuple[str, ...] = ()
+    # A task's replicas all start together on one host (the worker's own): a task larger
+    # than one host, or than the host's run slots, is refused when it is created.
+    one_host: bool = False
+    # Where replica 0 of a task of several listens, as its replicas are told
+    # (``{job}``: the task's job name).  A task of one is a world of one on loopback.
+    replica_zero: str = LOOPBACK
+    # The rendezvous port shown for a task of several when the node picks it at start
+    # (Slurm's reserved port); None: the port the identity gives.
+    master_port_shown: str | None = None
+    # Whether ``resources.gpus`` reaches a mechanism of the backend's (Slurm's --gres,
+    # Kubernetes' limits); a task asking for GPUs on one that has none is refused.
+    gpus: bool = False
+
+    def replica_zero_for(self, replicas: int, job: str) -> str:
+        return self.replica_zero.format(job=job) if replicas > 1 else LOOPBACK

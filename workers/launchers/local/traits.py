@@ -1,0 +1,8 @@
+"""The local backend as the API and the domain core see it (plain data)."""
+
+from shared.task.backend_traits import BackendTraits
+
+# Replicas share the worker's host and one network namespace: replica 0 is on loopback,
+# and the whole task must fit the host and its run slots.  The sandbox passes no device
+# of the host through, so a task asking for GPUs is refused rather than run without.
+TRAITS = BackendTraits(name="local", one_host=True)
