@@ -68,6 +68,8 @@ def make_celery(settings: Settings) -> Celery:
             "global_keyprefix": Keys(settings.key_prefix).celery_prefix(),
             **redis_transport_options(settings),
         },
+        # Back on the broker within a second or two of a failover, not after 2-30 s.
+        worker_consumer="workers.reconnect:QuickReconnectConsumer",
         worker_hijack_root_logger=False,
         # No remote control: its broadcast channel is a Redis pub/sub connection, and on
         # kombu 5.x a Redis restart can crash the worker through it.  Stages need none of
