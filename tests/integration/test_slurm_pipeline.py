@@ -141,8 +141,15 @@ def test_a_failing_step_fails_the_task_with_its_exit_code(slurm_stack: Stack) ->
     assert "preparing" in logs and "never" not in logs
 
 
+# Four processes of 40 MiB: each within the per-process limit inside the sandbox
+# (RLIMIT_DATA), together over the job's memory, which the job's cgroup enforces.
+HOG = ["sh", "-c", 'for i in 1 2 3 4; do python3 -c "$0" & pids="$pids $!"; done; '
+       'for p in $pids; do wait "$p" || exit 137; done',
+       "import time; x = bytearray(40 * 2**20); time.sleep(10)"]
+
+
 def test_an_over_memory_step_fails_the_task_naming_the_limit(slurm_stack: Stack) -> None:
-    hog = ["python3", "-c", "import time; x = bytearray(400 * 2**20); time.sleep(10)"]
+    hog = HOG
     created = slurm_stack.create({"name": "hog-on-slurm", "steps": [hog, ["echo", "never"]],
                                   "resources": {"memory": "64Mi"}})
 
@@ -200,6 +207,42 @@ def test_restart_never_leaves_two_jobs_of_the_task_alive(slurm_stack: Stack,
     assert job.endswith(f"taskenv:{task_id}:2")
     slurm_stack.call("POST", f"/api/v1/tasks/{task_id}/cancel")
     _wait(lambda: not _active_jobs(slurm_cluster, task_id), "cancelled")
+
+
+def test_each_replicas_lines_are_prefixed_and_replica_k_keeps_its_own(
+        slurm_stack: Stack) -> None:
+    created = slurm_stack.create({"name": "prefixed-on-slurm", "replicas": 2, "steps": [
+        ["sh", "-c", 'echo "hello from $RANK"; echo "err from $RANK" >&2']]})
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    assert doc["status"] == "succeeded", doc
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert "[replica 0] hello from 0\n" in logs and "[replica 1] err from 1\n" in logs, logs
+    one = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs?replica=1").text
+    assert one.splitlines() and sorted(one.splitlines()) == ["err from 1", "hello from 1"], one
+
+
+def test_a_tasks_own_start_up_files_and_hooks_run_no_code_outside_the_sandbox(
+        slurm_stack: Stack, tmp_path: Path) -> None:
+    """PYTHONPATH=home with a sitecustomize.py, HOME=home with a .pth: the task's own, so
+    they may reach its sandbox, and nothing outside it (the batch program, srun, bwrap)
+    ever has them.  (LD_PRELOAD of a library an earlier step wrote: test_slurm_hostile.)"""
+    marker = tmp_path / "PWNED"
+    write = (f"import os\ntry:\n    open({str(marker)!r}, 'a').write('ran outside')\n"
+             "except OSError:\n    pass\n")
+    files = [{"path": "sitecustomize.py", "content": write},
+             {"path": ".local/lib/python3.11/site-packages/evil.pth",
+              "content": "import os; exec(" + repr(write) + ")\n"}]
+    created = slurm_stack.create({"name": "startup-on-slurm", "files": files, "steps": [
+        ["python3", "-c", "print('step ran')"]], "env": [
+        {"name": "PYTHONPATH", "value": "home"}, {"name": "HOME", "value": "home"}]})
+
+    doc = slurm_stack.wait(created["id"], timeout=90)
+
+    logs = slurm_stack.call("GET", f"/api/v1/tasks/{created['id']}/logs").text
+    assert doc["status"] == "succeeded", (doc, logs)
+    assert "step ran" in logs and not marker.exists()
 
 
 def _logs(stack: Stack, task_id: str, revision: int) -> str:

@@ -41,7 +41,7 @@ def test_the_reserved_prefixes_are_what_the_backends_declare() -> None:
 
 @pytest.mark.parametrize(("name", "address"), [
     ("local", LOOPBACK), ("podman", LOOPBACK), ("dryrun", LOOPBACK),
-    ("kubernetes", "train-r1-0.train-r1"), ("slurm", "<the job's first node>")])
+    ("kubernetes", "train-r1-0.train-r1"), ("slurm", LOOPBACK)])
 def test_replica_zero_is_where_each_backend_puts_it_and_a_world_of_one_is_loopback(
         name: str, address: str) -> None:
     assert traits(name).replica_zero_for(2, "train-r1") == address

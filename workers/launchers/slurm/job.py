@@ -1,30 +1,52 @@
-"""The program a taskenv Slurm job runs on the cluster's nodes (standard library only).
+"""The program a taskenv Slurm job runs on the cluster's node (standard library only).
 
 The Slurm launcher copies this file, with the revision's spec filled in at
-:data:`SPEC`, into the revision's directory and submits it as the batch script:
-the nodes need ``python3``, ``srun`` and ``bwrap``, not taskenv.  The spec holds
-no value of the env: values reach the job through ``sbatch --export-file``, and
-the spec only names the variables that are the task's.
+:data:`SPEC`, into the revision's directory and submits it as the batch script, with
+a shebang of one argument, ``#!/usr/bin/python3 -I``: isolated mode, so no
+``PYTHON*`` variable, no user site directory and no working directory is read at
+start.  The nodes need ``python3``, ``srun`` and ``bwrap``, not taskenv.  The spec
+holds no value of the env.  Nothing outside the sandbox ever has the task's
+variables in its environment: not this program, not ``srun``, not bwrap.
 
-As the batch script (no arguments) it runs the steps in order, each as one
-``srun`` step of ``replicas`` tasks (``--export=ALL``: a step would otherwise
-inherit sbatch's export setting), stops at the first that fails, and leaves the
-outcome in ``outcome.json`` beside the output, where the reconciler finds it even
-after Slurm has forgotten the job.  Each srun task runs this file again
-(``task N``), which builds the step's environment — exactly the task's variables,
-Slurm's own ``SLURM_*``/``SRUN_*`` and, for a distributed task, the identity of
-its replica — and replaces itself with the sandboxed step (bwrap's argv, made by
-the launcher from ``workers.launchers.common.sandbox``), so no value is on a command line.
+As the batch script (no arguments) it
+
+1. reads the revision's env file (``env``: NUL-separated ``NAME=value`` entries,
+   mode 0600 in the revision directory, which is 0700) into a memory file of its
+   own and removes it, so from then on the values are in this process's memory only;
+2. starts the **holder**, a child that makes the job's own network namespace
+   (loopback up, nothing else: the replicas meet there, on ``127.0.0.1``) and its
+   own mount namespace, in which each replica's home is a size-capped tmpfs
+   (``nosuid,nodev``) holding a copy of the task's files; both vanish when the
+   holder dies, so nothing a step writes outlives the job on the node;
+3. runs the steps in order, each as one ``srun`` step of ``replicas`` tasks, stops
+   at the first that fails and leaves the outcome in ``outcome.json``.  Why a step
+   failed is read only from what each srun task recorded of its own sandbox
+   (``exits/``: exit code, when, an out-of-memory kill counted by the kernel),
+   never from the output, which is the task's and may say anything.
+
+Each srun task runs this file again (``task N``, isolated mode too): it reads the
+values from the batch program's memory file, joins the holder's namespaces, and
+starts bubblewrap with an **empty environment** and the step's variables as
+``--setenv`` arguments in a memory file (``--args FD``: never on a command line),
+under the task's rlimits and, where the job runs as root, as a user of the job's
+own; then it waits, prefixes each line of a replica's output with ``[replica k]``,
+and records how the sandbox ended.
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import json
 import os
-import re
+import resource
+import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,81 +54,61 @@ SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line
 
 SLURM_PREFIXES = ("SLURM_", "SRUN_")
 OUTCOME = "outcome.json"
-# What slurmstepd writes when it kills a step over its memory (polling or cgroup).
-OOM_SIGNS = ("exceeded job memory limit", "exceeded memory limit", "oom-kill",
-             "out-of-memory", "out of memory")
-DEFAULT_MASTER_PORT_BASE = 20000
-# How the batch script hands the first node's address to the srun tasks (never to a step).
-MASTER_ADDR_HANDOVER = "TASKENV_SLURM_MASTER_ADDR"
+ENV_FILE = "env"  # the values, until the batch program has them in memory
+HOLDER = "holder.json"  # where the srun tasks find the holder and the values
+EXITS = "exits"  # one record per replica and step, written outside the sandbox
 STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
+# A job running as root runs its sandboxes as a user of its own, so the kernel counts its
+# processes (RLIMIT_NPROC) apart from every other job's: TASK_UID_BASE + job id mod SPAN.
+TASK_UID_BASE, TASK_UID_SPAN = 1_900_000_000, 1_000_000
+# Where the holder mounts the homes in its own mount namespace: the first of these that
+# holds nothing the job needs (the revision directory, python, bwrap).
+SCRATCH_CANDIDATES = ("/mnt", "/media", "/srv", "/opt", "/tmp")  # noqa: S108
+
+CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+PR_SET_PDEATHSIG = 1
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 
 
-def step_env(environ: Mapping[str, str], names: list[str],
+# -- what the step's environment is ------------------------------------------------------
+
+def parse_env(raw: bytes) -> dict[str, str]:
+    """The env file's ``NAME=value`` entries, each ended by a NUL."""
+    env = {}
+    for entry in raw.split(b"\0"):
+        if entry:
+            name, _, value = entry.decode("utf-8", errors="surrogateescape").partition("=")
+            env[name] = value
+    return env
+
+
+def step_env(environ: Mapping[str, str], task_env: Mapping[str, str],
              identity: Mapping[str, str]) -> dict[str, str]:
-    """The step's environment: the task's variables, Slurm's, and the replica's identity."""
-    env = {name: environ[name] for name in names if name in environ}
-    env.update({k: v for k, v in environ.items() if k.startswith(SLURM_PREFIXES)})
+    """The step's environment: Slurm's own variables, the task's, and its identity."""
+    env = {k: v for k, v in environ.items() if k.startswith(SLURM_PREFIXES)}
+    env.update(task_env)
     env.update(identity)
     return env
 
 
-def first_host(nodelist: str) -> str:
-    """The first host of a Slurm host list (``node[03-05,7],gpu1`` -> ``node03``)."""
-    depth, end = 0, len(nodelist)
-    for i, char in enumerate(nodelist):
-        depth += {"[": 1, "]": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            end = i
-            break
-    head = nodelist[:end]
-    if "[" not in head:
-        return head
-    prefix, rest = head.split("[", 1)
-    ranges, suffix = rest.split("]", 1)
-    return prefix + ranges.split(",", 1)[0].split("-", 1)[0] + suffix
-
-
-def master_port(environ: Mapping[str, str]) -> str:
-    """A port the step reserved (``srun --resv-ports``: no other step on the node has it);
-    without ``MpiParams=ports``, one derived from the job id."""
-    reserved = environ.get("SLURM_STEP_RESV_PORTS", "")
-    if reserved:
-        return reserved.split(",", 1)[0].split("-", 1)[0]
-    return str(DEFAULT_MASTER_PORT_BASE + int(environ.get("SLURM_JOB_ID", "0")) % 10000)
-
-
-def node_address(scontrol: str, nodelist: str) -> str:
-    """Where the allocation's first node is reached: its ``NodeAddr`` (what Slurm itself
-    uses; a node's name need not resolve), else the name."""
-    name = first_host(nodelist)
-    try:
-        shown = subprocess.run([scontrol, "show", "node", "--oneliner", name],
-                               capture_output=True, text=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return name
-    for field in shown.split():
-        if field.startswith("NodeAddr="):
-            return field.split("=", 1)[1] or name
-    return name
-
-
 def identity(environ: Mapping[str, str], template: Mapping[str, Any]) -> dict[str, str]:
-    """This replica's identity variables: the launcher's template (which names hold the
-    replica's index, the first node's address, the rendezvous port, and which are the
-    same everywhere) filled in from what Slurm set for this task."""
+    """This replica's identity variables: the same in every replica but the names that
+    hold its index, which is Slurm's rank of this task."""
     if not template:
         return {}
-    if not (template["index"] or template["addr"] or template["port"]):
-        return dict(template["constant"])  # a world of one: nothing to ask Slurm
-    rank = environ.get("SLURM_PROCID", "0")
-    addr = environ.get(MASTER_ADDR_HANDOVER) or first_host(
-        environ.get("SLURM_JOB_NODELIST", "localhost"))
-    port = master_port(environ)
     found = dict(template["constant"])
-    found.update({name: rank for name in template["index"]})
-    found.update({name: addr for name in template["addr"]})
-    found.update({name: port for name in template["port"]})
+    found.update({name: environ.get("SLURM_PROCID", "0") for name in template["index"]})
     return found
+
+
+def setenv_args(env: Mapping[str, str]) -> bytes:
+    """bwrap's ``--args`` content: ``--setenv NAME VALUE`` for each variable, NUL-ended."""
+    out = bytearray()
+    for name, value in env.items():
+        out += b"--setenv\0" + name.encode() + b"\0" + \
+            value.encode("utf-8", errors="surrogateescape") + b"\0"
+    return bytes(out)
 
 
 def fit_proc_masks(argv: list[str], files: list[str], dirs: list[str],
@@ -139,30 +141,251 @@ def fit_proc_masks(argv: list[str], files: list[str], dirs: list[str],
     return out
 
 
-def failed_replica(output_path: str) -> tuple[int, int] | None:
-    """The replica srun said failed first, and its exit code, from the output's tail
-    (``srun: error: node1: task 1: Exited with exit code 3``); None if it said none."""
+def rehome(argv: list[str], seed: str, home: str) -> list[str]:
+    """bwrap's argv with the task's home bound from ``home`` (the replica's tmpfs)."""
+    out = list(argv)
+    for i in range(len(out) - 2):
+        if out[i] == "--bind" and out[i + 1] == seed:
+            out[i + 1] = home
+            return out
+        if out[i] == "--":
+            break
+    raise ValueError("the step's argv binds no home")
+
+
+# -- namespaces, mounts, limits ------------------------------------------------------------
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def task_uid(job_id: int) -> int:
+    """The user a root job's sandboxes run as; the job's own account otherwise."""
+    if os.geteuid() != 0:
+        return os.geteuid()
+    return TASK_UID_BASE + job_id % TASK_UID_SPAN
+
+
+def scratch_dir(keep: list[str]) -> str:
+    for candidate in SCRATCH_CANDIDATES:
+        if os.path.isdir(candidate) and not any(
+                os.path.realpath(path) == candidate or
+                os.path.realpath(path).startswith(candidate + "/") for path in keep):
+            return candidate
+    raise OSError(f"no directory among {', '.join(SCRATCH_CANDIDATES)} is free to hold "
+                  "the task's homes")
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def copy_owned(source: str, target: str, uid: int) -> None:
+    """``source``'s tree into ``target``, every entry owned by ``uid``, no setuid bit."""
+    for entry in os.scandir(source):
+        dest = os.path.join(target, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            os.mkdir(dest, 0o700)
+            copy_owned(entry.path, dest, uid)
+        elif entry.is_symlink():
+            os.symlink(os.readlink(entry.path), dest)
+        else:
+            shutil.copyfile(entry.path, dest, follow_symlinks=False)
+            os.chmod(dest, entry.stat(follow_symlinks=False).st_mode & 0o777)
+        os.chown(dest, uid, uid, follow_symlinks=False)
+
+
+def make_namespaces(spec: dict[str, Any], uid: int) -> str:
+    """In the holder: its own network and mount namespaces (and, for an account that is
+    not root, a user namespace owning them), each replica's home a tmpfs in them.
+    Returns where the homes are."""
+    libc = _libc()
+    own_user = os.geteuid() != 0
+    _check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | (CLONE_NEWUSER if own_user else 0)),
+           "unshare")
+    if own_user:  # map the account to itself: its files stay its own
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{os.getegid()} {os.getegid()} 1")):
+            with open(f"/proc/self/{name}", "w") as out:
+                out.write(text)
+    _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+    scratch = scratch_dir([spec["run_dir"], sys.executable, spec["bwrap"], spec["srun"]])
+    _check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                      b"size=1m,mode=0755"), f"mount a tmpfs on {scratch}")
+    gid = uid if not own_user else os.getegid()
+    for k in range(spec["replicas"]):
+        home = os.path.join(scratch, f"home-{k}")
+        os.mkdir(home, 0o700)
+        options = f"size={spec['home_bytes']},mode=0700,uid={uid},gid={gid}".encode()
+        _check(libc.mount(b"tmpfs", home.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+               f"mount the home tmpfs on {home}")
+        if os.path.isdir(spec["home"]):
+            copy_owned(spec["home"], home, uid)
+    loopback_up()
+    return scratch
+
+
+def hold(spec: dict[str, Any], uid: int, ready: int) -> None:
+    """The holder's life: make the namespaces, say where the homes are, wait to be killed."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
-        with open(output_path, "rb") as out:
-            out.seek(max(0, os.path.getsize(output_path) - 8192))
-            tail = out.read().decode(errors="replace")
-    except OSError:
-        return None
-    found = re.search(r"srun: error: \S+: tasks? (\d+)[-,\d]*: Exited with exit code (\d+)",
-                      tail)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+        scratch = make_namespaces(spec, uid)
+        os.write(ready, json.dumps({"scratch": scratch}).encode())
+    except OSError as exc:
+        os.write(ready, json.dumps({"error": str(exc)}).encode())
+        os._exit(1)
+    os.close(ready)
+    while True:
+        signal.pause()
 
 
-def out_of_memory(output_path: str) -> bool:
-    """Whether slurmstepd said, near the end of the output, that it killed a step for memory."""
+def join(holder: int) -> None:
+    """Enter the holder's namespaces (its user namespace first, where it has one)."""
+    libc = _libc()
+    kinds = [("user", CLONE_NEWUSER)] if os.geteuid() != 0 else []
+    for kind, flag in [*kinds, ("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET)]:
+        fd = os.open(f"/proc/{holder}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(libc.setns(fd, flag), f"join the job's {kind} namespace")
+        finally:
+            os.close(fd)
+
+
+def rlimits(spec: dict[str, Any]) -> list[tuple[int, int]]:
+    lim = spec["limits"]
+    found = [(resource.RLIMIT_NOFILE, lim["open_files"]), (resource.RLIMIT_FSIZE,
+             lim["file_bytes"]), (resource.RLIMIT_CORE, 0)]
+    if lim.get("pids"):
+        found.append((resource.RLIMIT_NPROC, lim["pids"]))
+    if lim.get("memory_bytes"):
+        found.append((resource.RLIMIT_DATA, lim["memory_bytes"]))
+    return found
+
+
+def lower_limits(limits: list[tuple[int, int]]) -> None:
+    """Lower each limit (never raise one: a limit only ever bounds)."""
+    for which, value in limits:
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def oom_kills() -> int:
+    """The kernel's count of out-of-memory kills in this process's memory cgroup and those
+    above it (cgroup v1 ``memory.oom_control``, v2 ``memory.events``); 0 without one."""
     try:
-        with open(output_path, "rb") as out:
-            out.seek(max(0, os.path.getsize(output_path) - 8192))
-            tail = out.read().decode(errors="replace").lower()
+        with open("/proc/self/cgroup") as groups:
+            lines = groups.read().splitlines()
     except OSError:
-        return False
-    return any(sign in tail for sign in OOM_SIGNS)
+        return 0
+    v1 = [ln.split(":", 2)[2] for ln in lines if "memory" in ln.split(":", 2)[1].split(",")]
+    if v1:
+        base, name, rel = "/sys/fs/cgroup/memory", "memory.oom_control", v1[0]
+    else:
+        v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+        if not v2:
+            return 0
+        unified = "/sys/fs/cgroup" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") \
+            else "/sys/fs/cgroup/unified"
+        base, name, rel = unified, "memory.events", v2[0]
+    total, parts = 0, [p for p in rel.split("/") if p]
+    for depth in range(len(parts), 0, -1):
+        try:
+            with open(os.path.join(base, *parts[:depth], name)) as counts:
+                for line in counts:
+                    if line.startswith("oom_kill "):
+                        total += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total
 
+
+# -- an srun task: one replica's sandbox -----------------------------------------------------
+
+def run_task(spec: dict[str, Any], number: int) -> int:
+    with open(os.path.join(spec["run_dir"], HOLDER)) as found:
+        holder = json.load(found)
+    with open(f"/proc/{holder['batch']}/fd/{holder['env_fd']}", "rb") as values:
+        task_env = parse_env(values.read())
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    seccomp = os.open(spec["seccomp"], os.O_RDONLY) if spec.get("seccomp") else None
+    join(holder["holder"])
+    os.chdir(spec["run_dir"])
+    argv = rehome(fit_proc_masks(spec["argv"][number], spec["proc_files"], spec["proc_dirs"]),
+                  spec["home"], os.path.join(holder["scratch"], f"home-{rank}"))
+    env = step_env(os.environ, task_env, identity(os.environ, spec["identity"]))
+    args = os.memfd_create("taskenv-step-env", 0)  # not CLOEXEC: bwrap reads it
+    os.write(args, setenv_args(env))
+    os.lseek(args, 0, os.SEEK_SET)
+    fds = [args, *([seccomp] if seccomp is not None else [])]
+    argv = [argv[0], "--args", str(args),
+            *(["--seccomp", str(seccomp)] if seccomp is not None else []), *argv[1:]]
+    limits = rlimits(spec)
+    uid = task_uid(job_id)
+    as_user: dict[str, Any] = {}
+    if os.geteuid() == 0:
+        as_user = {"user": uid, "group": uid, "extra_groups": []}
+    prefix = spec["replicas"] > 1
+    before = oom_kills()
+    try:
+        proc = subprocess.Popen(  # noqa: S603 - bwrap's argv as a list, an empty env
+            argv, env={}, pass_fds=fds, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if prefix else None,
+            stderr=subprocess.STDOUT if prefix else None,
+            preexec_fn=lambda: lower_limits(limits), **as_user)  # noqa: PLW1509
+    except OSError as exc:  # the node lacks the sandbox: say so, never run unsandboxed
+        print(f"taskenv: cannot start the sandbox {argv[0]} on {os.uname().nodename}: "
+              f"{exc.strerror} (TASKENV_SLURM_BWRAP)", file=sys.stderr, flush=True)
+        code = 127
+    else:
+        for fd in fds:
+            os.close(fd)
+        if prefix and proc.stdout is not None:
+            relay(proc.stdout.fileno(), rank)
+        code = proc.wait()
+        code = code if code >= 0 else 128 - code
+    record_exit(spec["run_dir"], number, rank, code, oom_kills() > before)
+    return code
+
+
+def relay(source: int, rank: int) -> None:
+    """A replica's output, whole lines each prefixed ``[replica k] ``, to this process's
+    stdout (srun's, then the job's output file)."""
+    head, pending = f"[replica {rank}] ".encode(), b""
+    while chunk := os.read(source, 65536):
+        pending += chunk
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            write_all(1, b"".join(head + line for line in pending[:cut].splitlines(True)))
+            pending = pending[cut:]
+    if pending:
+        write_all(1, head + pending + b"\n")
+
+
+def write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def record_exit(run_dir: str, number: int, rank: int, code: int, oom: bool) -> None:
+    path = os.path.join(run_dir, EXITS, f"{number}-{rank}")
+    with open(path + ".tmp", "w") as out:
+        json.dump({"code": code, "at": time.monotonic_ns(), "oom": oom}, out)
+    os.replace(path + ".tmp", path)
+
+
+# -- the batch script ----------------------------------------------------------------------
 
 def write_outcome(run_dir: str, outcome: dict[str, Any]) -> None:
     tmp = os.path.join(run_dir, OUTCOME + ".tmp")
@@ -171,61 +394,118 @@ def write_outcome(run_dir: str, outcome: dict[str, Any]) -> None:
     os.replace(tmp, os.path.join(run_dir, OUTCOME))  # whole or absent
 
 
-def stopped(run_dir: str) -> None:
-    write_outcome(run_dir, {"state": "failed", "exit_code": None, "reason": STOPPED})
-    os._exit(143)
+def step_failure(spec: dict[str, Any], number: int, srun_code: int) -> dict[str, Any]:
+    """Why step ``number`` failed, from its replicas' own records (never its output)."""
+    records = []
+    for rank in range(spec["replicas"]):
+        try:
+            with open(os.path.join(spec["run_dir"], EXITS, f"{number - 1}-{rank}")) as found:
+                records.append((rank, json.load(found)))
+        except (OSError, ValueError):
+            continue
+    failed = sorted((r for r in records if r[1]["code"] != 0), key=lambda r: r[1]["at"])
+    code = failed[0][1]["code"] if failed else srun_code
+    if any(r[1]["oom"] for r in records):
+        return {"state": "failed", "exit_code": code,
+                "reason": f"step {number} was killed: out of memory "
+                          f"(over its memory limit, {spec['memory_limit']})"}
+    if failed and spec["replicas"] > 1:
+        return {"state": "failed", "exit_code": code,
+                "reason": f"step {number}: replica {failed[0][0]} exited with {code}"}
+    return {"state": "failed", "exit_code": code, "reason": f"step {number} exited with {code}"}
 
 
 def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     steps = spec["argv"]
-    srun_env = {k: v for k, v in os.environ.items()
-                if k in spec["names"] or k.startswith(SLURM_PREFIXES)}
-    if spec["replicas"] > 1:  # asked once per job, not once per replica and step
-        srun_env[MASTER_ADDR_HANDOVER] = node_address(
-            spec["scontrol"], os.environ.get("SLURM_JOB_NODELIST", "localhost"))
+    srun_env = {k: v for k, v in os.environ.items() if k.startswith(SLURM_PREFIXES)}
     for number, _ in enumerate(steps, start=1):
         print(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}", flush=True)
         argv = [spec["srun"], "--export=ALL", f"--ntasks={spec['replicas']}",
-                "--kill-on-bad-exit=1", *(["--resv-ports=1"] if spec["replicas"] > 1 else []),
-                sys.executable, spec["program"], "task", str(number - 1)]
-        code = subprocess.call(argv, env=srun_env, stdin=subprocess.DEVNULL)
+                "--kill-on-bad-exit=1", sys.executable, "-I", spec["program"], "task",
+                str(number - 1)]
+        code = subprocess.call(argv, env=srun_env, stdin=subprocess.DEVNULL)  # noqa: S603
         if code != 0:
-            if out_of_memory(spec["output"]):
-                return {"state": "failed", "exit_code": code,
-                        "reason": f"step {number} was killed: out of memory "
-                                  f"(over its memory limit, {spec['memory_limit']})"}
-            replica = failed_replica(spec["output"]) if spec["replicas"] > 1 else None
-            if replica is not None:
-                return {"state": "failed", "exit_code": replica[1],
-                        "reason": f"step {number}: replica {replica[0]} exited with "
-                                  f"{replica[1]}"}
-            return {"state": "failed", "exit_code": code,
-                    "reason": f"step {number} exited with {code}"}
+            return step_failure(spec, number, code)
     return {"state": "succeeded", "exit_code": 0, "reason": None}
+
+
+def take_values(run_dir: str) -> int:
+    """The env file's content in a memory file of this process; the file removed."""
+    path = os.path.join(run_dir, ENV_FILE)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as found:
+        raw = found.read()
+    os.unlink(path)
+    memfd = os.memfd_create("taskenv-env", os.MFD_CLOEXEC)
+    write_all(memfd, raw)
+    return memfd
+
+
+def start_holder(spec: dict[str, Any], uid: int) -> tuple[int, str]:
+    """The holder's pid and where it mounted the homes; OSError if it could not."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            hold(spec, uid, write)
+        finally:
+            os._exit(1)
+    os.close(write)
+    with os.fdopen(read, "rb") as said:
+        answer = json.loads(said.read() or b'{"error": "the holder died"}')
+    if "error" in answer:
+        os.waitpid(pid, 0)
+        raise OSError(answer["error"])
+    return pid, answer["scratch"]
+
+
+def end_holder(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def run_batch(spec: dict[str, Any]) -> int:
+    run_dir = spec["run_dir"]
+    holder = 0
+
+    def stopped(*_: object) -> None:
+        if holder:
+            end_holder(holder)
+        write_outcome(run_dir, {"state": "failed", "exit_code": None, "reason": STOPPED})
+        os._exit(143)
+
+    # Slurm signals the batch script when the job is cancelled, runs over its time or loses
+    # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
+    signal.signal(signal.SIGTERM, stopped)
+    memfd = take_values(run_dir)
+    os.makedirs(os.path.join(run_dir, EXITS), mode=0o700, exist_ok=True)
+    try:
+        holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0"))))
+    except OSError as exc:
+        outcome = {"state": "failed", "exit_code": None,
+                   "reason": f"could not make the job's own network and homes on "
+                             f"{os.uname().nodename}: {exc}"}
+    else:
+        shutil.rmtree(spec["home"], ignore_errors=True)  # copied into every replica's home
+        with open(os.path.join(run_dir, HOLDER), "w") as out:
+            json.dump({"batch": os.getpid(), "env_fd": memfd, "holder": holder,
+                       "scratch": scratch}, out)
+        outcome = run_steps(spec)
+        end_holder(holder)
+        holder = 0
+    os.close(memfd)
+    write_outcome(run_dir, outcome)
+    return 0 if outcome["state"] == "succeeded" else int(outcome["exit_code"] or 1) & 0xFF or 1
 
 
 def main(spec: dict[str, Any], args: list[str]) -> int:
     if args[:1] == ["task"]:
-        argv = fit_proc_masks(spec["argv"][int(args[1])], spec["proc_files"],
-                              spec["proc_dirs"])
-        if spec.get("seccomp"):  # bwrap reads the filter from an inherited descriptor
-            fd = os.open(spec["seccomp"], os.O_RDONLY)
-            os.set_inheritable(fd, True)
-            end = argv.index("--")
-            argv = [*argv[:end], "--seccomp", str(fd), *argv[end:]]
-        env = step_env(os.environ, spec["names"], identity(os.environ, spec["identity"]))
-        try:
-            os.execve(argv[0], argv, env)  # noqa: S606 - the step replaces this process, no shell
-        except OSError as exc:  # the node lacks the sandbox: say so, never run unsandboxed
-            print(f"taskenv: cannot start the sandbox {argv[0]} on {os.uname().nodename}: "
-                  f"{exc.strerror} (TASKENV_SLURM_BWRAP)", file=sys.stderr, flush=True)
-            return 127
-    # Slurm signals the batch script when the job is cancelled, runs over its time or loses
-    # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
-    signal.signal(signal.SIGTERM, lambda *_: stopped(spec["run_dir"]))
-    outcome = run_steps(spec)
-    write_outcome(spec["run_dir"], outcome)
-    return 0 if outcome["state"] == "succeeded" else int(outcome["exit_code"] or 1) & 0xFF or 1
+        return run_task(spec, int(args[1]))
+    return run_batch(spec)
 
 
 if __name__ == "__main__":

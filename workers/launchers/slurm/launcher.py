@@ -5,13 +5,14 @@ one Slurm release and breaks with the next; ``sbatch``/``squeue``/``scancel`` an
 their fixed output formats keep their meaning across releases), so the launcher calls
 them, always with an argv list and an environment of ``SLURM_CONF`` alone.
 
-* **Submit.** ``launch`` writes the batch program (``slurm_job.py`` with the
-  revision's spec, no value in it) into the revision's directory, the env into a
-  private export file (0600, removed as soon as ``sbatch`` returns) and submits
-  with ``--export-file``; the job id goes into ``job_id`` beside it.  A second
-  launch of the revision (a redelivery, a retry) finds that file — or, if the
-  first launch died between claiming and recording, the job by name — and adopts
-  the job instead of submitting twice.
+* **Submit.** ``launch`` claims the revision (``r<rev>.job`` beside its directory,
+  created with ``O_EXCL``), writes the batch program (``job.py`` with the revision's
+  spec, no value in it) into the revision's directory and the env into ``env`` there
+  (0600; the batch program reads it into memory and removes it as it starts), and
+  submits with an environment of ``SLURM_CONF`` alone; the job id goes into the claim.
+  A second launch of the revision (a redelivery, a retry) finds the claim — or, if the
+  first launch died between claiming and recording, the job by name — and adopts the
+  job instead of submitting twice.  The claim outlives the directory.
 * **Status.** ``changes`` makes one ``squeue --me --states=all`` call per pass
   (fixed fields: 22.05's ``--json`` ignores filters and lists the whole cluster),
   for every job of this user, however many, and keys taskenv's jobs by their
@@ -22,6 +23,9 @@ them, always with an argv list and an environment of ``SLURM_CONF`` alone.
   ``new_output`` hands the reconciler the complete lines added since the last
   pass, ``logs`` the rest once the job has ended, and the file is then removed.
 * **Cancel.** ``scancel``; until Slurm no longer runs the job, ``TransientError``.
+* **Clean-up.** A revision's directory is removed by the pass after its outcome and
+  log were recorded (``logs``), or after Slurm forgot the job (``MinJobAge``), whichever
+  comes first; a ``collected`` mark in it lets a reconciler that restarts finish the job.
 
 The revision directory (``TASKENV_SLURM_DIR``) must be on a filesystem the
 workers and the nodes share, as a Slurm cluster's home or scratch is.
@@ -35,16 +39,14 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import PLATFORM_SCOPE, Resolved
+from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.common import containment
@@ -52,12 +54,14 @@ from workers.launchers.common.containment import seccomp
 from workers.launchers.common.run_dir import prepare_home, write_files
 from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 from workers.launchers.slurm import job as slurm_job
+from workers.launchers.slurm.setup import setup_problems
 from workers.launchers.slurm.submit import (
     OUTPUT,
     PROGRAM,
     BadResources,
     SlurmSettings,
     comment,
+    export_entries,
     job_env,
     job_program,
     job_spec,
@@ -71,7 +75,8 @@ from workers.launchers.slurm.submit import (
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
-JOB_ID = "job_id"
+CLAIM = ".job"  # r<rev>.job beside the revision's directory: the job id, once submitted
+COLLECTED = "collected"  # the outcome and the log were read: remove at the next pass
 SECCOMP = "seccomp.bpf"
 OFFSET = "output.offset"
 TRANSIENT = re.compile(r"unable to contact|timed? ?out|connection refused|try again|"
@@ -104,14 +109,23 @@ class SlurmLauncher:
         # Client commands see the cluster's SLURM_CONF and nothing else of the worker's env.
         self.env = {k: os.environ[k] for k in ("SLURM_CONF",) if k in os.environ}
         self.seccomp = seccomp_filter(settings.local_containment)
+        self.maxima = Maxima.from_settings(settings)
         self.listed: dict[Key, tuple[int, Outcome]] = {}  # the last listing's view
         self.calls = 0  # Slurm commands run, for the cost benchmark
+        # Directories whose outcome and log were read: removed at the next pass.  Those a
+        # reconciler that stopped left marked are found once, here.
+        self.collected: list[Path] = list(self.root.glob(f"*/r*/{COLLECTED}"))
+
+    @classmethod
+    def setup_problems(cls, settings: Settings) -> list[str]:
+        """What this host lacks to submit any job (``make run`` refuses to start)."""
+        return setup_problems(settings)
 
     # -- the Launcher interface ------------------------------------------------------
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
         run_dir = self.run_dir(workload)
-        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         job = self._adopt(workload, run_dir)
         if job is None:
             job = self._submit(workload, run_dir)
@@ -134,12 +148,14 @@ class SlurmLauncher:
 
     def changes(self) -> list[Change]:
         """What differs between this listing of taskenv's jobs and the last one."""
+        self._remove_collected()
         before, now = self.listed, self.listing()
         self.listed = now
         changes: list[Change] = []
         for key in before.keys() - now.keys():
             left = read_outcome(self._dir(*key))
             changes.append(Change(*key, left, None if left else GONE))
+            self._collect(self._dir(*key))  # Slurm forgot it: its directory goes next pass
         for key, (_, outcome) in now.items():
             previous = before.get(key)
             if previous is None or previous[1] != outcome:
@@ -158,7 +174,20 @@ class SlurmLauncher:
         text = self._read_from_offset(run_dir, whole_lines=False)
         for name in (OUTPUT, OFFSET):
             (run_dir / name).unlink(missing_ok=True)
+        self._collect(run_dir)
         return text
+
+    def _collect(self, run_dir: Path) -> None:
+        """Mark a revision's directory for removal at the next pass (after this pass has
+        recorded its outcome and log)."""
+        if run_dir.is_dir():
+            (run_dir / COLLECTED).touch()
+            self.collected.append(run_dir / COLLECTED)
+
+    def _remove_collected(self) -> None:
+        for mark in self.collected:
+            shutil.rmtree(mark.parent, ignore_errors=True)
+        self.collected = []
 
     def new_output(self) -> list[tuple[str, int, str]]:
         """The complete lines each listed job's output gained since the last call.
@@ -219,7 +248,7 @@ class SlurmLauncher:
 
     def _adopt(self, workload: Workload, run_dir: Path) -> int | None:
         """The job an earlier launch of this revision submitted; None: submit (claimed)."""
-        claim = run_dir / JOB_ID
+        claim = claim_path(run_dir)
         try:
             fd = os.open(claim, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
@@ -232,7 +261,7 @@ class SlurmLauncher:
             return job
         found = self._find_by_name(workload)
         if found is not None:
-            _write_job_id(run_dir, found)
+            _write_job_id(claim, found)
             return found
         if time.time() - claim.stat().st_mtime < CLAIM_STALE_SECONDS:
             raise TransientError(f"another launch of {workload.run_name} is submitting it")
@@ -240,30 +269,40 @@ class SlurmLauncher:
         return None
 
     def _submit(self, workload: Workload, run_dir: Path) -> int:
+        claim = claim_path(run_dir)
         try:
             self._check(workload)
+            shutil.rmtree(run_dir, ignore_errors=True)  # a launch that died left it half-made
+            run_dir.mkdir(mode=0o700)
             home = prepare_home(run_dir, workload.workdir)
-            # On the shared filesystem: the files reach the node with the job.
+            # On the shared filesystem: the files reach the node with the job, which copies
+            # them into each replica's home and removes these.
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
-            spec = job_spec(self.config, workload, run_dir, list(env))
+            spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload))
             if self.seccomp is not None:  # bwrap loads it on the node, right before the step
                 spec["seccomp"] = str(run_dir / SECCOMP)
                 (run_dir / SECCOMP).write_bytes(self.seccomp)
             program = run_dir / PROGRAM
             program.write_text(job_program(self.config, spec), encoding="utf-8")
             program.chmod(0o700)
-            with private_file(env) as export_file:
-                result = self.slurm(*sbatch_argv(self.config, workload, run_dir, export_file))
+            write_private(run_dir / slurm_job.ENV_FILE, export_entries(env))
+            result = self.slurm(*sbatch_argv(self.config, workload, run_dir))
         except BaseException:
-            (run_dir / JOB_ID).unlink(missing_ok=True)  # a retry may submit
+            claim.unlink(missing_ok=True)  # a retry may submit
             raise
         if result.returncode != 0:
-            (run_dir / JOB_ID).unlink(missing_ok=True)
+            claim.unlink(missing_ok=True)
+            (run_dir / slurm_job.ENV_FILE).unlink(missing_ok=True)
             raise self._error("sbatch", result)
         job = int(result.stdout.strip().split(";", 1)[0])
-        _write_job_id(run_dir, job)
+        _write_job_id(claim, job)
         return job
+
+    def limits(self, workload: Workload) -> Limits:
+        res = workload.resources
+        return limits_for({"cpu": res.cpu, "memory": res.memory, "gpus": res.gpus},
+                          self.maxima)
 
     def _check(self, workload: Workload) -> None:
         """Refuse what Slurm could not be given, naming it."""
@@ -272,7 +311,8 @@ class SlurmLauncher:
                     if v.name.startswith(SLURM_OWN) and not platform_set(v)]
         try:
             workdir_inside(workload.workdir)
-            sbatch_argv(self.config, workload, Path("/"), Path("/"))
+            sbatch_argv(self.config, workload, Path("/"))
+            job_program(self.config, {})
         except (BadWorkdir, BadResources) as exc:
             problems.append(str(exc))
         if problems:
@@ -297,7 +337,7 @@ class SlurmLauncher:
 
     def job_id(self, workload: Workload) -> int | None:
         try:
-            text = (self.run_dir(workload) / JOB_ID).read_text().strip()
+            text = claim_path(self.run_dir(workload)).read_text().strip()
         except OSError:
             return None
         return int(text) if text.isdigit() else None
@@ -370,10 +410,15 @@ def read_outcome(run_dir: Path) -> Outcome | None:
     return Outcome(found["state"], found.get("exit_code"), found.get("reason"))
 
 
-def _write_job_id(run_dir: Path, job: int) -> None:
-    tmp = run_dir / f"{JOB_ID}.tmp"
+def claim_path(run_dir: Path) -> Path:
+    """``<task>/r<rev>.job``: beside the revision's directory, so it outlives it."""
+    return run_dir.with_name(run_dir.name + CLAIM)
+
+
+def _write_job_id(claim: Path, job: int) -> None:
+    tmp = claim.with_name(claim.name + ".tmp")
     tmp.write_text(f"{job}\n")
-    tmp.replace(run_dir / JOB_ID)
+    tmp.replace(claim)
 
 
 def _which(binary: str) -> str:
@@ -384,15 +429,9 @@ def _which(binary: str) -> str:
     return found
 
 
-@contextmanager
-def private_file(env: dict[str, str]) -> Iterator[Path]:
-    """The export file: only this user can read it, and it is removed once sbatch has read it."""
-    from workers.launchers.slurm.submit import export_entries
-
-    fd, name = tempfile.mkstemp(prefix="taskenv-export-")  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(export_entries(env))
-        yield Path(name)
-    finally:
-        os.unlink(name)
+def write_private(path: Path, data: bytes) -> None:
+    """A file only this account can read (0600, created anew, never through a link)."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)

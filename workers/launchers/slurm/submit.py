@@ -2,14 +2,16 @@
 
 * :func:`sbatch_argv` — one ``sbatch`` per revision: the job's name is the
   revision's ``run_name`` and its comment ``taskenv:<task id>:<revision>`` (how a
-  listing, or a redelivered launch, finds whose job it is); the env comes only from
-  ``--export-file``; ``resources`` become ``--cpus-per-task``, ``--mem`` and
-  ``--gres=gpu:N``; ``replicas`` become ``--ntasks``.
-* :func:`export_entries` — the export file's content: NUL-separated ``NAME=value``
-  entries, so commas, newlines, ``$(…)`` and quotes arrive as typed (``--export=A=b``
-  cuts values at commas).
-* :func:`job_program` — the batch script: ``slurm_job.py`` with the revision's spec
-  (the steps' bwrap argv, the names of the task's variables; never a value).
+  listing, or a redelivered launch, finds whose job it is); no value of the env
+  (they travel in the revision's env file); ``resources`` become
+  ``--cpus-per-task``, ``--mem`` and ``--gres=gpu:N``; ``replicas`` become
+  ``--ntasks`` on one node (``--nodes=1``: the replicas share the job's own network
+  namespace there).
+* :func:`export_entries` — the env file's content: NUL-separated ``NAME=value``
+  entries, so commas, newlines, ``$(…)`` and quotes arrive as typed.
+* :func:`job_program` — the batch script: ``job.py`` with the revision's spec (the
+  steps' bwrap argv, the names of the task's variables, its limits; never a value),
+  run by Python in isolated mode (``#!python3 -I``).
 * :func:`parse_listing`, :func:`listed_outcome` — ``squeue``'s fixed-format lines (see
   :data:`LIST_FORMAT`) as jobs, and a job as taskenv's outcome.
 """
@@ -19,14 +21,14 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shared.config import DEFAULTS
-from shared.env.identity import Group, differing, replica_env
+from shared.env.identity import differing, replica_env
+from shared.task.limits import Limits
 from shared.task.workload import Workload
 from workers.launchers.base import Outcome
 from workers.launchers.common.sandbox import PROC_HIDDEN_DIRS, PROC_HIDDEN_FILES, bwrap_argv
@@ -163,27 +165,17 @@ def replicas(workload: Workload) -> int:
     return max(1, workload.replicas)
 
 
-# Marks a replica's address and port stand for in a template: the node fills them in.
-ADDR_MARK, PORT_MARK = "\0master-addr", 987654321
-
-
 def identity_template(workload: Workload) -> dict[str, Any]:
     """How each replica's identity (``shared.env.identity``, the one definition every
-    launcher uses) is made on the node by ``slurm_job.identity``: the names that hold the
-    replica's index, the first node's address and the step's reserved port, and the names
-    that hold the same value in every replica.  A task of one replica gets the identity of
-    a world of one, as on every launcher, all of it fixed (its step has its own network)."""
-    if workload.replicas <= 1:
-        return {"index": [], "addr": [], "port": [],
-                "constant": dict(replica_env(workload.group(), 0))}
-    group = Group(workload.replicas, workload.procs_per_replica, ADDR_MARK, PORT_MARK)
-    first = dict(replica_env(group, 0))
-    index = differing(group)
-    addr = [name for name, value in first.items() if value == ADDR_MARK]
-    port = [name for name, value in first.items() if value == str(PORT_MARK)]
-    return {"index": index, "addr": addr, "port": port,
-            "constant": {name: value for name, value in first.items()
-                         if name not in (*index, *addr, *port)}}
+    launcher uses) is made on the node by ``job.identity``: the names that hold the
+    replica's index (Slurm's rank of the srun task), and the names that hold the same
+    value in every replica.  Replica 0 listens at ``127.0.0.1`` on the default port, as on
+    the local launcher: the replicas share the job's own network namespace on its one
+    node, where no other job has any address or port."""
+    first = dict(replica_env(workload.group(), 0))
+    index = differing(workload.group()) if workload.replicas > 1 else []
+    return {"index": index,
+            "constant": {name: value for name, value in first.items() if name not in index}}
 
 
 def time_limit_minutes(workload: Workload, step_timeout_seconds: int) -> int:
@@ -191,11 +183,10 @@ def time_limit_minutes(workload: Workload, step_timeout_seconds: int) -> int:
     return max(1, math.ceil(len(workload.steps) * step_timeout_seconds / 60))
 
 
-def sbatch_argv(settings: SlurmSettings, workload: Workload, run_dir: Path,
-                export_file: Path) -> list[str]:
+def sbatch_argv(settings: SlurmSettings, workload: Workload, run_dir: Path) -> list[str]:
     argv = [settings.sbatch, "--parsable", f"--job-name={workload.run_name}",
-            f"--comment={comment(workload)}", f"--export-file={export_file}",
-            f"--chdir={run_dir}", f"--output={run_dir / OUTPUT}", "--open-mode=append",
+            f"--comment={comment(workload)}", f"--chdir={run_dir}", "--nodes=1",
+            f"--output={run_dir / OUTPUT}", "--open-mode=append",
             "--no-requeue", f"--time={time_limit_minutes(workload, settings.step_timeout_seconds)}",
             *resource_options(workload)]
     if settings.partition:
@@ -206,7 +197,7 @@ def sbatch_argv(settings: SlurmSettings, workload: Workload, run_dir: Path,
 
 
 def export_entries(env: Mapping[str, str]) -> bytes:
-    """``--export-file``'s content: ``NAME=value`` entries, each ended by a NUL."""
+    """The env file's content: ``NAME=value`` entries, each ended by a NUL."""
     return b"".join(f"{name}={value}".encode() + b"\0" for name, value in env.items())
 
 
@@ -219,34 +210,49 @@ def job_env(workload: Workload, home: str) -> dict[str, str]:
 
 
 def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
-             names: Sequence[str]) -> dict[str, Any]:
+             names: Sequence[str], limits: Limits) -> dict[str, Any]:
     home = run_dir / "home"
     env_sets_pwd = "PWD" in names
+    count = replicas(workload)
     return {
         "argv": [bwrap_argv(step, home, workload.workdir, binary=settings.bwrap,
-                            env_sets_pwd=env_sets_pwd, share_net=replicas(workload) > 1)
+                            env_sets_pwd=env_sets_pwd, tmp_bytes=limits.tmp_bytes,
+                            share_net=count > 1)
                  for step in workload.steps],
         "step_names": [step[0] for step in workload.steps],
         "proc_files": list(PROC_HIDDEN_FILES), "proc_dirs": list(PROC_HIDDEN_DIRS),
         "names": list(names),
-        "replicas": replicas(workload),
+        "replicas": count,
         "identity": identity_template(workload),
         "srun": settings.srun,
-        "scontrol": str(Path(settings.srun).with_name("scontrol")),
+        "bwrap": settings.bwrap,
         "program": str(run_dir / PROGRAM),
         "run_dir": str(run_dir),
+        "home": str(home),
+        "home_bytes": limits.home_bytes,
+        # Per process inside the sandbox, whatever the cluster's cgroups: open files, file
+        # size, the data a process may map (memory, when resources.memory asks for some)
+        # and the processes of the job's own user (its replicas together).
+        "limits": {"open_files": limits.open_files, "file_bytes": limits.file_bytes,
+                   "pids": limits.pids * count,
+                   "memory_bytes": limits.memory_bytes if workload.resources.memory else 0},
         "output": str(run_dir / OUTPUT),
         "memory_limit": memory_limit(workload),
     }
 
 
 def job_program(settings: SlurmSettings, spec: dict[str, Any]) -> str:
-    """``slurm_job.py`` as the batch script: a shebang, then the module with its spec."""
+    """``job.py`` as the batch script: a shebang of one argument (``-I``: isolated mode,
+    no ``PYTHON*`` variable, user site or working directory read), then the module with
+    its spec."""
     source = Path(slurm_job.__file__).read_text(encoding="utf-8")
     if SPEC_LINE not in source:
-        raise RuntimeError("slurm_job.py lost its SPEC line")
+        raise RuntimeError("job.py lost its SPEC line")
     filled = source.replace(SPEC_LINE, f"SPEC = json.loads({json.dumps(spec)!r})", 1)
-    return f"#!{shlex.quote(settings.python)}\n{filled}"
+    if any(char.isspace() for char in settings.python):
+        raise BadResources(f"TASKENV_SLURM_PYTHON {settings.python!r}: a shebang cannot "
+                           "hold a path with spaces")
+    return f"#!{settings.python} -I\n{filled}"
 
 
 def listed_outcome(job: Mapping[str, Any], known_reason: str | None = None) -> Outcome:

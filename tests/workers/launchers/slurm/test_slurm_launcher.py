@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
 import stat
 import subprocess
@@ -54,8 +53,15 @@ def finish(launcher: SlurmLauncher, workload: Workload, timeout: float = 60.0) -
     raise AssertionError(f"job of {workload.run_name} did not end")
 
 
+STREAMED: dict[tuple[str, int], str] = {}
+
+
 def output(launcher: SlurmLauncher, workload: Workload) -> str:
-    streamed = "".join(text for *_, text in launcher.new_output())
+    """What the job printed: the lines streamed so far (kept for each job, as the
+    reconciler keeps them in each task's log) and the rest."""
+    for task_id, revision, text in launcher.new_output():
+        STREAMED[(task_id, revision)] = STREAMED.get((task_id, revision), "") + text
+    streamed = STREAMED.pop((workload.task_id, workload.revision), "")
     return streamed + (launcher.logs(workload) or "")
 
 
@@ -93,11 +99,24 @@ def test_the_secret_is_on_no_command_line_in_no_job_record_and_in_no_file(
         except OSError:
             continue
     run_dir = launcher.run_dir(workload)
-    for path in run_dir.rglob("*"):
+    values = run_dir / "env"  # the values, until the batch program has them in memory
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    deadline = time.monotonic() + 30
+    while values.exists():  # gone once the job has started
+        assert stat.S_IMODE(values.stat().st_mode) == 0o600
+        assert time.monotonic() < deadline, "the env file outlived the job's start"
+        time.sleep(0.1)
+    for path in run_dir.parent.rglob("*"):
         if path.is_file():
             assert SECRET.encode() not in path.read_bytes(), path
-    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("taskenv-export-*"))  # noqa: S108
+    for proc in Path("/proc").glob("[0-9]*/environ"):  # no process has it in its env
+        try:  # but the step's own sandbox (bwrap's pid 1 inside holds none: started empty)
+            raw = proc.read_bytes()
+            comm = (proc.parent / "comm").read_text().strip()
+        except OSError:
+            continue
+        if SECRET.encode() in raw:
+            assert comm == "sleep", (proc, comm)
     finish(launcher, workload)
 
 
@@ -145,8 +164,15 @@ def test_the_step_runs_sandboxed_without_reach_to_loopback(launcher: SlurmLaunch
     assert "seccomp refused 1" in text and "NESTED USERNS" not in text  # EPERM
 
 
+# Four processes of 40 MiB each: every one within the per-process limit (RLIMIT_DATA), all
+# of them together over the job's memory, which the kernel (the job's cgroup) enforces.
+HOG = ["sh", "-c", 'for i in 1 2 3 4; do python3 -c "$0" & pids="$pids $!"; done; '
+       'for p in $pids; do wait "$p" || exit 137; done',
+       "import time; x = bytearray(40 * 2**20); time.sleep(10)"]
+
+
 def test_an_over_memory_step_fails_naming_the_limit(launcher: SlurmLauncher) -> None:
-    hog = ["python3", "-c", "import time; x = bytearray(400 * 2**20); time.sleep(10)"]
+    hog = HOG
     workload = build_workload([hog], resources=Resources(memory="64Mi"))
     launcher.launch(workload, RecordingHooks().hooks)
     outcome = finish(launcher, workload)
@@ -177,7 +203,8 @@ def test_a_redelivered_launch_adopts_the_submitted_job(launcher: SlurmLauncher,
     again = RecordingHooks()
     assert launcher.launch(workload, again.hooks) == Outcome("running")
     assert again.started == 1 and "submitted" not in again.text
-    (launcher.run_dir(workload) / "job_id").write_text("")  # died after sbatch, before noting
+    claim = launcher.run_dir(workload).with_name("r1.job")
+    claim.write_text("")  # died after sbatch, before noting
     SlurmLauncher(Settings(slurm_dir=str(launcher.root))).launch(workload, RecordingHooks().hooks)
     named = [j for j in slurm_cluster.jobs() if j["name"] == workload.run_name]
     assert len(named) == 1
@@ -190,7 +217,7 @@ def test_slurm_refuses_what_it_cannot_be_given(launcher: SlurmLauncher) -> None:
     with pytest.raises(LaunchFailed) as caught:
         launcher.launch(workload, RecordingHooks().hooks)
     assert "SLURM_CPUS_PER_TASK" in str(caught.value) and "resources.memory" in str(caught.value)
-    assert not (launcher.run_dir(workload) / "job_id").exists()  # a later launch may submit
+    assert not launcher.run_dir(workload).with_name("r1.job").exists()  # a later launch may submit
 
 
 def test_a_controller_restart_loses_nothing(launcher: SlurmLauncher,
@@ -243,13 +270,13 @@ def test_two_replicas_meet_through_the_injected_variables(launcher: SlurmLaunche
     assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
     text = output(launcher, workload)
     assert "rank 0 met ['1'] at 127.0.0.1" in text and "rank 1 of 2 joined" in text
-    dumps = [json.loads(line[4:]) for line in text.splitlines() if line.startswith("ENV=")]
+    dumps = [json.loads(line.split("ENV=", 1)[1]) for line in text.splitlines()
+             if line.startswith(("[replica 0] ENV=", "[replica 1] ENV="))]
     assert sorted(d["RANK"] for d in dumps) == ["0", "1"]
     for env in dumps:
         assert env["WORLD_SIZE"] == env["TASK_REPLICAS"] == env["PET_NNODES"] == "2"
         assert env["TASK_REPLICA"] == env["PET_NODE_RANK"] == env["RANK"]
-        assert env["MASTER_PORT"] == env["SLURM_STEP_RESV_PORTS"].split("-")[0]
-        assert "TASKENV_SLURM_MASTER_ADDR" not in env
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == "29500"
 
 
 def test_a_failing_replica_fails_the_task_naming_it(launcher: SlurmLauncher) -> None:
@@ -261,18 +288,19 @@ def test_a_failing_replica_fails_the_task_naming_it(launcher: SlurmLauncher) -> 
     assert "never" not in output(launcher, workload)
 
 
-def test_two_jobs_sharing_the_node_get_different_master_ports(launcher: SlurmLauncher) -> None:
-    show = ["sh", "-c", 'echo "PORT=$MASTER_PORT"; sleep 3']
+def test_two_jobs_sharing_the_node_rendezvous_on_the_same_port_without_colliding(
+        launcher: SlurmLauncher) -> None:
+    """Without any port reserved from Slurm (MpiParams=ports or not): each job's replicas
+    meet in the job's own network namespace, so two jobs on one node, at once, both bind
+    127.0.0.1:29500 and each meets its own replica only."""
     workloads = []
     for _ in range(2):
-        workloads.append(build_workload([show], replicas=2))
+        workloads.append(build_workload([["python3", "-c", "import time; time.sleep(2)\n" +
+                                          RENDEZVOUS]], replicas=2))
         launcher.launch(workloads[-1], RecordingHooks().hooks)
-    ports = set()
     for workload in workloads:
-        assert finish(launcher, workload).state == "succeeded"
-        ports |= {line for line in output(launcher, workload).splitlines()
-                  if line.startswith("PORT=")}
-    assert len(ports) == 2, ports  # each job's replicas agree on one port, the jobs differ
+        assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
+        assert "rank 0 met ['1'] at 127.0.0.1" in output(launcher, workload)
 
 
 def test_a_partition_slurm_does_not_have_fails_the_launch_saying_so(
@@ -282,7 +310,7 @@ def test_a_partition_slurm_does_not_have_fails_the_launch_saying_so(
     workload = build_workload([["true"]])
     with pytest.raises(LaunchFailed, match="(?i)sbatch: .*invalid partition"):
         launcher.launch(workload, RecordingHooks().hooks)
-    assert not (launcher.run_dir(workload) / "job_id").exists()
+    assert not launcher.run_dir(workload).with_name("r1.job").exists()
 
 
 def test_a_node_without_the_sandbox_runs_nothing_and_says_so(

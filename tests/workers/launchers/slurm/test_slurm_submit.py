@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import resource
 from pathlib import Path
 
 import pytest
 
 from shared.env.identity import replica_env
+from shared.task.limits import Limits
 from shared.task.workload import Resources
 from tests.workers.conftest import build_workload
 from workers.launchers.base import Outcome
@@ -34,6 +36,8 @@ HOSTILE = {"COMMAS": "a,b=c", "NEWLINES": "one\ntwo\n", "SUBSHELL": "$(HOME)", "
            "QUOTES": "'\"\\", "NON_ASCII": "数据 ✓", "EMPTY": ""}
 SECRET = "hf_unit-secret-1234567"
 RUN = Path("/shared/taskenv/abc/r1")
+LIMITS = Limits(millicpu=1000, memory_bytes=2**26, gpus=0, pids=64, open_files=256,
+                file_bytes=2**23, tmp_bytes=2**25, home_bytes=2**25)
 
 
 def test_the_export_file_holds_each_value_exactly_nul_separated() -> None:
@@ -48,12 +52,12 @@ def test_sbatch_argv_carries_names_and_limits_never_a_value() -> None:
     workload = build_workload([["python3", "train.py"]], env=HOSTILE, secrets={"TOKEN": SECRET},
                               resources=Resources(cpu="1500m", memory="2Gi", gpus=2))
     config = SlurmSettings(partition="gpu", account="ml-team", sbatch="/usr/bin/sbatch")
-    argv = sbatch_argv(config, workload, RUN, Path("/tmp/export"))  # noqa: S108
+    argv = sbatch_argv(config, workload, RUN)
     assert argv[0] == "/usr/bin/sbatch" and argv[-1] == str(RUN / "job.py")
     assert f"--job-name={workload.run_name}" in argv
     assert f"--comment=taskenv:{workload.task_id}:1" in argv
-    assert "--export-file=/tmp/export" in argv and not any(a.startswith("--export=") for a in argv)
-    assert {"--cpus-per-task=2", "--mem=2048M", "--gres=gpu:2", "--ntasks=1",
+    assert not any(a.startswith(("--export", "--export-file")) for a in argv)
+    assert {"--cpus-per-task=2", "--mem=2048M", "--gres=gpu:2", "--ntasks=1", "--nodes=1",
             "--partition=gpu", "--account=ml-team", "--no-requeue"} <= set(argv)
     joined = "\0".join(argv)
     for value in [*HOSTILE.values(), SECRET]:
@@ -120,8 +124,8 @@ def test_the_batch_program_holds_names_and_argv_but_no_value() -> None:
                               env=HOSTILE, secrets={"TOKEN": SECRET}, workdir="runs/1")
     config = SlurmSettings(python="/usr/bin/python3")
     env = job_env(workload, "/home/task")
-    text = job_program(config, job_spec(config, workload, RUN, list(env)))
-    assert text.startswith("#!/usr/bin/python3\n")
+    text = job_program(config, job_spec(config, workload, RUN, list(env), LIMITS))
+    assert text.startswith("#!/usr/bin/python3 -I\n")  # isolated mode: one argument
     compile(text, "job.py", "exec")
     assert SECRET not in text and "a,b=c" not in text and "$(HOME)" not in text
     spec_line = next(line for line in text.splitlines() if line.startswith("SPEC = "))
@@ -130,18 +134,20 @@ def test_the_batch_program_holds_names_and_argv_but_no_value() -> None:
 
 
 def test_a_step_sees_the_task_variables_slurms_own_and_its_identity_only() -> None:
-    environ = {"A": "1", "HOME": "/home/task", "SLURM_PROCID": "1", "SRUN_DEBUG": "3",
+    environ = {"A": "outer", "HOME": "/root", "SLURM_PROCID": "1", "SRUN_DEBUG": "3",
                "ENVIRONMENT": "BATCH", "HOSTNAME": "node1", "TMPDIR": "/tmp", "PWD": "/x"}
-    env = slurm_job.step_env(environ, ["A", "HOME", "MISSING"], {"RANK": "1"})
+    env = slurm_job.step_env(environ, {"A": "1", "HOME": "/home/task"}, {"RANK": "1"})
     assert env == {"A": "1", "HOME": "/home/task", "SLURM_PROCID": "1", "SRUN_DEBUG": "3",
                    "RANK": "1"}
 
 
-@pytest.mark.parametrize(("nodelist", "first"), [
-    ("vm", "vm"), ("node[03-05,7],gpu1", "node03"), ("gpu1,node[1-2]", "gpu1"),
-    ("a[1-2]-ib,b", "a1-ib"), ("n[010,2]", "n010")])
-def test_the_first_host_of_a_slurm_host_list(nodelist: str, first: str) -> None:
-    assert slurm_job.first_host(nodelist) == first
+def test_the_values_travel_as_nul_separated_data_and_become_setenv_arguments() -> None:
+    raw = export_entries(HOSTILE)
+    assert slurm_job.parse_env(raw) == HOSTILE
+    args = slurm_job.setenv_args(HOSTILE).split(b"\0")
+    assert args[-1] == b"" and args[0::3][:-1] == [b"--setenv"] * len(HOSTILE)
+    assert dict(zip((a.decode() for a in args[1::3]), (a.decode() for a in args[2::3]),
+                    strict=True)) == HOSTILE
 
 
 def test_a_task_of_one_replica_gets_the_identity_of_a_world_of_one() -> None:
@@ -151,23 +157,33 @@ def test_a_task_of_one_replica_gets_the_identity_of_a_world_of_one() -> None:
     assert found == dict(replica_env(workload.group(), 0))
 
 
-def test_a_replica_knows_its_rank_and_where_to_meet_the_others() -> None:
+def test_a_replica_knows_its_rank_and_meets_the_others_in_the_jobs_own_network() -> None:
+    """Replica 0 listens on 127.0.0.1 at the default port, in the job's own network
+    namespace: no port is reserved from Slurm (no MpiParams=ports needed), and two jobs on
+    one node cannot collide, each having its own loopback."""
     environ = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
-               "SLURM_JOB_NODELIST": "node[3-4]", "SLURM_STEP_RESV_PORTS": "12007-12008",
-               "SLURM_JOB_ID": "42"}
+               "SLURM_JOB_NODELIST": "node[3-4]", "SLURM_JOB_ID": "42"}
     workload = dataclasses.replace(build_workload([["true"]]), replicas=2)
     template = identity_template(workload)
     found = slurm_job.identity(environ, template)
+    assert found == dict(replica_env(workload.group(), 1))
     assert found["RANK"] == found["PET_NODE_RANK"] == found["TASK_REPLICA"] == "1"
-    assert found["WORLD_SIZE"] == found["PET_NNODES"] == found["TASK_REPLICAS"] == "2"
-    assert found["MASTER_ADDR"] == found["PET_MASTER_ADDR"] == "node3"
-    assert found["MASTER_PORT"] == found["PET_MASTER_PORT"] == "12007"
-    assert set(found) == set(dict(replica_env(workload.group(), 1)))  # the same names
-    handed = slurm_job.identity({**environ, slurm_job.MASTER_ADDR_HANDOVER: "10.0.0.3"},
-                                template)
-    assert handed["MASTER_ADDR"] == "10.0.0.3"
-    without_reserved = {k: v for k, v in environ.items() if k != "SLURM_STEP_RESV_PORTS"}
-    assert slurm_job.master_port(without_reserved) == "20042"
+    assert found["MASTER_ADDR"] == "127.0.0.1" and found["MASTER_PORT"] == "29500"
+    spec = job_spec(SlurmSettings(), workload, RUN, ["A"], LIMITS)
+    assert all("--share-net" in argv for argv in spec["argv"])  # the job's network, not bwrap's
+    assert "--resv-ports" not in Path(slurm_job.__file__).read_text()
+
+
+def test_the_sandbox_limits_come_from_the_tasks_resources() -> None:
+    workload = dataclasses.replace(build_workload([["true"]], resources=Resources(
+        memory="64Mi")), replicas=2)
+    spec = job_spec(SlurmSettings(), workload, RUN, [], LIMITS)
+    assert spec["limits"] == {"open_files": 256, "file_bytes": 2**23, "pids": 128,
+                              "memory_bytes": LIMITS.memory_bytes}
+    assert spec["home_bytes"] == LIMITS.home_bytes
+    limits = dict(slurm_job.rlimits(spec))
+    assert limits[resource.RLIMIT_NPROC] == 128 and limits[resource.RLIMIT_CORE] == 0
+    assert "--size" in spec["argv"][0]  # /tmp capped too
 
 
 def test_the_proc_masks_are_the_nodes_own_and_the_step_is_untouched(tmp_path: Path) -> None:
@@ -184,10 +200,18 @@ def test_the_proc_masks_are_the_nodes_own_and_the_step_is_untouched(tmp_path: Pa
                       "sh", "-c", "x", "--tmpfs", "/proc/kept"]
 
 
-def test_the_failing_replica_is_named_from_sruns_words(tmp_path: Path) -> None:
-    out = tmp_path / "output.log"
-    out.write_text("rank 0 ok\nsrun: error: node1: task 1: Exited with exit code 3\n"
-                   "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n")
-    assert slurm_job.failed_replica(str(out)) == (1, 3)
-    out.write_text("nothing said\n")
-    assert slurm_job.failed_replica(str(out)) is None
+def test_the_failing_replica_is_named_from_its_own_record_never_from_output(
+        tmp_path: Path) -> None:
+    (tmp_path / "exits").mkdir()
+    (tmp_path / "output.log").write_text(
+        "srun: error: node1: task 0: Exited with exit code 42\n"
+        "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=7.0\n")
+    for rank, code, at in ((0, 137, 20), (1, 3, 10)):
+        (tmp_path / "exits" / f"0-{rank}").write_text(
+            f'{{"code": {code}, "at": {at}, "oom": false}}')
+    spec = {"run_dir": str(tmp_path), "replicas": 2, "memory_limit": "x"}
+    assert slurm_job.step_failure(spec, 1, 1) == {
+        "state": "failed", "exit_code": 3, "reason": "step 1: replica 1 exited with 3"}
+    (tmp_path / "exits" / "0-0").write_text('{"code": 137, "at": 5, "oom": true}')
+    assert slurm_job.step_failure(spec, 1, 1)["reason"] == \
+        "step 1 was killed: out of memory (over its memory limit, x)"
