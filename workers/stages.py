@@ -19,6 +19,7 @@ from shared.env.envlist import Limits
 from shared.errors import NotFound, PermanentError, TransientError
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.policy.store import PolicyStore
+from shared.redis_conn import acknowledged, pinned
 from shared.secrets import StreamRedactor
 from shared.store.tasks import Doc, TaskStore
 from shared.task import records, states
@@ -94,10 +95,14 @@ def _rerun_of(tasks: TaskStore, doc: Doc) -> Doc | None:
 
 
 def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
-           heartbeat_seconds: int = 5) -> None:
-    """Launch one revision; the reconciler relaunches it only if nothing ever started."""
+           heartbeat_seconds: int = 5, min_replicas: int = 0,
+           replica_wait_ms: int = 1000) -> None:
+    """Launch one revision; the reconciler relaunches it only if nothing ever started.
+
+    With ``min_replicas``, only once the claim is on that many replicas (see
+    :func:`_claim`)."""
     with keep_alive(tasks, task_id, revision, heartbeat_seconds):
-        doc = _claim(tasks, task_id, revision)
+        doc = _claim(tasks, task_id, revision, min_replicas, replica_wait_ms)
         if doc is None:
             _skip("launch", task_id, revision)
             return
@@ -146,12 +151,28 @@ def _queue(tasks: TaskStore, workload: Workload, wait: WaitForSlot) -> None:
                 f"(at most {wait.cap} run at once on one host)\n")
 
 
-def _claim(tasks: TaskStore, task_id: str, revision: int) -> Doc | None:
-    """The revision moved from resolved to launching, and its record: one round trip."""
+def _claim(tasks: TaskStore, task_id: str, revision: int, min_replicas: int = 0,
+           replica_wait_ms: int = 1000) -> Doc | None:
+    """The revision moved from resolved to launching, and its record: one round trip.
+
+    With ``min_replicas`` > 0, the claim must also be on that many replicas (``WAIT`` on
+    the connection that made it) before anything runs; else it is given back and the
+    launch retried (TransientError).  This is what keeps a revision number from being
+    made twice: replication is in order, so a revision with a run is on the replicas,
+    survives a failover, and the next change makes the next number; a revision lost
+    with a primary never ran anywhere, and its number, made again, adopts nothing."""
     try:
-        return tasks.claim(task_id, revision, states.RESOLVED, states.LAUNCHING)
+        with pinned(tasks.r):
+            doc = tasks.claim(task_id, revision, states.RESOLVED, states.LAUNCHING)
+            if doc is None or min_replicas <= 0 or acknowledged(tasks.r, min_replicas,
+                                                                replica_wait_ms):
+                return doc
     except NotFound:
         return None
+    move(tasks, task_id, revision, states.LAUNCHING, states.RESOLVED)
+    raise TransientError(f"task {task_id} r{revision}: its launch claim is not on "
+                         f"{min_replicas} Redis replica(s) after {replica_wait_ms} ms; "
+                         "the launch is retried")
 
 
 def _append_log(tasks: TaskStore, task_id: str, revision: int, clean: str) -> None:

@@ -65,7 +65,8 @@ def apply_policy(task_id: str, revision: int) -> None:
 def launch(task_id: str, revision: int) -> None:
     ctx = current()
     stages.launch(ctx.tasks, CountingLauncher(ctx.launcher), task_id, revision,
-                  ctx.settings.heartbeat_seconds)
+                  ctx.settings.heartbeat_seconds, ctx.settings.redis_min_replicas,
+                  ctx.settings.redis_replica_wait_ms)
 
 
 @app.task(name="taskenv.cancel", base=Task, autoretry_for=TRANSIENT, retry_backoff=1,

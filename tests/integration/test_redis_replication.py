@@ -17,9 +17,13 @@ import pytest
 
 from api import create_app
 from shared.access.tokens import PREFIX
+from shared.errors import TransientError
 from shared.keys import Keys
 from shared.redis_conn import acknowledged, connect, pinned
+from shared.store.tasks import TaskStore
+from shared.task import records, states
 from tests.support.sentinels import SentinelGroup, free_ports
+from workers import stages
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +112,34 @@ def test_the_api_answers_503_unavailable_then_202_with_the_same_key(group: Senti
     assert accepted.status_code == 202 and again.status_code == 202
     assert accepted.json["id"] == again.json["id"]  # the half-made task, completed
     assert group.client(replica).exists(Keys("repl").task(accepted.json["id"]))
+
+
+class NeverLaunched:
+    """A launcher that must not be reached."""
+
+    name = "never"
+
+    def launch(self, workload, hooks):  # pragma: no cover - reaching it fails the test
+        raise AssertionError("launched before the claim was on a replica")
+
+
+def test_a_launch_whose_claim_no_replica_holds_runs_nothing_and_is_retried(
+        group: SentinelGroup):
+    """The guard against a revision number made twice: nothing runs for a revision a
+    failover could still lose."""
+    tasks = TaskStore(connect(group.sentinel_url, sentinel_password=group.sentinel_password),
+                      "guard")
+    doc, _ = tasks.create(records.new_task({"name": "t", "steps": [["true"]]}, "alice"))
+    assert tasks.move(doc["id"], 1, states.PENDING, states.VALIDATED)
+    assert tasks.move(doc["id"], 1, states.VALIDATED, states.RESOLVED)
+    replica = group.nodes["replica1"]
+    replica.signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(TransientError, match="not on 1 Redis replica"):
+            stages.launch(tasks, NeverLaunched(), doc["id"], 1, min_replicas=1,
+                          replica_wait_ms=200)
+    finally:
+        replica.signal(signal.SIGCONT)
+    assert tasks.get(doc["id"])["state"] == states.RESOLVED  # given back, to be retried
+    claimed = stages._claim(tasks, doc["id"], 1, min_replicas=1, replica_wait_ms=5000)
+    assert claimed is not None and claimed["state"] == states.LAUNCHING
