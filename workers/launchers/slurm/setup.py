@@ -64,8 +64,7 @@ def _munge_problem(conf_text: str) -> str | None:
             sock.connect(path)
         except OSError as exc:
             return (f"munge does not answer at {path} ({exc.strerror or exc}): start munged "
-                    "with the cluster's key (/etc/munge/munge.key); Slurm authenticates "
-                    "every command through it")
+                    "with the cluster's key; Slurm authenticates every command through it")
     return None
 
 

@@ -373,3 +373,45 @@ def test_the_marker_helper_writes_where_it_can(marker: Path) -> None:
     subprocess.run(["python3", "-c", writer(marker)], check=True, env={})
     assert marker.exists()
     os.unlink(marker)
+
+
+@pytest.fixture(scope="module")
+def cluster_without_mpi_ports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A second private cluster in Slurm's default configuration: no ``MpiParams=ports``."""
+    from tests.support import slurm as support
+
+    plain = support.slurm_conf
+
+    def without_ports(*args: object, **kwargs: object) -> str:
+        conf = plain(*args, **kwargs)  # type: ignore[arg-type]
+        return "\n".join(line for line in conf.splitlines()
+                         if not line.startswith("MpiParams=")) + "\n"
+
+    support.slurm_conf = without_ports  # type: ignore[assignment]
+    try:
+        cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-no-ports")).start()
+    finally:
+        support.slurm_conf = plain
+    assert "MpiParams" not in cluster.conf.read_text()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_replicas_meet_on_a_cluster_without_mpi_ports(
+        cluster_without_mpi_ports: SlurmCluster, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm's default (no MpiParams=ports) refuses any step that reserves ports; the
+    launcher reserves none, so two 2-replica jobs on the one node both meet at once."""
+    monkeypatch.setenv("SLURM_CONF", cluster_without_mpi_ports.env["SLURM_CONF"])
+    launcher = SlurmLauncher(Settings(slurm_dir=str(tmp_path / "slurm"),
+                                      step_timeout_seconds=120))
+    pairs = [build_workload([["python3", "-c", RENDEZVOUS]], replicas=2) for _ in range(2)]
+    for workload in pairs:
+        launcher.launch(workload, RecordingHooks().hooks)
+    for workload in pairs:
+        ended = finish(launcher, workload)
+        text = output(launcher, workload)
+        assert ended == Outcome("succeeded", exit_code=0), text
+        assert "rank 0 met b'alice-rendezvous-hello'" in text, text
