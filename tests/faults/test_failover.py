@@ -215,6 +215,8 @@ def test_two_failovers_under_load_lose_no_accepted_task(failover_stack: Failover
     assert stack.restarts == 0  # every worker followed the new primary by itself
     assert not any(s in text for _, _, text in ready.answers
                    for s in (group.password, group.sentinel_password))
+    logged = stack.logs.read_text(errors="replace")  # every process's log lines
+    assert group.password not in logged and group.sentinel_password not in logged
 
 
 def test_with_both_replicas_stopped_a_creation_is_503_then_202(tmp_path: Path,
