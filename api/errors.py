@@ -112,6 +112,7 @@ class TaskenvApi(Api):
 
     def __init__(self, app: Any) -> None:
         self._undocumented: list[tuple[Any, str, Any]] = []
+        self._components_registered = False
         super().__init__(app)
         app.register_error_handler(TaskenvError, self.handle_taskenv_error)
         app.register_error_handler(redis.RedisError, self.handle_redis_error)
@@ -129,7 +130,25 @@ class TaskenvApi(Api):
         self._app.register_blueprint(blp, **options)
         self._undocumented.append((blp, name, parameters))
 
+    # flask-smorest registers its components (a response per HTTP status, the ETag and
+    # pagination headers) at start-up: half of what is left of an app's start-up once
+    # the blueprints are documented lazily.  The same components, in the same order, are
+    # registered when the document is first read, before any path.
+    def _register_responses(self) -> None:
+        pass
+
+    def _register_etag_headers(self) -> None:
+        pass
+
+    def _register_pagination_header(self) -> None:
+        pass
+
     def _document(self) -> None:
+        if not self._components_registered:
+            self._components_registered = True
+            super()._register_responses()
+            super()._register_etag_headers()
+            super()._register_pagination_header()
         while self._undocumented:  # in registration order, as the tags are listed
             blp, name, parameters = self._undocumented.pop(0)
             blp.register_views_in_doc(self, self._app, self.spec, name=name,

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests.support.routing import reuse_url_builders
 from tests.support.slurm import SlurmCluster, slurm_available
+
+reuse_url_builders()
 
 # `make check` runs fewer generated examples, so the inner loop stays under a minute;
 # `make test` keeps Hypothesis's default and each test's own count.
