@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
@@ -158,9 +158,12 @@ def connect(url: str, master_name: str = "mymaster", sentinel_password: str | No
         pool = PinningConnectionPool.from_url(url, **kwargs)
         return redis.Redis(connection_pool=pool)
     hosts, db, password = parse_sentinel_url(url)
+    # Each sentinel is asked once per lookup (the lookup goes on to the next): a dead one
+    # costs a refused connection, not redis-py's default ten retries.
     sentinel = Sentinel(hosts, sentinel_kwargs={
         "password": sentinel_password, "socket_timeout": kwargs["socket_timeout"],
-        "socket_connect_timeout": kwargs["socket_connect_timeout"]})
+        "socket_connect_timeout": kwargs["socket_connect_timeout"],
+        "retry": Retry(NoBackoff(), 0)})
     return sentinel.master_for(master_name, db=db, password=password,
                                connection_pool_class=PinningSentinelPool, **kwargs)
 
