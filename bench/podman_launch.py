@@ -90,7 +90,7 @@ def floor_round(launcher: PodmanLauncher, workloads: list[Workload],
         started = time.time()
 
         def play(path: Path) -> float:
-            result = launcher.play_file(path)
+            result = launcher.podman("kube", "play", "--start", "--quiet", str(path))  # bare play
             if result.returncode != 0:
                 raise RuntimeError(f"podman kube play failed: {result.stderr[-300:]}")
             return time.time() - started

@@ -76,7 +76,7 @@ def floor_latencies(launcher: PodmanLauncher, workloads: list[Workload]) -> list
             path = Path(tmp) / f"{w.run_name}.yaml"
             path.write_text(launcher.render(w, None))
             started = time.time()
-            result = launcher.play_file(path)
+            result = launcher.podman("kube", "play", "--start", "--quiet", str(path))  # bare play
             if result.returncode != 0:
                 raise RuntimeError(f"podman kube play failed: {result.stderr[-300:]}")
             took.append(time.time() - started)

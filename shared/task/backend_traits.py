@@ -4,7 +4,7 @@ A backend (``workers/launchers/<name>/``) declares its traits in its own ``trait
 which imports nothing but this module; the registry (``workers.launchers.registry``)
 finds them by name and :func:`workers.services.build_services` hands the configured
 backend's to every process as ``Services.backend``.  So the API and ``shared/`` ask the
-traits — never ``settings.launcher == "slurm"`` — and a new backend changes none of them.
+traits — never the configured launcher's name — and a new backend changes none of them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,16 @@ def test_replica_zero_is_where_each_backend_puts_it_and_a_world_of_one_is_loopba
 
 def test_a_backend_with_nothing_to_check_at_start_has_no_setup_problems() -> None:
     assert setup_problems(Settings(launcher="dryrun")) == []
+
+
+def test_no_module_outside_the_backends_names_one_or_discovers_a_capability() -> None:
+    """The API, shared/ and the workers around the launchers ask a backend's traits and
+    its Protocols: none compares ``settings.launcher`` with a name, none uses getattr."""
+    root = FOLDER.parents[1]
+    sources = [*root.glob("api/**/*.py"), *root.glob("shared/**/*.py"),
+               *root.glob("workers/*.py")]
+    named = re.compile(r"\.launcher\s*[!=]=|[!=]=\s*\w*\.launcher\b")
+    found = [f"{p.relative_to(root)}:{n}" for p in sources
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if named.search(line) or re.search(r"getattr\(\s*launcher\b", line)]
+    assert found == []

@@ -58,10 +58,12 @@ from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
 from shared.task import manifest, replica_logs
+from shared.task.limits import Maxima
 from shared.task.manifest import SELECTOR
 from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.common.group import first_failed, group_outcome
+from workers.launchers.podman import conf
 
 # podman's messages for trouble that a later attempt can get past.
 TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"
@@ -94,6 +96,10 @@ class PodmanLauncher:
         # The last listing's view of each replica container: outcome and when it exited.
         self.replica_seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
         self.first_failure: dict[tuple[str, int], int] = {}  # by task: its first failed replica
+        # Every podman command runs with the host's configuration plus the task limits.
+        self.maxima = Maxima.from_settings(settings)
+        limits_conf = conf.write(Path(settings.work_dir).resolve() / "podman", self.maxima)
+        self.env = {**os.environ, "CONTAINERS_CONF": str(limits_conf)}
 
     # -- the Launcher interface ------------------------------------------------------
 
@@ -333,7 +339,7 @@ class PodmanLauncher:
                stderr: int = subprocess.PIPE) -> subprocess.CompletedProcess[str]:
         try:
             raw = subprocess.run([self.binary, *args], input=stdin, stdout=subprocess.PIPE,
-                                 stderr=stderr, timeout=self.timeout, check=False)
+                                 stderr=stderr, timeout=self.timeout, check=False, env=self.env)
         except FileNotFoundError:
             raise LaunchFailed(f"{self.binary} is not installed on this worker") from None
         except subprocess.TimeoutExpired:
@@ -346,6 +352,7 @@ class PodmanLauncher:
         self._check_image(workload.image)
         result = self._play_with_secret(workload)
         if result.returncode == 0:
+            self._start(workload)
             return
         # Asked only now: a first launch needs no lookup, and a play refused because the
         # pod exists names it.
@@ -375,12 +382,37 @@ class PodmanLauncher:
         """The revision's pod exists (a redelivery, a retry): start it if need be, never twice."""
         state = self.container_state(workload)
         if state is not None and state["Status"] in NOT_STARTED:
-            result = self.podman("pod", "start", workload.run_name)
-            if result.returncode != 0:
-                raise self._error("pod start", result)
+            self._start(workload)
+
+    def _start(self, workload: Workload) -> None:
+        """Start the played pod once its processes are capped (never before: ``kube play``
+        takes no pids limit from a manifest, so the pod is made stopped, capped, then
+        started)."""
+        self.cap_processes(workload)
+        result = self.podman("pod", "start", workload.run_name)
+        if result.returncode != 0:
+            self.remove(workload)  # a pod that cannot start never will: leave nothing
+            raise self._error("pod start", result)
+
+    def cap_processes(self, workload: Workload) -> None:
+        """The pod's pids cgroup holds its replicas' processes and threads to the task
+        limit each (and the pod's pause process): a fork bomb stops there."""
+        found = self.podman("pod", "inspect", "--format", "{{.CgroupPath}}", workload.run_name)
+        if found.returncode != 0:
+            raise self._error("pod inspect", found)
+        path = found.stdout.strip()
+        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):  # cgroup v1, then v2
+            limit = Path(f"{root}{path}") / "pids.max"
+            if path.startswith("/") and limit.exists():
+                limit.write_text(f"{self.maxima.pids * workload.replicas + 1}\n")
+                return
+        self.remove(workload)
+        raise LaunchFailed(f"the pod's cgroup ({path or 'none'}) has no pids controller to "
+                           "hold the task to its processes limit (TASKENV_TASK_MAX_PROCESSES): "
+                           "run podman as root with cgroupfs or systemd cgroups")
 
     def play_file(self, path: Path) -> subprocess.CompletedProcess[str]:
-        return self.podman("kube", "play", "--start", "--quiet", str(path))
+        return self.podman("kube", "play", "--start=false", "--quiet", str(path))
 
     def _check_image(self, image: str) -> None:
         """A local image that is missing cannot be pulled: say so instead of trying.

@@ -227,16 +227,18 @@ class CountingLauncher(PodmanLauncher):
         return super().podman(*args, stdin=stdin, stderr=stderr)
 
 
-def test_a_first_launch_is_one_podman_process(make_workload):
+def test_a_first_launch_plays_caps_and_starts_the_pod(make_workload):
     launcher = CountingLauncher(Settings())
     first, second = make_workload([["true"]]), make_workload([["true"]])
 
     launcher.launch(first, RecordingHooks().hooks)
-    assert launcher.calls == ["image exists", "kube play"]  # the image: once per process
+    # The image: once per process.  The pod is played stopped, capped and started (kube
+    # play takes no pids limit from a manifest).
+    assert launcher.calls == ["image exists", "kube play", "pod inspect", "pod start"]
     launcher.calls.clear()
     launcher.launch(second, RecordingHooks().hooks)
 
-    assert launcher.calls == ["kube play"]
+    assert launcher.calls == ["kube play", "pod inspect", "pod start"]
     assert finish(launcher, second).state == "succeeded"
 
 

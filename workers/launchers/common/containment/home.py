@@ -37,11 +37,24 @@ def _check(result: int, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
+# This process's own mount namespace and scratch tmpfs, once made.  A runner of several
+# replicas makes each replica's home in the same namespace, side by side under one
+# scratch tmpfs: a second namespace or scratch mount would hide the homes made before it
+# (and a replica that ended would unmount the home another replica is about to enter).
+_own_namespace = False
+_scratch: Path | None = None
+
+
 def private_mounts() -> None:
-    """This process's own mount namespace, sharing nothing back with the host's."""
+    """This process's own mount namespace, sharing nothing back with the host's (made
+    once per process, however many homes it mounts)."""
+    global _own_namespace
+    if _own_namespace:
+        return
     libc = _libc()
     _check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _own_namespace = True
 
 
 def scratch_dir(keep: list[Path]) -> Path:
@@ -60,13 +73,17 @@ def mount_home(seed: Path, size: int, uid: int, gid: int, keep: list[Path]) -> P
     It is mounted inside a small tmpfs of the runner's own over a :func:`scratch_dir`,
     not at the run directory: the task's user then needs no access to the directories
     above the run directory, which may be private to the workers (as a test's temporary
-    directory is).  ``keep``: the paths the runner still needs.
+    directory is).  Each home is named after its seed (``home``, ``home-1``...: one per
+    replica).  ``keep``: the paths the runner still needs.
     """
+    global _scratch
     libc = _libc()
-    scratch = scratch_dir([seed, *keep])
-    _check(libc.mount(b"tmpfs", str(scratch).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                      b"size=1m,mode=0755"), f"mount a private tmpfs on {scratch}")
-    home = scratch / "home"
+    if _scratch is None:
+        scratch = scratch_dir([seed, *keep])
+        _check(libc.mount(b"tmpfs", str(scratch).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                          b"size=1m,mode=0755"), f"mount a private tmpfs on {scratch}")
+        _scratch = scratch
+    home = _scratch / seed.name
     home.mkdir(mode=0o700)
     options = f"size={size},mode=0700,uid={uid},gid={gid}".encode()
     _check(libc.mount(b"tmpfs", str(home).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,

@@ -1,0 +1,411 @@
+"""One contract, every backend: what a launcher guarantees, proven on its real engine.
+
+Each case runs a task the way the platform does — stored, validated and resolved by the
+real stages, started by the launch stage, its end brought back by the reconciler's
+passes — and reads what the task saw from its log in Redis, as a user would.  The
+steps are POSIX shell with busybox-level tools (``env``, ``od``, ``stat``, ``dd``), so
+the same step runs in the local sandbox (the host's ``/usr``) and in podman's runtime
+image (busybox only).
+
+A case a backend cannot meet is in :data:`NOT_MET`, with its reason; docs/launchers.md
+shows the same table (``test_the_documented_table_is_this_one`` holds them equal), so
+no case is ever skipped silently.  Kubernetes runs against the contract server in
+``tests/workers/launchers/kubernetes/`` for what a cluster would decide: no step runs
+there, so it is in the table for every case that needs one; the dry run runs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.config import Settings
+from shared.env.envlist import Limits
+from shared.env.identity import Group, replica_env
+from shared.policy.store import PolicyStore
+from shared.redis_conn import connect
+from shared.secrets import REDACTED, Cipher, new_key
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.replica_logs import prefixed
+from shared.task.workload import Workload
+from tests.support.podman import podman
+from workers import stages
+from workers.launchers import make_launcher
+from workers.launchers.base import Launcher
+from workers.localstack import RedisServer
+from workers.reconcile import reconcile_once
+
+ROOT = Path(__file__).resolve().parents[3]
+KEY = new_key()
+DOC = ROOT / "docs" / "launchers.md"
+
+# Small limits, so that a step can reach each of them in a moment.
+MAX_OPEN_FILES, MAX_FILE_BYTES, MAX_PROCESSES = 64, 1 << 20, 48
+
+HOSTILE = {
+    "SUBSHELL": "$(id)",
+    "REFERENCE": "$(HOME)",
+    "DOLLARS": "a$$b $$(X) $ end$",
+    "BACKTICKS": "`id`",
+    "SEMICOLON": "a; rm -rf /",
+    "NEWLINES": "line one\nline two\n",
+    "NON_ASCII": "数据集/训练 — ünïcode ✓",
+    "QUOTES": "'\"\\",
+    "EMPTY": "",
+    "EQUALS": "a=b=c",
+}
+SECRET = "hf_contract-secret-5f1c9e27"
+
+
+@dataclass
+class Backend:
+    """One backend as the suite drives it."""
+
+    name: str
+    launcher: Launcher
+    tasks: TaskStore
+    settings: Settings
+    # Variables the backend's runtime adds to what the task resolved (documented per
+    # backend in docs/launchers.md), besides each replica's identity.
+    runtime_names: frozenset[str]
+    cleanup: Callable[[Workload], None]
+
+    def submit(self, steps: list[list[str]], env: list[dict[str, Any]] | None = None,
+               **fields: Any) -> Workload:
+        """A task stored and resolved by the real validation and policy stages."""
+        doc, _ = self.tasks.create(records.new_task(
+            {"name": "contract", "steps": steps, "env": env or [], **fields}, "alice"))
+        policies = PolicyStore(self.tasks.r, f"none-{uuid.uuid4().hex}", self.tasks.cipher)
+        assert stages.validate(self.tasks, Limits(), doc["id"], 1)
+        assert stages.apply_policy(self.tasks, policies, doc["id"], 1)
+        return Workload.from_doc(self.tasks.get(doc["id"]))
+
+    def start(self, workload: Workload) -> None:
+        stages.launch(self.tasks, self.launcher, workload.task_id, workload.revision,
+                      self.settings.heartbeat_seconds)
+
+    def finish(self, workload: Workload, timeout: float = 120.0) -> tuple[dict[str, Any], str]:
+        """The reconciler's passes until the task is final: its record and its log."""
+        deadline = time.monotonic() + timeout
+        while (doc := self.tasks.get(workload.task_id))["state"] not in states.FINAL:
+            assert time.monotonic() < deadline, f"still {doc['state']} after {timeout} s"
+            reconcile_once(self.tasks, self.launcher, lambda *a: None, stuck_after=600.0)
+            time.sleep(0.2)
+        return doc, self.tasks.read_log(workload.task_id, workload.revision)
+
+    def run(self, steps: list[list[str]], env: list[dict[str, Any]] | None = None,
+            **fields: Any) -> tuple[dict[str, Any], str]:
+        workload = self.submit(steps, env, **fields)
+        self.start(workload)
+        try:
+            return self.finish(workload)
+        finally:
+            self.cleanup(workload)
+
+
+# --- the backends ----------------------------------------------------------------------
+
+NOT_MET: dict[tuple[str, str], str] = {
+    ("podman", "python_start_up_files_stay_inside"):
+        "the runtime image has no Python; nothing outside the container runs with the "
+        "task's env (podman reads the pod spec, the values are the container's alone)",
+}
+for _case in ("env_arrives_exactly", "secrets_are_redacted", "files_arrive_with_modes",
+              "fail_fast_names_the_replica", "replicas_are_prefixed",
+              "each_replica_has_a_home_of_its_own",
+              "output_is_never_the_backends_words", "cancel_is_idempotent_and_leaves_nothing",
+              "python_start_up_files_stay_inside", "no_setuid_file_is_left_on_the_host",
+              "the_limits_hold"):
+    NOT_MET[("kubernetes", _case)] = ("no step runs against the contract server: a "
+                                      "cluster's kubelet decides (its tests check the Job "
+                                      "and Secret taskenv submits)")
+    NOT_MET[("dryrun", _case)] = "the dry run starts nothing"
+
+BACKENDS = ["local", "podman", "kubernetes", "dryrun"]
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def podman_image() -> None:
+    subprocess.run([str(ROOT / "deploy/image/build.sh")], check=True, timeout=300)
+
+
+def _settings(redis_server: RedisServer, tmp_path: Path, launcher: str) -> Settings:
+    return Settings(launcher=launcher, redis_url=redis_server.url,
+                    key_prefix=f"c{uuid.uuid4().hex[:8]}", work_dir=str(tmp_path / "work"),
+                    secret_keys=KEY, heartbeat_seconds=1,
+                    task_max_open_files=MAX_OPEN_FILES,
+                    task_max_file_size=str(MAX_FILE_BYTES),
+                    task_max_processes=MAX_PROCESSES)
+
+
+def _reap_runners(workload: Workload) -> None:
+    """The local runners this process started, waited for once they end on their own."""
+    from workers.launchers.local import launcher as local
+
+    for proc in list(local._RUNNERS):
+        proc.wait(timeout=60)
+
+
+def _remove_pod(workload: Workload) -> None:
+    podman("pod", "rm", "--force", "--ignore", workload.run_name)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, redis_server: RedisServer,
+            tmp_path: Path) -> Backend:
+    name = request.param
+    case = request.node.originalname.removeprefix("test_")
+    if (name, case) in NOT_MET:
+        pytest.skip(f"{name}: {NOT_MET[(name, case)]}")
+    request.applymarker(pytest.mark.integration)
+    settings = _settings(redis_server, tmp_path, name)
+    tasks = TaskStore(connect(settings.redis_url), settings.key_prefix,
+                      Cipher.from_setting(KEY))
+    if name == "local":
+        request.applymarker(pytest.mark.sandbox)
+        return Backend(name, make_launcher(settings), tasks, settings,
+                       frozenset({"PATH", "HOME", "PWD"}), _reap_runners)
+    if name == "podman":
+        request.applymarker(pytest.mark.podman)
+        request.getfixturevalue("podman_image")
+        return Backend(name, make_launcher(settings), tasks, settings,
+                       frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "SHLVL"}), _remove_pod)
+    raise AssertionError(f"{name}: every case is in NOT_MET")
+
+
+# --- what a step prints, and how the suite reads it back --------------------------------
+
+def dumped(tag: str, command: str) -> list[str]:
+    """A step whose output is ``command``'s bytes in hex between markers: values with
+    newlines, NULs' neighbours and any byte survive the log."""
+    return ["sh", "-c", f'echo "<{tag}"; {command} | od -An -v -tx1; echo "{tag}>"']
+
+
+def undumped(log: str, tag: str) -> list[bytes]:
+    found = re.findall(rf"^(?:\[replica \d+\] )?<{tag}\n(.*?)^(?:\[replica \d+\] )?{tag}>$",
+                       log, re.S | re.M)
+    return [bytes.fromhex(re.sub(r"\[replica \d+\]|\s", "", block)) for block in found]
+
+
+def environ(raw: bytes) -> dict[str, str]:
+    entries = [e.decode() for e in raw.split(b"\0") if e]
+    return dict(e.split("=", 1) for e in entries)
+
+
+def values(env: dict[str, str], secret: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    entries += [{"name": k, "value": v, "secret": True} for k, v in (secret or {}).items()]
+    return entries
+
+
+# --- the cases ---------------------------------------------------------------------------
+
+def test_env_arrives_exactly(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every resolved value arrives byte for byte; the worker's own environment does not."""
+    monkeypatch.setenv("TASKENV_CONTRACT_WORKER_ONLY", "must-not-arrive")
+    workload = backend.submit([dumped("ENV", "env -0")], values(HOSTILE))
+    backend.start(workload)
+    try:
+        doc, log = backend.finish(workload)
+    finally:
+        backend.cleanup(workload)
+    assert doc["state"] == states.SUCCEEDED, log
+    (seen,) = [environ(raw) for raw in undumped(log, "ENV")]
+    resolved = workload.env_dict()  # the user's values and the platform's (TASK_ID...)
+    assert {k: seen.get(k) for k in HOSTILE} == HOSTILE
+    assert {k: seen.get(k) for k in resolved} == resolved
+    identity = dict(replica_env(Group(), 0))
+    assert {k: seen.get(k) for k in identity} == identity
+    extra = set(seen) - set(resolved) - set(identity)
+    assert extra <= backend.runtime_names, f"{backend.name} added {extra - backend.runtime_names}"
+
+
+def test_secrets_are_redacted(backend: Backend) -> None:
+    """A step that prints a secret shows it masked in every log; the value reached it."""
+    step = ["sh", "-c", 'echo "token=$HF_TOKEN"; [ "$HF_TOKEN" = "' + SECRET + '" ]']
+    doc, log = backend.run([step], values({}, {"HF_TOKEN": SECRET}))
+    assert doc["state"] == states.SUCCEEDED, log
+    assert SECRET not in log and f"token={REDACTED}" in log
+
+
+def test_files_arrive_with_modes(backend: Backend) -> None:
+    files = [{"path": "run.sh", "content": "#!/bin/sh\necho ran-from-file\n", "mode": 0o755},
+             {"path": "conf/data.txt", "content": "数据 line\n", "mode": 0o600}]
+    steps = [["./run.sh"], ["sh", "-c", "stat -c 'MODE %a %n' run.sh conf/data.txt; "
+                                        "cat conf/data.txt"]]
+    doc, log = backend.run(steps, files=files, workdir="job")
+    assert doc["state"] == states.SUCCEEDED, log
+    assert "ran-from-file" in log and "MODE 755 run.sh" in log
+    assert "MODE 600 conf/data.txt" in log and "数据 line" in log
+
+
+def test_fail_fast_names_the_replica(backend: Backend) -> None:
+    """Replica 1 fails while replica 0 would sleep for ever: the task fails now, naming
+    the replica and its exit code."""
+    step = ["sh", "-c", 'if [ "$RANK" = 1 ]; then exit 42; fi; sleep 600']
+    started = time.monotonic()
+    doc, log = backend.run([step], replicas=2)
+    assert time.monotonic() - started < 120
+    assert (doc["state"], doc["exit_code"]) == (states.FAILED, 42), log
+    assert "replica 1" in doc["reason"] and "42" in doc["reason"]
+
+
+def test_replicas_are_prefixed(backend: Backend) -> None:
+    doc, log = backend.run([["sh", "-c", 'echo "hello from $RANK"']], replicas=2)
+    assert doc["state"] == states.SUCCEEDED, log
+    for rank in (0, 1):
+        assert prefixed(rank, f"hello from {rank}\n") in log
+
+
+def test_each_replica_has_a_home_of_its_own(backend: Backend) -> None:
+    """What one replica writes in its home, another never sees nor overwrites."""
+    step = ["sh", "-c", 'echo "$RANK" > mine; sleep 1; echo "home of $RANK holds $(cat mine)"']
+    doc, log = backend.run([step], replicas=2)
+    assert doc["state"] == states.SUCCEEDED, log
+    for rank in (0, 1):
+        assert prefixed(rank, f"home of {rank} holds {rank}\n") in log
+
+
+def test_output_is_never_the_backends_words(backend: Backend) -> None:
+    """What a step prints is the user's output, never read as the scheduler's messages."""
+    lines = ["slurmstepd: error: Detected 1 oom-kill event(s) in StepId=1.0",
+             "srun: error: node1: task 1: Exited with exit code 42",
+             "OOMKilled", "Error: container exited with 137", "local: step 1 exited with 9"]
+    step = ["sh", "-c", "; ".join(f"echo '{line}'" for line in lines)]
+    doc, log = backend.run([step], replicas=2)
+    assert (doc["state"], doc["exit_code"]) == (states.SUCCEEDED, 0), log
+    assert doc.get("reason") in (None, "")
+
+
+def test_cancel_is_idempotent_and_leaves_nothing(backend: Backend) -> None:
+    seconds = f"900.{time.monotonic_ns() % 10**9:09d}"  # a sleep no other test runs
+    workload = backend.submit([["sh", "-c", f"sleep {seconds} & sleep {seconds}"]])
+    backend.start(workload)
+    try:
+        deadline = time.monotonic() + 60
+        while not _sleeping(backend, workload, seconds):
+            assert time.monotonic() < deadline, "the step never started"
+            time.sleep(0.2)
+        assert backend.tasks.transition(workload.task_id, 1, set(states.LAUNCHED),
+                                        states.CANCELLED, cancelled_by="alice") is not None
+        backend.launcher.cancel(workload)
+        backend.launcher.cancel(workload)  # a second cancel: nothing more, no error
+        observed = backend.launcher.observe(workload)
+        assert observed is None or observed.state != "running"
+        deadline = time.monotonic() + 30
+        while _sleeping(backend, workload, seconds):
+            assert time.monotonic() < deadline, "the step outlived its cancel"
+            time.sleep(0.2)
+    finally:
+        backend.cleanup(workload)
+
+
+def _sleeping(backend: Backend, workload: Workload, seconds: str) -> bool:
+    if backend.name == "podman":
+        found = podman("pod", "exists", workload.run_name)
+        if found.returncode != 0:
+            return False
+        top = podman("pod", "top", workload.run_name, "args")
+        return seconds in top.stdout
+    out = subprocess.run(["pgrep", "-f", f"sleep {seconds}"], capture_output=True, text=True)
+    return out.returncode == 0
+
+
+def test_python_start_up_files_stay_inside(backend: Backend) -> None:
+    """A task's ``sitecustomize.py`` on its PYTHONPATH and a ``.pth`` under the HOME it
+    sets run in its own Python (inside), and nowhere else: a canary file they would
+    leave in the host's /tmp is never there."""
+    canary = Path(f"/tmp/taskenv-canary-{uuid.uuid4().hex}")
+    hook = (f"import sys; print('hook ran in', sys.argv[0] or 'python', flush=True); "
+            f"open({str(canary)!r}, 'a').write('ran')\n")
+    files = [{"path": "sitecustomize.py", "content": hook},
+             {"path": ".local/lib/python3.11/site-packages/evil.pth", "content": hook},
+             {"path": "train.py", "content": "print('training')\n"}]
+    env = values({"PYTHONPATH": ".", "HOME": "."})
+    try:
+        doc, log = backend.run([["python3", "train.py"]], env, files=files, workdir="job")
+        assert doc["state"] == states.SUCCEEDED, log
+        assert "training" in log and "hook ran in" in log  # the hooks are real, and ran inside
+        assert not canary.exists(), "task code ran outside the sandbox"
+    finally:
+        canary.unlink(missing_ok=True)
+
+
+def test_no_setuid_file_is_left_on_the_host(backend: Backend) -> None:
+    step = ["sh", "-c", "cp /bin/sh ./suid-sh && chmod 4755 ./suid-sh; "
+                        "ls -l suid-sh; echo wrote"]
+    doc, log = backend.run([step])
+    assert "wrote" in log, log
+    work = Path(backend.settings.work_dir)
+    left = [p for p in work.rglob("*") if p.is_file() and p.stat().st_mode & stat.S_ISUID] \
+        if work.exists() else []
+    assert left == []
+
+
+def test_the_limits_hold(backend: Backend) -> None:
+    """Open files, file size and processes stop at the limits the task was given."""
+    files_step = ["sh", "-c", "echo OPEN_FILES $(ulimit -Sn) $(ulimit -Hn)"]
+    size_step = ["sh", "-c", f"dd if=/dev/zero of=big bs=4096 count={MAX_FILE_BYTES // 2048}"
+                             " 2>/dev/null; echo SIZE $(wc -c < big)"]
+    procs_step = ["sh", "-c", f"n=0; while [ $n -lt {MAX_PROCESSES * 2} ]; do "
+                              "(sleep 3) 2>/dev/null & n=$((n+1)); done; "
+                              "echo STARTED $(ps -o pid= 2>/dev/null | wc -l); wait; true"]
+    doc, log = backend.run([files_step, size_step, procs_step])
+    soft, hard = re.search(r"OPEN_FILES (\d+) (\d+)", log).groups()  # type: ignore[union-attr]
+    assert int(soft) <= MAX_OPEN_FILES and int(hard) <= MAX_OPEN_FILES, log  # the kernel's own
+    size = int(re.search(r"SIZE (\d+)", log).group(1))  # type: ignore[union-attr]
+    assert size <= MAX_FILE_BYTES, log
+    # The forks beyond the limit are refused: the step goes on with fewer, or it fails
+    # (the local launcher's reason names the limit it reached) — never a host that runs
+    # them all.
+    started = re.search(r"STARTED (\d+)", log)
+    if started is None:
+        assert doc["state"] == states.FAILED, log
+        if backend.name == "local":
+            assert f"{MAX_PROCESSES} processes" in doc["reason"]
+    else:
+        assert int(started.group(1)) <= MAX_PROCESSES, log
+
+
+# --- the table -----------------------------------------------------------------------------
+
+CASES = sorted(name.removeprefix("test_") for name in dir() if name.startswith("test_"))
+
+
+def test_the_documented_table_is_this_one() -> None:
+    """docs/launchers.md's contract table lists every case and, per backend, whether it
+    is met; each "not met" row gives the reason NOT_MET gives."""
+    text = DOC.read_text(encoding="utf-8")
+    table = text[text.index("<!-- contract-table -->"):text.index("<!-- /contract-table -->")]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 1 + len(BACKENDS) and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = dict(zip(BACKENDS, cells[1:], strict=True))
+    assert sorted(rows) == CASES
+    for case, cells in rows.items():
+        for name, cell in cells.items():
+            met = (name, case) not in NOT_MET
+            assert cell.startswith("met") == met, (case, name, cell)
+
+
+def test_every_case_runs_on_some_backend_that_has_an_engine_here() -> None:
+    assert all(any((b, c) not in NOT_MET for b in ("local", "podman")) for c in CASES)
+
