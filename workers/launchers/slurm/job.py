@@ -481,7 +481,12 @@ def run_batch(spec: dict[str, Any]) -> int:
     # Slurm signals the batch script when the job is cancelled, runs over its time or loses
     # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
     signal.signal(signal.SIGTERM, stopped)
-    memfd = take_values(run_dir)
+    try:
+        memfd = take_values(run_dir)
+    except OSError as exc:  # cancelled before it started: the launcher removed the values
+        write_outcome(run_dir, {"state": "failed", "exit_code": None,
+                                "reason": f"the job's values were gone: {exc.strerror}"})
+        return 1
     os.makedirs(os.path.join(run_dir, EXITS), mode=0o700, exist_ok=True)
     try:
         holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0"))))

@@ -209,6 +209,9 @@ class SlurmLauncher:
         result = self.slurm(self.scancel, str(job))
         if result.returncode != 0 and not NO_SUCH_JOB.search(result.stderr):
             raise self._error("scancel", result)
+        # A job cancelled while pending never takes its values: they go now, not when its
+        # directory does.
+        (self.run_dir(workload) / slurm_job.ENV_FILE).unlink(missing_ok=True)
         seen = self.observe(workload)
         if seen is not None and seen.state == "running":
             raise TransientError(f"Slurm job {job} is still stopping")

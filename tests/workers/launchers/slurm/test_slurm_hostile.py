@@ -415,3 +415,32 @@ def test_replicas_meet_on_a_cluster_without_mpi_ports(
         text = output(launcher, workload)
         assert ended == Outcome("succeeded", exit_code=0), text
         assert "rank 0 met b'alice-rendezvous-hello'" in text, text
+
+
+def test_another_tasks_revision_directory_is_out_of_reach(launcher: SlurmLauncher) -> None:
+    other = build_workload([["sleep", "8"]], files=(TaskFile("mine.txt", "alice's\n"),))
+    launcher.launch(other, RecordingHooks().hooks)
+    theirs = launcher.run_dir(other)
+    probe = ["sh", "-c", f"ls {launcher.root} {theirs} 2>&1; cat {theirs}/job.py 2>&1; "
+             f"cat {theirs}/home/mine.txt 2>&1; echo probed"]
+    time.sleep(2)
+    ended, text = run(launcher, build_workload([probe]))
+    assert ended.state == "succeeded" and "probed" in text, (ended, text)
+    assert "alice's" not in text and "SPEC" not in text and "No such file" in text, text
+
+
+def test_a_job_cancelled_while_pending_leaves_no_values_behind(
+        launcher: SlurmLauncher, slurm_cluster: SlurmCluster) -> None:
+    pending = build_workload([["true"]], secrets={"HF_TOKEN": "hf_pending-secret-42a1"})
+    down = ("scontrol", "update", "PartitionName=debug")
+    slurm_cluster.run(*down, "State=DOWN")  # the job waits (PartitionDown) until cancelled
+    try:
+        launcher.launch(pending, RecordingHooks().hooks)
+        assert (launcher.run_dir(pending) / "env").exists()
+        try:
+            launcher.cancel(pending)
+        except Exception:  # noqa: BLE001, S110 - still stopping: the values went all the same
+            pass
+        assert not (launcher.run_dir(pending) / "env").exists()
+    finally:
+        slurm_cluster.run(*down, "State=UP")
