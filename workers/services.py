@@ -130,9 +130,17 @@ def stage_sender(settings: Settings) -> SendToStage:
     """``send(stage, task_id, revision)``, loading Celery on the first message only."""
 
     def send(stage: str, task_id: str, revision: int) -> None:
+        from kombu.exceptions import OperationalError
+
         from workers.celery_app import send_to_stage
 
-        send_to_stage(settings, stage, task_id, revision)
+        try:
+            send_to_stage(settings, stage, task_id, revision)
+        except OperationalError as exc:
+            # The broker is Redis: its failure is a Redis error, which the API answers
+            # 503 unavailable (the record is written: an Idempotency-Key retry finds it,
+            # and the reconciler sends the message again), never a 500.
+            raise redis.ConnectionError(f"the broker is unreachable: {exc}") from exc
 
     return send
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 from celery import Task
+from kombu.exceptions import OperationalError
 
 from shared.errors import TransientError
 from workers import outcomes, stages
@@ -25,7 +26,9 @@ from workers.services import current
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (TransientError, redis.ConnectionError, redis.TimeoutError)
+# kombu's OperationalError: sending the next stage's message failed (the broker, Redis,
+# away or failing over): retried, never a reason to fail the task.
+TRANSIENT = (TransientError, redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 
 class StageTask(Task):
