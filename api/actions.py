@@ -34,8 +34,8 @@ from shared.errors import (
     ResourcesInvalid,
     StateConflict,
 )
-from shared.policy.layers import ProjectConflict
 from shared.policy.model import Policy, check_policy
+from shared.policy.scope_checks import ProjectConflict
 from shared.secrets import masked
 from shared.task import files as task_files
 from shared.task import manifest, records, resolution, revisions, states
@@ -112,8 +112,7 @@ def check_files(svc: Services, files: list[Doc], env: list[Doc]) -> list[Problem
 def every_problem(svc: Services, doc: Doc) -> list[Problem]:
     """Every problem of ``doc``'s env under the current policies (uncapped)."""
     task = {"id": resolution.PLACEHOLDER_ID, "revision": 1, **doc}
-    return resolution.every_problem(task, svc.policies.current(),
-                                    svc.policies.project(doc.get("project")), svc.limits)
+    return resolution.every_problem(task, svc.policies.chain(doc), svc.limits)
 
 
 def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1) -> None:
@@ -370,9 +369,8 @@ def _pinned(svc: Services, earlier: Doc, project: str | None) -> tuple[list[Doc]
         raise StateConflict(f"revision {earlier['revision']} was never resolved "
                             f"({earlier.get('state')}): it has no values to pin; rerun it "
                             "without pin")
-    # What either layer protects today is always today's value, as for a new task.
-    layers = [svc.policies.current(), svc.policies.project(project)]
-    protected_now = {p.name for layer in layers if layer is not None for p in layer.protected}
+    # What any scope protects today is always today's value, as for a new task.
+    protected_now = svc.policies.chain({"project": project}).protected_names()
     return (revisions.pinned_env(earlier["resolved"], protected_now),
             revisions.pinned_defaults(earlier["resolved"], protected_now))
 
@@ -390,13 +388,12 @@ def _replacing(current: list[Doc], target: list[Doc]) -> tuple[list[Doc], list[s
 
 def resolved_now(svc: Services, doc: Doc) -> Doc:
     """The record as the workers would resolve it now, for a revision not yet resolved."""
-    policy, project = svc.policies.current(), svc.policies.project(doc.get("project"))
-    state, checked = decide_validation(doc, svc.limits, policy, project)
+    chain = svc.policies.chain(doc)
+    state, checked = decide_validation(doc, svc.limits, chain)
     if state == states.REJECTED:
         raise EnvInvalid("the task's env is not valid",
                          [Problem(**e) for e in checked["errors"]])
-    state, decided = decide_policy({**doc, **checked}, policy, project=project,
-                                   hooks=svc.hooks)
+    state, decided = decide_policy({**doc, **checked}, chain, hooks=svc.hooks)
     if state == states.REJECTED:
         raise PolicyConflict("the policy refuses the task's env",
                              [Problem(**e) for e in decided["errors"]])
@@ -484,17 +481,15 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
     and ``image``, conditional entries apply as they would to it.
     """
     version = data["policy_version"]
-    policy = svc.policies.current() if version is None else svc.policies.get(version)
     project = (svc.projects.for_task(owner, data.get("project"), is_admin)
                if owner is not None else data.get("project"))
     task = {"project": project, "resources": data.get("resources"), "image": data.get("image"),
             "files": data.get("files") or [], "strict_env": data.get("strict_env", False),
             "replicas": data.get("replicas"), "procs_per_replica": data.get("procs_per_replica")}
-    project_policy = svc.policies.project(project)
-    doctor = Doctor(svc.catalog.applying(project, [policy, project_policy]))
-    shown = resolution.preview(data["env"], data["name"], policy, svc.limits, task,
-                               project_policy, svc.hooks, doctor=doctor,
-                               group=preview_group(svc, data))
+    chain = svc.policies.chain(task, None if version is None else svc.policies.get(version))
+    doctor = Doctor(svc.catalog.applying(chain))
+    shown = resolution.preview(data["env"], data["name"], chain, svc.limits, task,
+                               svc.hooks, doctor=doctor, group=preview_group(svc, data))
     file_problems = check_files(svc, data.get("files") or [], data["env"])
     # Every problem at once: the replicas' first (the request's shape), then the env's, then
     # the files'.
@@ -512,8 +507,7 @@ def advice(svc: Services, doc: Doc) -> list[dict[str, Any]]:
     are never looked at."""
     env = [e for e in doc.get("env") or []
            if isinstance(e.get("name"), str) and isinstance(e.get("value"), str)]
-    catalog = svc.catalog.applying(doc.get("project"), [
-        svc.policies.current(), svc.policies.project(doc.get("project"))])
+    catalog = svc.catalog.applying(svc.policies.chain(doc))
     return [p.to_dict() for p in envlist.capped(
         doctor_advice.advise(envlist.parse(env), catalog))]
 

@@ -35,6 +35,23 @@ def encode(position: int | None) -> str | None:
     return _fernet(svc().settings).encrypt(str(position).encode()).decode()
 
 
+def encode_name(name: str | None) -> str | None:
+    """A cursor after ``name`` in a listing by name (the catalog's)."""
+    if name is None:
+        return None
+    return _fernet(svc().settings).encrypt(name.encode("utf-8", "surrogatepass")).decode()
+
+
+def decode_name(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    try:
+        return _fernet(svc().settings).decrypt(cursor.encode()).decode("utf-8", "surrogatepass")
+    except (InvalidToken, ValueError):
+        raise BadRequest("cursor: not a cursor this service gave out; pass next_cursor "
+                         "back as it came") from None
+
+
 def decode(cursor: str | None) -> int | None:
     if cursor is None:
         return None

@@ -1,9 +1,10 @@
-"""What admins and maintainers do to projects and layered policies, for the API and pages.
+"""What admins and maintainers do to projects and their policies, for the API and pages.
 
-A project policy is saved only if :func:`shared.policy.layers.check_layer` finds nothing it
-would weaken in the platform's; a draft's impact is measured with the same merge the
-policy stage runs (``shared.task.resolution.draft_resolution``), over the latest revision of
-every task not final plus the most recent 1,000 final ones in scope.  A platform policy
+A project policy is saved only if :func:`shared.policy.scope_checks.check_scope_policy`
+finds nothing it would weaken in the policies of the scopes above it; a draft's impact is
+measured with the same merge the policy stage runs
+(``shared.task.resolution.draft_resolution``), over the latest revision of every task not
+final plus the most recent 1,000 final ones in scope.  A platform policy
 may be saved under projects it now refuses; ``platform_conflicts`` names them.
 """
 
@@ -18,8 +19,16 @@ from shared.access.projects import Project
 from shared.env import envlist
 from shared.errors import PolicyInvalid, Problem
 from shared.policy.impact import TaskSnapshot, impact
-from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
-from shared.policy.model import Policy, Resolution, Resolved, check_policy, project_scope
+from shared.policy.model import (
+    SCOPE_PREFIX,
+    Policy,
+    Resolution,
+    Resolved,
+    check_policy,
+    project_scope,
+)
+from shared.policy.scope_checks import ProjectConflict, check_scope_policy, project_conflicts
+from shared.policy.scopes import Chain
 from shared.store.tasks import Doc
 from shared.task import states
 from shared.task.resolution import draft_resolution, facts_of
@@ -43,11 +52,16 @@ def delete_project(svc: Services, name: str, actor: str) -> None:
 
 def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Problem]:
     """Why the draft cannot be saved: a platform draft on its own, a project draft
-    against the platform's current policy."""
+    against the current policies of every scope above the project's."""
     if project is None:
         return check_policy(data, svc.limits)
-    return check_layer(data, svc.policies.current(), svc.limits, svc.hooks,
-                       svc.reserved_prefixes)
+    return check_scope_policy(data, _above(svc, project), svc.limits, svc.hooks,
+                              svc.reserved_prefixes)
+
+
+def _above(svc: Services, project: str) -> Chain:
+    """The current policies of the scopes outside ``project``'s."""
+    return svc.policies.chain({"project": project}).above(project_scope(project))
 
 
 def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]:
@@ -60,10 +74,11 @@ def platform_conflicts(svc: Services, platform: Policy) -> list[ProjectConflict]
 
 
 def policy_conflicts(svc: Services, project_policy: Policy) -> list[Problem]:
-    """What in a project's policy the platform's current one refuses (a platform policy
+    """What in a project's policy the current policies above it refuse (a platform policy
     saved after it may have protected a name or added a rule)."""
-    return check_layer(project_policy.to_dict(), svc.policies.current(), svc.limits,
-                       svc.hooks, svc.reserved_prefixes)
+    project = project_policy.scope.removeprefix(SCOPE_PREFIX)
+    return check_scope_policy(project_policy.to_dict(), _above(svc, project), svc.limits,
+                              svc.hooks, svc.reserved_prefixes)
 
 
 def save_project_policy(svc: Services, name: str, data: Doc, actor: str,
@@ -93,11 +108,14 @@ def draft_impact(svc: Services, data: Doc, project: str | None = None) -> Doc:
     draft = Policy.from_dict({**data, "scope": project_scope(project) if project else None})
     docs = {d["id"]: d for d in _latest(svc, project)}
 
+    chains: dict[Any, Chain] = {}  # one read per project, not per task
+
     def resolve_draft(snapshot: TaskSnapshot) -> Resolution:
         doc = docs[snapshot.id]
-        platform = draft if project is None else svc.policies.current()
-        layer = draft if project is not None else svc.policies.project(doc.get("project"))
-        return draft_resolution(doc, platform, layer, svc.limits, svc.hooks)
+        key = doc.get("project")
+        if key not in chains:  # the draft stands in for its scope's current policy
+            chains[key] = svc.policies.chain(doc).with_policy(draft)
+        return draft_resolution(doc, chains[key], svc.limits, svc.hooks)
 
     return impact_view(impact((snapshot(d) for d in docs.values()), resolve_draft))
 

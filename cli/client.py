@@ -208,7 +208,16 @@ class Client:
 
     # the doctor's catalog
     def catalog(self, project: str | None = None) -> dict[str, Any]:
-        return self.json("GET", "/catalog", params={"project": project} if project else {})
+        """The whole catalog that applies, page after page (the API pages by name)."""
+        params: dict[str, Any] = {"project": project} if project else {}
+        first = self.json("GET", "/catalog", params={**params, "limit": 500})
+        entries, cursor = list(first["entries"]), first.get("next_cursor")
+        while cursor:
+            page = self.json("GET", "/catalog", params={**params, "limit": 500,
+                                                        "cursor": cursor})
+            entries += page["entries"]
+            cursor = page.get("next_cursor")
+        return {**first, "entries": entries, "next_cursor": None}
 
     def put_catalog_entry(self, name: str, body: dict[str, Any],
                           project: str | None = None) -> dict[str, Any]:

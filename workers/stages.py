@@ -39,8 +39,7 @@ def validate(tasks: TaskStore, limits: Limits, task_id: str, revision: int,
     def decide(doc: Doc) -> tuple[str, dict[str, Any]]:
         state, decided = decide_validation(doc, limits)
         if state == states.REJECTED and policies is not None:  # read only when needed
-            state, decided = decide_validation(doc, limits, policies.current(),
-                                               policies.project(doc.get("project")))
+            state, decided = decide_validation(doc, limits, policies.chain(doc))
         return state, decided
 
     doc = _advance(tasks, task_id, revision, states.PENDING, decide)
@@ -62,14 +61,10 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     project's current one (``policies`` is the platform's store, which reaches both);
     a project's value for a start-up hook name (``hooks``) is withheld.  With
     ``catalogs``, the doctor examines the revision too (advice, scripts)."""
-    policy = policies.current()
-
     def decide(doc: Doc) -> tuple[str, dict[str, Any]]:
-        project = policies.project(doc.get("project"))
-        doctor = None if catalogs is None else Doctor(
-            catalogs.applying(doc.get("project"), [policy, project]))
-        return decide_policy(doc, policy, _rerun_of(tasks, doc), project, hooks,
-                             doctor=doctor)
+        chain = policies.chain(doc)
+        doctor = None if catalogs is None else Doctor(catalogs.applying(chain))
+        return decide_policy(doc, chain, _rerun_of(tasks, doc), hooks, doctor=doctor)
 
     doc = _advance(tasks, task_id, revision, states.VALIDATED, decide)
     if doc is None:

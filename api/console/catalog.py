@@ -21,6 +21,8 @@ from shared.doctor.store import PLATFORM
 from shared.errors import Forbidden, TaskenvError
 from shared.policy.model import project_scope
 
+PAGE = 100  # entries a page shows, by name
+
 
 def _editable(project: str | None) -> bool:
     who = auth.identity()
@@ -36,10 +38,12 @@ def catalog() -> Any:
     if project is not None:
         svc().projects.visible(project, who.owner, who.is_admin)
     choices = svc().projects.names() if who.is_admin else svc().projects.of(who.owner)
-    found = svc().catalog.applying(project, [svc().policies.current(),
-                                             svc().policies.project(project)])
-    return page("catalog.html", entries=[shown(e) for e in found.listing()], project=project,
-                choices=choices,
+    found = svc().catalog.applying(svc().policies.chain({"project": project}))
+    # A page at a time, as the API gives it: the console loads what it shows.
+    after = request.args.get("after") or None
+    entries, last = found.page(after, PAGE)
+    return page("catalog.html", entries=[shown(e) for e in entries], project=project,
+                choices=choices, next_after=last, first_page=after is None,
                 builtin=svc().catalog.builtin_on(), editable=_editable(project),
                 is_admin=who.is_admin, types=TYPES)
 

@@ -35,7 +35,7 @@ from api.console.pages import env_file_sent, listed_tasks
 from api.context import svc
 from api.schemas import PreviewIn, PreviewOut
 from shared.errors import Problem, TaskenvError
-from shared.policy.model import Policy
+from shared.policy.model import PLATFORM_SCOPE, Policy, project_scope
 from shared.policy.rules import Rule
 from shared.task import records, replica_logs, states
 
@@ -211,8 +211,9 @@ def variable_suggestions() -> dict[str, Any]:
     """``env_suggestions()``: the platform's policy and those of the user's projects."""
     def env_suggestions() -> list[Row]:
         mine = svc().projects.of(auth.actor())
-        found = [svc().policies.current(), *(svc().policies.project(p) for p in mine)]
-        return suggestions([p for p in found if p is not None])
+        scopes = [project_scope(p) for p in mine]
+        found = svc().policies.currents([PLATFORM_SCOPE, *scopes])  # one read
+        return suggestions(list(found.values()))
     return {"env_suggestions": env_suggestions}
 
 

@@ -27,8 +27,8 @@ from api.context import svc
 from api.errors import status_for
 from api.schemas import PolicyIn
 from shared.errors import PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
-from shared.policy.layers import ProjectConflict
 from shared.policy.model import Policy, project_scope
+from shared.policy.scope_checks import ProjectConflict
 from shared.policy.store import PolicyStore
 
 Row = dict[str, Any]

@@ -15,6 +15,7 @@ from flask.views import MethodView
 from flask_smorest import Blueprint
 from marshmallow import fields, validate
 
+from api import cursors
 from api.auth import actor, identity, require_admin
 from api.context import svc
 from api.schemas import Strict, StrictBool
@@ -32,6 +33,12 @@ class CatalogQuery(Strict):
                             metadata={"description": "As for a new task of this project."})
 
 
+class CatalogPageQuery(CatalogQuery):
+    limit = fields.Integer(load_default=100, validate=validate.Range(min=1, max=500),
+                           metadata={"description": "Entries per page, by name."})
+    cursor = fields.String(load_default=None, validate=validate.Length(min=1, max=500))
+
+
 class EntryIn(Strict):
     description = fields.String(load_default="")
     type = fields.String(load_default="string", metadata={"description": ", ".join(TYPES)})
@@ -42,6 +49,9 @@ class EntryIn(Strict):
     max = fields.Float(load_default=None, allow_nan=False)
     source = fields.String(load_default="", metadata={
         "description": "Where the facts come from (a URL)."})
+    replaces = StrictBool(load_default=False, metadata={
+        "description": "Stand in for the built-in entry of this name; without it, a "
+                       "built-in entry keeps its facts and shows this description as a note."})
 
 
 class EntryOut(ma.Schema):
@@ -55,6 +65,7 @@ class EntryOut(ma.Schema):
     source = fields.String()
     layer = fields.String(metadata={"description": "builtin, platform, project or policy."})
     scope = fields.String(metadata={"description": "platform or project:<name>."})
+    replaces = fields.Boolean(metadata={"description": "It stands in for the built-in entry."})
     notes = fields.List(fields.String(), metadata={
         "description": "What the policies that apply say of the variable (a default's "
                        "scope, a protected entry's reason, a rule's description), beside "
@@ -65,6 +76,8 @@ class CatalogOut(ma.Schema):
     builtin = fields.Boolean(metadata={"description": "Whether the built-in catalog applies."})
     project = fields.String(allow_none=True)
     entries = fields.List(fields.Nested(EntryOut))
+    next_cursor = fields.String(allow_none=True, metadata={
+        "description": "Pass it back as cursor for the next page; opaque."})
 
 
 class SettingsIn(Strict):
@@ -88,18 +101,19 @@ def _layer(project: str | None) -> str:
 
 @blp.route("")
 class Catalog(MethodView):
-    @blp.arguments(CatalogQuery, location="query", unknown=ma.RAISE)
+    @blp.arguments(CatalogPageQuery, location="query", unknown=ma.RAISE)
     @blp.response(200, CatalogOut)
     def get(self, query: dict[str, Any]) -> dict[str, Any]:
-        """Every documented variable that applies to a task (of ``project``), with the
-        layer it comes from and its source."""
+        """The documented variables that apply to a task (of ``project``), by name, a page
+        at a time, each with the layer it comes from and its source; pass
+        ``next_cursor`` back as ``cursor`` for the next page."""
         project = query["project"]
         if project is not None:
             svc().projects.visible(project, actor(), identity().is_admin)
-        policies = [svc().policies.current(), svc().policies.project(project)]
-        catalog = svc().catalog.applying(project, policies)
+        catalog = svc().catalog.applying(svc().policies.chain({"project": project}))
+        entries, last = catalog.page(cursors.decode_name(query["cursor"]), query["limit"])
         return {"builtin": svc().catalog.builtin_on(), "project": project,
-                "entries": catalog.listing()}
+                "entries": entries, "next_cursor": cursors.encode_name(last)}
 
 
 @blp.route("/entries/<name>")

@@ -1,11 +1,16 @@
 """The catalog of documented variables: what a name means and which values it takes.
 
-Layers, like the policy's: the built-in catalog shipped with taskenv (``catalog.json``,
-facts from each variable's upstream documentation), then the platform's entries and a
-project's, which admins and maintainers edit, then what the policies themselves say of
-a name (a rule's description and allowed values, a protected entry's reason, a
-default).  A higher layer's entry for a name replaces a lower one's.  Everything here
-is pure; the entries an admin wrote live in :mod:`shared.doctor.store`.
+Layered by scope: the built-in catalog shipped with taskenv (``catalog.json``, facts
+from each variable's upstream documentation), then the entries of each scope of the
+task's chain, outermost first (the platform's, its project's), which admins and
+maintainers edit, then what the policies themselves say of a name (a rule's
+description and allowed values, a protected entry's reason, a default).
+
+Facts are never erased by words: an edited entry replaces a built-in one only when it
+says so (``replaces``), else its description is a note on the built-in entry; a
+policy's words are always notes on a documented entry.  Between edited scopes, an inner
+scope's entry replaces an outer one's.  Everything here is pure; the entries an admin
+wrote live in :mod:`shared.doctor.store`.
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from typing import Any
 from shared.errors import Problem
 
 TYPES = ("string", "path", "url", "enum", "list", "options", "int", "float", "hf_bool")
-# Highest precedence last: a later layer's entry for a name replaces an earlier one's.
+# Highest precedence last (the edited layers are named after their scope's kind).
 LAYERS = ("builtin", "platform", "project", "policy")
 ENTRY_KEYS = ("name", "description", "type", "values", "case_insensitive", "min", "max",
-              "source")
+              "source", "replaces")
 # What one entry may hold: an entry is a tenant's data stored by the platform.
 MAX_DESCRIPTION = 500
 MAX_SOURCE = 500
@@ -53,6 +58,8 @@ class Entry:
     source: str = ""
     layer: str = "builtin"
     scope: str | None = None  # "platform" or "project:<name>" for an edited or policy entry
+    # An edited entry that stands in for the built-in one of its name (else it is a note).
+    replaces: bool = False
     # What the policies say of a documented variable (a default's scope, a protected
     # entry's reason, a rule's description): shown beside its description, never in
     # place of its documented type, values or bounds.
@@ -66,7 +73,7 @@ class Entry:
                    values=tuple(data.get("values") or ()),
                    case_insensitive=bool(data.get("case_insensitive", False)),
                    min=data.get("min"), max=data.get("max"), source=data.get("source") or "",
-                   layer=layer, scope=scope)
+                   layer=layer, scope=scope, replaces=bool(data.get("replaces", False)))
 
     def to_dict(self) -> dict[str, Any]:
         # "values" always: a mapping's own .values() must never stand in for a missing key
@@ -84,6 +91,8 @@ class Entry:
             out["scope"] = self.scope
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.replaces:
+            out["replaces"] = True
         return out
 
     def stored(self) -> dict[str, Any]:
@@ -114,6 +123,14 @@ class Catalog:
 
     def listing(self) -> list[dict[str, Any]]:
         return [self.entries[n].to_dict() for n in self.names()]
+
+    def page(self, after: str | None, limit: int) -> tuple[list[dict[str, Any]], str | None]:
+        """Up to ``limit`` entries by name, after ``after``; and the name to go on after
+        (None: this was the last page)."""
+        names = [n for n in self.names() if after is None or n > after]
+        shown = names[:limit]
+        return [self.entries[n].to_dict() for n in shown], (
+            shown[-1] if len(names) > limit else None)
 
 
 @lru_cache(maxsize=1)
@@ -163,12 +180,25 @@ def from_policies(policies: Sequence[Any], project: str | None = None) -> list[E
     return list(found.values())
 
 
-def applying(builtin_on: bool, platform: Iterable[Entry], project: Iterable[Entry],
+def applying(builtin_on: bool, edited_layers: Sequence[Iterable[Entry]],
              policies: Sequence[Any] = (), project_name: str | None = None) -> Catalog:
-    """Every layer that applies to a task, the built-in one unless an admin switched it off;
-    what the policies say of a variable a layer documents is a note on its entry."""
-    documented = layered(builtin() if builtin_on else (), platform, project)
-    return with_policy_notes(documented, from_policies(policies, project_name))
+    """Every layer that applies to a task: the built-in one unless an admin switched it
+    off, each scope's edited entries (outermost first), what the policies say.  An edited
+    entry replaces a built-in one only when it says so; else it is a note on it."""
+    found = layered(builtin() if builtin_on else ()).entries
+    documented: dict[str, Entry] = dict(found)
+    for layer in edited_layers:
+        for entry in layer:
+            known = documented.get(entry.name)
+            if known is not None and known.layer == "builtin" and not entry.replaces:
+                documented[entry.name] = _noted(known, entry.description)
+            else:
+                documented[entry.name] = entry
+    return with_policy_notes(Catalog(documented), from_policies(policies, project_name))
+
+
+def _noted(entry: Entry, note: str) -> Entry:
+    return replace(entry, notes=(*entry.notes, note)) if note else entry
 
 
 def with_policy_notes(catalog: Catalog, noted: Iterable[Entry]) -> Catalog:
@@ -257,14 +287,13 @@ def _typed_limits(data: Mapping[str, Any], where: str, label: str | None) -> lis
                                       and not isinstance(bound, bool) and math.isfinite(bound)):
             problems.append(Problem(rule="catalog.invalid", field=f"{where}.{key}",
                                     variable=label, message=f"{where}.{key} must be a number"))
-    if not isinstance(data.get("case_insensitive", False), bool):
-        problems.append(Problem(rule="catalog.invalid", field=f"{where}.case_insensitive",
-                                variable=label,
-                                message=f"{where}.case_insensitive must be true or false"))
+    for key in ("case_insensitive", "replaces"):
+        if not isinstance(data.get(key, False), bool):
+            problems.append(Problem(rule="catalog.invalid", field=f"{where}.{key}",
+                                    variable=label, message=f"{where}.{key} must be true or false"))
     return problems
 
 
 def edited(data: Mapping[str, Any], scope: str) -> Entry:
-    """A checked entry as its layer keeps it."""
-    layer = "platform" if scope == "platform" else "project"
-    return Entry.from_dict(data, layer, scope)
+    """A checked entry as its scope's layer keeps it (the layer: the scope's kind)."""
+    return Entry.from_dict(data, scope.split(":", 1)[0], scope)

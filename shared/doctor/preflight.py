@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any
 
 from shared.doctor.advice import likely
-from shared.doctor.catalog import Catalog
+from shared.doctor.catalog import Catalog, builtin
 from shared.doctor.scripts import Read, Reading, read
 from shared.errors import Problem
 from shared.file_limits import FileLimits, size
@@ -206,9 +206,16 @@ def _judge(report: Report, path: str, found: Read, by_name: Mapping[str, Mapping
                    f"the script gives no default{hint}"})
 
 
+def documented_upstream() -> frozenset[str]:
+    """The names the built-in catalog documents (read once per process)."""
+    return frozenset(e.name for e in builtin())
+
+
 def _unread(report: Report, resolved: Sequence[Mapping[str, Any]], read_names: set[str],
             catalog: Catalog, unknowable: bool) -> None:
-    builtin = {e for e in catalog.names() if catalog.entries[e].layer == "builtin"}
+    # Libraries read what the built-in catalog documents, not the scripts: never "unread",
+    # whichever layer last described the name (an admin's entry, a policy's note).
+    builtin = documented_upstream()
     note = ("; a name built at run time may still read it" if unknowable else "")
     for var in resolved:
         name = var["name"]

@@ -9,7 +9,7 @@ size (``catalog.check_entry``): a maintainer cannot make the platform hold more.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis
@@ -17,7 +17,7 @@ import redis
 from shared.doctor.catalog import Catalog, Entry, applying, check_entry, edited
 from shared.errors import EnvInvalid, NotFound, Problem
 from shared.keys import Keys
-from shared.policy.model import project_scope
+from shared.policy.scopes import Chain
 from shared.redis_conn import as_text
 
 MAX_ENTRIES = 500
@@ -79,27 +79,25 @@ class CatalogStore:
     def layer(self, scope: str) -> list[Entry]:
         return self._entries(self.r.hgetall(self.keys.catalog(scope)), scope)
 
-    def layers(self, project_scope: str | None) -> tuple[bool, list[Entry], list[Entry]]:
-        """Whether the built-in catalog is on, the platform's entries and the project's
-        (none for a task in no project), in one round trip."""
+    def layers(self, scopes: Sequence[str]) -> tuple[bool, list[list[Entry]]]:
+        """Whether the built-in catalog is on, and each scope's edited entries, in one
+        round trip."""
         pipe = self.r.pipeline(transaction=False)
         pipe.hget(self.keys.catalog_settings(), "builtin")
-        pipe.hgetall(self.keys.catalog(PLATFORM))
-        if project_scope is not None:
-            pipe.hgetall(self.keys.catalog(project_scope))
+        for scope in scopes:
+            pipe.hgetall(self.keys.catalog(scope))
         found = pipe.execute()
         on = as_text(found[0] or "on") != "off"
-        project = self._entries(found[2], project_scope) if project_scope else []
-        return on, self._entries(found[1], PLATFORM), project
+        return on, [self._entries(raw, scope) for raw, scope in zip(found[1:], scopes,
+                                                                     strict=True)]
 
     @staticmethod
-    def _entries(raw: Any, scope: str | None) -> list[Entry]:
-        layer = "platform" if scope == PLATFORM else "project"
-        return [Entry.from_dict(json.loads(v), layer, scope)
+    def _entries(raw: Any, scope: str) -> list[Entry]:
+        return [Entry.from_dict(json.loads(v), scope.split(":", 1)[0], scope)
                 for _, v in sorted((as_text(k), v) for k, v in (raw or {}).items())]
 
-    def applying(self, project: str | None, policies: Any = ()) -> Catalog:
-        """The catalog that applies to a task of ``project`` under ``policies`` (the
-        layers, highest scope first)."""
-        on, platform, own = self.layers(project_scope(project) if project else None)
-        return applying(on, platform, own, [p for p in policies if p is not None], project)
+    def applying(self, chain: Chain) -> Catalog:
+        """The catalog that applies to a task whose scopes are ``chain``'s, under their
+        policies (each scope's edited layer, outermost first)."""
+        on, edited_layers = self.layers(chain.scopes())
+        return applying(on, edited_layers, list(chain), chain.project)

@@ -1,9 +1,9 @@
 """The admins' policies and the merge that applies them to a user's env list.
 
-A policy is one layer: the platform's, or a project's (``scope`` ``"platform"`` or
+A policy belongs to one scope: the platform's, or a project's (``scope`` ``"platform"`` or
 ``"project:<name>"``).  Precedence, highest first: platform identity variables >
 platform protected > project protected > the task's own variables > project
-defaults > platform defaults.  ``resolve_layers`` is pure: the preview endpoint and
+defaults > platform defaults.  ``resolve_scopes`` is pure: the preview endpoint and
 the policy worker call the same function, so they can never disagree.
 """
 
@@ -24,8 +24,8 @@ from shared.secrets import MASK
 from shared.types import DROP, ON_CONFLICT, REJECT, OnConflict
 
 PLATFORM_NAMES = ("TASK_ID", "TASK_NAME", "TASK_ENV_REVISION", "TASK_POLICY_VERSION")
-# Layers from lowest to highest precedence; a resolved variable names one of them.
-LAYERS = ("default", "user", "protected", "platform")
+# Sources from lowest to highest precedence: where a resolved variable's value came from.
+SOURCES = ("default", "user", "protected", "platform")
 PLATFORM_SCOPE = "platform"
 SCOPE_PREFIX = "project:"
 
@@ -326,13 +326,13 @@ def _is_plain_value(entry: Any) -> bool:
             and isinstance(entry.get("value"), str))
 
 
-# --- resolving a task's env through the layers ---------------------------------------------
+# --- resolving a task's env through the chain of scopes ---------------------------------
 
 @dataclass(frozen=True)
 class _Entry:
-    """One layer's active entry for a name."""
+    """One policy's active entry for a name."""
 
-    layer: Policy
+    policy: Policy
     value: str | None
     secret: bool
     when: When | None
@@ -340,38 +340,38 @@ class _Entry:
 
     def resolved(self, name: str, source: str, shadowed: list[Shadowed]) -> Resolved:
         return Resolved(name, self.value or "", source, _sources(shadowed), self.secret,
-                        self.layer.scope, self.layer.version, when_text(self.when),
+                        self.policy.scope, self.policy.version, when_text(self.when),
                         tuple(shadowed))
 
     def as_shadowed(self, source: str) -> Shadowed:
-        return Shadowed(source, self.layer.scope, MASK if self.secret else self.value or "")
+        return Shadowed(source, self.policy.scope, MASK if self.secret else self.value or "")
 
 
 def resolve(user_env: Iterable[EnvVar], policy: Policy, platform: Iterable[EnvVar],
             task: TaskFacts | None = None) -> Resolution:
-    """One layer only: the platform's policy, as before projects existed."""
-    return resolve_layers(user_env, [policy], platform, task or TaskFacts())
+    """One policy only: the platform's policy, as before projects existed."""
+    return resolve_scopes(user_env, [policy], platform, task or TaskFacts())
 
 
-def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
+def resolve_scopes(user_env: Iterable[EnvVar], policies: Sequence[Policy],
                    platform: Iterable[EnvVar], task: TaskFacts,
                    hooks: StartupHooks = DEFAULT_HOOKS,
                    pinned: Iterable[Mapping[str, Any]] = ()) -> Resolution:
-    """Merge the layers' defaults and protected values, the task's own list and the platform
-    variables, then check every layer's rules.  ``layers`` go highest scope first.
+    """Merge the policies' defaults and protected values, the task's own list and the platform
+    variables, then check every policy's rules.  ``policies`` go highest scope first.
     ``pinned``: a pinned rerun's defaults, as an earlier revision resolved them (name,
     value, secret, scope, policy version): they stand in for today's defaults, still as
-    defaults, wherever nothing the user set or a layer protects holds the name.
+    defaults, wherever nothing the user set or a policy protects holds the name.
 
-    A project layer never gives a start-up hook variable (``hooks``) a value, even a
+    A project policy never gives a start-up hook variable (``hooks``) a value, even a
     version stored before such policies were refused: see :func:`_without_hooks`."""
-    result = Resolution(policy_version=layers[0].version if layers else 0,
-                        versions={layer.scope: layer.version for layer in layers})
-    layers = [_without_hooks(layer, hooks, task, result) for layer in layers]
-    layers = [_without_identity(layer, result) for layer in layers]
+    result = Resolution(policy_version=policies[0].version if policies else 0,
+                        versions={policy.scope: policy.version for policy in policies})
+    policies = [_without_hooks(policy, hooks, task, result) for policy in policies]
+    policies = [_without_identity(policy, result) for policy in policies]
     platform = list(platform)
-    protected = _active(layers, task, protected=True)
-    defaults = _active(layers, task, protected=False)
+    protected = _active(policies, task, protected=True)
+    defaults = _active(policies, task, protected=False)
     accepted, dropped = _admit(user_env, {v.name for v in platform}, protected, result)
     for name, entries in protected.items():
         top = entries[0]
@@ -393,9 +393,9 @@ def resolve_layers(user_env: Iterable[EnvVar], layers: Sequence[Policy],
     # Platform variables go first, where a reader looks for the task's identity.  The order
     # carries no meaning for values: references are never expanded (see shared.task.manifest).
     result.variables[:0] = [Resolved(v.name, v.value, "platform") for v in platform]
-    for layer in layers:
-        for rule in layer.rules:  # a rule's severity says where what it finds goes
-            found = check_rules(result.variables, [rule], task, _scope_name(layer))
+    for policy in policies:
+        for rule in policy.rules:  # a rule's severity says where what it finds goes
+            found = check_rules(result.variables, [rule], task, _scope_name(policy))
             (result.warnings if rule.severity == "warning" else result.errors).extend(found)
     return result
 
@@ -420,58 +420,59 @@ def _pin_defaults(result: Resolution, pinned: Iterable[Mapping[str, Any]],
             result.variables.append(var)
 
 
-def _without_hooks(layer: Policy, hooks: StartupHooks, task: TaskFacts,
+def _without_hooks(policy: Policy, hooks: StartupHooks, task: TaskFacts,
                    result: Resolution) -> Policy:
-    """A project layer as it may apply: its defaults of start-up hook names left out, its
+    """A project policy as it may apply: its defaults of start-up hook names left out, its
     protected values of them made reservations (members still cannot set the name), each
     one that would have reached this task reported as a warning.  Versions are immutable,
     so this is done where they are used, not where they are stored."""
-    if layer.scope == PLATFORM_SCOPE:
-        return layer
-    defaults = tuple(d for d in layer.defaults if hooks.match(d.name) is None)
+    if policy.scope == PLATFORM_SCOPE:
+        return policy
+    defaults = tuple(d for d in policy.defaults if hooks.match(d.name) is None)
     protected = tuple(replace(p, value=None, secret=False)
                       if p.value is not None and hooks.match(p.name) else p
-                      for p in layer.protected)
-    if len(defaults) == len(layer.defaults) and protected == layer.protected:
-        return layer
-    entries: list[Default | Protected] = [*layer.defaults, *layer.protected]
+                      for p in policy.protected)
+    if len(defaults) == len(policy.defaults) and protected == policy.protected:
+        return policy
+    entries: list[Default | Protected] = [*policy.defaults, *policy.protected]
     withheld = [e for e in entries
                 if e.value is not None and hooks.match(e.name) and applies(e.when, task)]
-    result.warnings += [withheld_warning(e.name, layer.scope, layer.version,
+    result.warnings += [withheld_warning(e.name, policy.scope, policy.version,
                                          hooks.why(e.name) or "") for e in withheld]
-    return replace(layer, defaults=defaults, protected=protected)
+    return replace(policy, defaults=defaults, protected=protected)
 
 
-def _without_identity(layer: Policy, result: Resolution) -> Policy:
-    """The layer without the entries a version stored before replicas existed may hold on a
+def _without_identity(policy: Policy, result: Resolution) -> Policy:
+    """The policy without the entries a version stored before replicas existed may hold on a
     replica's identity variable (a policy naming one can no longer be saved): each is left
     out of every task, with a warning naming it, until the admins save a version without it."""
-    names = [*(d.name for d in layer.defaults), *(p.name for p in layer.protected),
-             *(r.name for r in layer.rules)]
+    names = [*(d.name for d in policy.defaults), *(p.name for p in policy.protected),
+             *(r.name for r in policy.rules)]
     named = [name for name in names if name in IDENTITY_NAMES]
     if not named:
-        return layer
+        return policy
     for name in dict.fromkeys(named):
         result.warnings.append(Problem(
             rule="policy.identity_ignored", variable=name,
-            message=f"{_scope_name(layer)}'s policy version {layer.version} names {name}, "
+            message=f"{_scope_name(policy)}'s policy version {policy.version} names {name}, "
                     f"which the platform sets per replica: its entry is ignored"))
-    return replace(layer,
-                   defaults=tuple(d for d in layer.defaults if d.name not in IDENTITY_NAMES),
-                   protected=tuple(p for p in layer.protected if p.name not in IDENTITY_NAMES),
-                   rules=tuple(r for r in layer.rules if r.name not in IDENTITY_NAMES))
+    return replace(policy,
+                   defaults=tuple(d for d in policy.defaults if d.name not in IDENTITY_NAMES),
+                   protected=tuple(p for p in policy.protected if p.name not in IDENTITY_NAMES),
+                   rules=tuple(r for r in policy.rules if r.name not in IDENTITY_NAMES))
 
 
-def _active(layers: Sequence[Policy], task: TaskFacts, protected: bool) -> dict[str, list[_Entry]]:
+def _active(policies: Sequence[Policy], task: TaskFacts,
+            protected: bool) -> dict[str, list[_Entry]]:
     """Per name, the entries whose condition matches the task, highest precedence first:
     a higher scope's protected entry wins, a lower scope's default (closer to the task) wins."""
     found: dict[str, list[_Entry]] = {}
-    for layer in (layers if protected else reversed(layers)):
+    for policy in (policies if protected else reversed(policies)):
         if protected:
-            entries = [(p.name, _Entry(layer, p.value, p.secret, p.when, p.reason))
-                       for p in layer.protected]
+            entries = [(p.name, _Entry(policy, p.value, p.secret, p.when, p.reason))
+                       for p in policy.protected]
         else:
-            entries = [(d.name, _Entry(layer, d.value, d.secret, d.when)) for d in layer.defaults]
+            entries = [(d.name, _Entry(policy, d.value, d.secret, d.when)) for d in policy.defaults]
         for name, entry in entries:
             if applies(entry.when, task):
                 found.setdefault(name, []).append(entry)
@@ -480,7 +481,7 @@ def _active(layers: Sequence[Policy], task: TaskFacts, protected: bool) -> dict[
 
 def _admit(user_env: Iterable[EnvVar], reserved: set[str], protected: dict[str, list[_Entry]],
            result: Resolution) -> tuple[list[EnvVar], dict[str, EnvVar]]:
-    """The user's variables no higher layer holds, and those dropped in ``drop`` mode."""
+    """The user's variables no higher policy holds, and those dropped in ``drop`` mode."""
     accepted: list[EnvVar] = []
     dropped: dict[str, EnvVar] = {}
     for var in user_env:
@@ -501,10 +502,10 @@ def _admit(user_env: Iterable[EnvVar], reserved: set[str], protected: dict[str, 
 
 
 def _conflict(result: Resolution, var: EnvVar, holder: _Entry) -> bool:
-    """Report a user variable a layer protects; True when it is dropped, not rejected.
-    The layer that protects the name decides, by its own ``on_conflict``."""
-    by = _scope_name(holder.layer)
-    if holder.layer.on_conflict == DROP:
+    """Report a user variable a policy protects; True when it is dropped, not rejected.
+    The policy that protects the name decides, by its own ``on_conflict``."""
+    by = _scope_name(holder.policy)
+    if holder.policy.on_conflict == DROP:
         result.warnings.append(Problem(
             rule="policy.protected", variable=var.name,
             message=f"{var.name} was not set: it is protected by {by} ({holder.reason})"))
@@ -523,8 +524,8 @@ def _sources(shadowed: list[Shadowed]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(s.source for s in shadowed))
 
 
-def _scope_name(layer: Policy) -> str:
-    """How messages name a layer: "the platform" or "project vision"."""
-    if layer.scope == PLATFORM_SCOPE:
+def _scope_name(policy: Policy) -> str:
+    """How messages name a policy: "the platform" or "project vision"."""
+    if policy.scope == PLATFORM_SCOPE:
         return "the platform"
-    return f"project {layer.scope.removeprefix('project:')}"
+    return f"project {policy.scope.removeprefix('project:')}"

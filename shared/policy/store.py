@@ -7,14 +7,16 @@ secrets in place); a task records the versions it was resolved with.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import redis
 
 from shared.errors import NotFound
 from shared.keys import Keys
 from shared.policy.model import PLATFORM_SCOPE, Policy, project_scope
+from shared.policy.scopes import Chain, scopes_for
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 
@@ -52,9 +54,16 @@ class PolicyStore:
             self._scoped[scope] = PolicyStore(self.r, self.keys.prefix, self.cipher, scope)
         return self._scoped[scope]
 
-    def project(self, name: str | None) -> Policy | None:
-        """The current policy of project ``name``; None for a task in no project."""
-        return None if name is None else self.scoped(project_scope(name)).current()
+    def chain(self, task: Mapping[str, Any], platform: Policy | None = None) -> Chain:
+        """The current policies of the scopes a task with these fields names, outermost
+        first, in one round trip (``platform``: a version of the platform's policy to use
+        instead of its current one, as a preview of an older version asks)."""
+        scopes = scopes_for(task)
+        if platform is not None:
+            inner = self.currents(scopes[1:])
+            return Chain((platform, *(inner[s] for s in scopes[1:])))
+        current = self.currents(scopes)
+        return Chain(tuple(current[s] for s in scopes))
 
     def put(self, policy: Policy) -> Policy:
         body = replace(policy, scope=self.scope).to_dict()

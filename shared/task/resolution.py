@@ -7,7 +7,7 @@ preview call them for a task the workers have not resolved, so all always agree.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from shared.config import DEFAULT_IMAGE
@@ -18,7 +18,8 @@ from shared.env.identity import Group, differing, replica_env
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
-from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_layers
+from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_scopes
+from shared.policy.scopes import Chain
 from shared.task import revisions, states
 
 Decision = tuple[str, dict[str, Any]]
@@ -26,61 +27,59 @@ Decision = tuple[str, dict[str, Any]]
 PLACEHOLDER_ID = "<assigned when the task is created>"
 
 
-def decide_validation(doc: dict[str, Any], limits: Limits, policy: Policy | None = None,
-                      project: Policy | None = None) -> Decision:
-    """With ``policy`` (and the task's ``project`` layer), a list the validation rules
-    reject is judged against the policy too, so its rejection names every problem at once
-    (:func:`every_problem`); a valid list meets the policy in the policy stage."""
+def decide_validation(doc: dict[str, Any], limits: Limits, chain: Chain | None = None
+                      ) -> Decision:
+    """With ``chain`` (the policies of the task's scopes), a list the validation rules
+    reject is judged against the policies too, so its rejection names every problem at
+    once (:func:`every_problem`); a valid list meets them in the policy stage."""
     problems = envlist.validate(doc["env"], limits)
     if problems:
-        if policy is not None:
-            problems += policy_problems(doc, policy, project, limits)
+        if chain is not None:
+            problems += policy_problems(doc, chain, limits)
         return states.REJECTED, {"errors": _stored(problems)}
     return states.VALIDATED, {"warnings": _stored(envlist.advise(doc["env"]))}
 
 
-def every_problem(doc: dict[str, Any], policy: Policy, project: Policy | None,
-                  limits: Limits) -> list[Problem]:
+def every_problem(doc: dict[str, Any], chain: Chain, limits: Limits) -> list[Problem]:
     """Every problem of the record's env, uncapped: the validation rules' first, then
     the policy's on the entries it can judge.  What the API refuses before storing, the
     validation stage, preview and the manifest endpoint all report through this."""
     problems = envlist.validate(doc["env"], limits)
     if not problems:
-        return list(_resolution(doc, policy, project).errors)
-    return problems + policy_problems(doc, policy, project, limits)
+        return list(_resolution(doc, chain).errors)
+    return problems + policy_problems(doc, chain, limits)
 
 
-def policy_problems(doc: dict[str, Any], policy: Policy, project: Policy | None,
-                    limits: Limits) -> list[Problem]:
+def policy_problems(doc: dict[str, Any], chain: Chain, limits: Limits) -> list[Problem]:
     """What the policy refuses in a list the validation rules reject: judged on the
     entries well-formed enough to judge (a name that follows the rule, a string value,
     each name once), as the policy stage would judge them once the rest is fixed."""
     judged = {**doc, "env": envlist.judgeable(doc["env"], limits)}
-    return list(_resolution(judged, policy, project).errors)
+    return list(_resolution(judged, chain).errors)
 
 
-def decide_policy(doc: dict[str, Any], policy: Policy,
-                  earlier: dict[str, Any] | None = None, project: Policy | None = None,
+def decide_policy(doc: dict[str, Any], chain: Chain,
+                  earlier: dict[str, Any] | None = None,
                   hooks: StartupHooks = DEFAULT_HOOKS, doctor: Doctor | None = None
                   ) -> Decision:
-    """``earlier``: the revision a rerun started from; its resolved env is compared with
-    this one's, variable by variable (the drift report).  ``project``: the current policy
-    of the task's project, the layer under the platform's ``policy``; ``hooks``: the
-    start-up hook names only the platform's policy may give a value.  ``doctor``: the
-    catalog that applies; its advice joins the warnings (see :mod:`shared.doctor`)."""
-    result = _resolution(doc, policy, project, hooks)
-    state, decided = _policy_decision(doc, policy, result,
-                                      _examined(doc, result, policy, project, doctor))
+    """``chain``: the current policies of the task's scopes.  ``earlier``: the revision a
+    rerun started from; its resolved env is compared with this one's, variable by
+    variable (the drift report).  ``hooks``: the start-up hook names only the platform's
+    policy may give a value.  ``doctor``: the catalog that applies; its advice joins the
+    warnings (see :mod:`shared.doctor`)."""
+    result = _resolution(doc, chain, hooks)
+    state, decided = _policy_decision(doc, chain.platform, result,
+                                      _examined(doc, result, chain, doctor))
     if earlier is not None and earlier.get("resolved") is not None:
         decided["drift"] = revisions.drift(earlier["resolved"],
                                            [v.to_dict() for v in result.variables],
-                                           earlier.get("policy_version"), policy.version)
+                                           earlier.get("policy_version"),
+                                           chain.platform.version)
     return state, decided
 
 
-def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits,
+def preview(env: list[dict[str, Any]], name: str, chain: Chain, limits: Limits,
             task: Mapping[str, Any] | None = None,
-            project: Policy | None = None,
             hooks: StartupHooks = DEFAULT_HOOKS,
             doctor: Doctor | None = None, group: Group | None = None) -> dict[str, Any]:
     """What a new task with this env would get: both stages' decisions, nothing stored.
@@ -96,19 +95,17 @@ def preview(env: list[dict[str, Any]], name: str, policy: Policy, limits: Limits
                            "env": env}
     group = group or Group(int(doc.get("replicas") or 1),
                            int(doc.get("procs_per_replica") or 1))
-    layers = _layers(policy, project)
-    shown = {"policy_version": policy.version,
-             "policy_versions": {layer.scope: layer.version for layer in layers},
-             "not_applied": not_applied(layers, facts_of(doc)),
+    shown = {"policy_version": chain.platform.version, "policy_versions": chain.versions(),
+             "not_applied": not_applied(chain, facts_of(doc)),
              "replicas": group.replicas, "differs": differs(group)}
-    state, checked = decide_validation(doc, limits, policy, project)
+    state, checked = decide_validation(doc, limits, chain)
     if state == states.REJECTED:
         return {"ok": False, **shown, "variables": [], "warnings": [],
                 "errors": checked["errors"]}
     doc.update(checked)
-    result = _resolution(doc, policy, project, hooks)
-    state, decided = _policy_decision(doc, policy, result,
-                                      _examined(doc, result, policy, project, doctor))
+    result = _resolution(doc, chain, hooks)
+    state, decided = _policy_decision(doc, chain.platform, result,
+                                      _examined(doc, result, chain, doctor))
     out = {"ok": state == states.RESOLVED, **shown,
            "variables": with_identity([v.to_dict() for v in result.variables], group, 0),
            "warnings": decided["warnings"], "errors": decided.get("errors", [])}
@@ -135,25 +132,25 @@ def differs(group: Group) -> list[dict[str, str]]:
                                      f"replica {last}"} for name in differing(group)]
 
 
-def draft_resolution(doc: dict[str, Any], policy: Policy, project: Policy | None,
-                     limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
+def draft_resolution(doc: dict[str, Any], chain: Chain, limits: Limits,
+                     hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
     """What both stages would make of the record's env under these policies (a draft's
     impact): a validation problem rejects it as the validation stage would."""
     problems = envlist.validate(doc["env"], limits)
     if problems:
-        return Resolution(policy.version, errors=problems)
-    return _resolution(doc, policy, project, hooks)
+        return Resolution(chain.platform.version, errors=problems)
+    return _resolution(doc, chain, hooks)
 
 
-def not_applied(layers: Sequence[Policy], task: TaskFacts) -> list[dict[str, Any]]:
+def not_applied(chain: Iterable[Policy], task: TaskFacts) -> list[dict[str, Any]]:
     """The conditional entries whose ``when`` this task does not match."""
     found: list[dict[str, Any]] = []
-    for layer in layers:
-        kinds = (("default", layer.defaults), ("protected", layer.protected),
-                 ("rule", layer.rules))
+    for policy in chain:
+        kinds = (("default", policy.defaults), ("protected", policy.protected),
+                 ("rule", policy.rules))
         for kind, entries in kinds:
             # An entry for another project's tasks is that project's business: unnamed.
-            found += [{"name": e.name, "kind": kind, "scope": layer.scope,
+            found += [{"name": e.name, "kind": kind, "scope": policy.scope,
                        "when": e.when.text()}
                       for e in entries if e.when is not None and not e.when.matches(task)
                       and not e.when.names_another_project(task.project)]
@@ -165,22 +162,19 @@ def facts_of(doc: Mapping[str, Any]) -> TaskFacts:
     return TaskFacts.from_doc(doc, DEFAULT_IMAGE)
 
 
-def _layers(policy: Policy, project: Policy | None) -> list[Policy]:
-    return [policy] if project is None else [policy, project]
-
-
-def _resolution(doc: dict[str, Any], policy: Policy, project: Policy | None = None,
+def _resolution(doc: dict[str, Any], chain: Chain,
                 hooks: StartupHooks = DEFAULT_HOOKS) -> Resolution:
-    return resolve_layers(envlist.parse(doc["env"]), _layers(policy, project),
-                          platform_env(doc["id"], doc["name"], doc["revision"], policy.version),
+    return resolve_scopes(envlist.parse(doc["env"]), chain.policies,
+                          platform_env(doc["id"], doc["name"], doc["revision"],
+                                       chain.platform.version),
                           facts_of(doc), hooks, pinned=doc.get("pinned_defaults") or ())
 
 
-def _examined(doc: dict[str, Any], result: Resolution, policy: Policy,
-              project: Policy | None, doctor: Doctor | None) -> Findings:
+def _examined(doc: dict[str, Any], result: Resolution, chain: Chain,
+              doctor: Doctor | None) -> Findings:
     if doctor is None:
         return Findings()
-    return examine(doc, result, _layers(policy, project), doctor, facts_of(doc))
+    return examine(doc, result, chain.policies, doctor, facts_of(doc))
 
 
 def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution,

@@ -12,6 +12,8 @@ from flask.testing import FlaskClient
 
 from shared.doctor import scripts
 from shared.doctor.store import MAX_ENTRIES
+from shared.policy.model import Policy
+from shared.policy.scopes import Chain
 from shared.store.insights import Insights
 from tests.api.conftest import task_body
 from workers import stages
@@ -203,7 +205,7 @@ def test_hostile_catalog_writes_are_refused(client: FlaskClient, path: str,
     answer = client.put(path, json=body)
     assert answer.status_code == status, answer.get_json()
     assert client.get(CATALOG).get_json()["entries"] == \
-        client.application.extensions["taskenv"].catalog.applying(None).listing()
+        client.application.extensions["taskenv"].catalog.applying(Chain.of(Policy())).listing()
 
 
 def test_a_plain_token_cannot_write_or_switch_anything(users: dict[str, FlaskClient],
@@ -250,3 +252,38 @@ def test_a_member_never_learns_what_another_project_s_tasks_get(
         assert "p2" not in answer.get_data(as_text=True)
     # A condition on the task itself is still explained to the member.
     assert [e["name"] for e in preview.get_json()["not_applied"]] == ["GPU_ONLY"]
+
+
+def test_the_catalog_comes_a_page_at_a_time_and_the_pages_add_up_to_it(
+        client: FlaskClient, users: dict[str, FlaskClient]) -> None:
+    for n in range(150):
+        assert client.put(f"{CATALOG}/entries/OURS_{n:03d}",
+                          json={"description": "x" * 400}).status_code == 200
+    whole = client.application.extensions["taskenv"].catalog.applying(
+        Chain.of(Policy())).listing()
+    seen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = users["mallory"].get(CATALOG, query_string={"limit": 100, **(
+            {"cursor": cursor} if cursor else {})}).get_json()
+        assert len(page["entries"]) <= 100
+        seen += page["entries"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == whole and len(whole) > 200  # every entry once, in name order
+    assert users["mallory"].get(CATALOG, query_string={"cursor": "forged"}).status_code == 400
+    assert users["mallory"].get(CATALOG, query_string={"limit": 501}).status_code == 422
+
+
+def test_an_admins_entry_replaces_a_builtin_one_only_when_it_says_so(
+        client: FlaskClient, users: dict[str, FlaskClient]) -> None:
+    words = {"description": "our fabric logs at WARN", "type": "string"}
+    assert client.put(f"{CATALOG}/entries/NCCL_DEBUG", json=words).status_code == 200
+    nccl = names(users["mallory"].get(CATALOG).get_json())["NCCL_DEBUG"]
+    assert nccl["layer"] == "builtin" and nccl["type"] == "enum"  # NCCL's facts kept
+    assert nccl["notes"] == ["our fabric logs at WARN"]
+    ours = {"description": "ours", "type": "enum", "values": ["WARN"], "replaces": True}
+    assert client.put(f"{CATALOG}/entries/NCCL_DEBUG", json=ours).status_code == 200
+    nccl = names(users["mallory"].get(CATALOG).get_json())["NCCL_DEBUG"]
+    assert (nccl["layer"], nccl["values"], nccl.get("replaces")) == ("platform", ["WARN"], True)

@@ -267,9 +267,9 @@ def test_console_admins_manage_projects_and_maintainers_preview_then_save(
     shown = carol.post("/ui/projects/vision/policy", {**draft, "impact": "1"})
     assert shown.status_code == 200 and "If this draft is saved" in shown.text
     assert "Confirm and save" in shown.text and "0.5" in shown.text
-    assert policies.project("vision").version == 0  # a preview saves nothing
+    assert policies.scoped("project:vision").current().version == 0  # a preview saves nothing
     assert carol.post("/ui/projects/vision/policy", draft).status_code == 302
-    saved = policies.project("vision")
+    saved = policies.scoped("project:vision").current()
     assert saved.version == 1 and saved.defaults[0].when is not None
     assert [r.description for r in saved.rules] == ["keep it small"]
     assert browser("alice").get("/ui/projects/vision/policy").status_code == 403

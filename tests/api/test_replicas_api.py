@@ -124,7 +124,7 @@ def test_an_identity_variable_from_the_user_is_refused_naming_each(
     svc = app.extensions["taskenv"]
     doc = svc.tasks.get(task["id"])
     _, checked = decide_validation(doc, svc.limits)
-    state, decided = decide_policy({**doc, **checked}, svc.policies.current())
+    state, decided = decide_policy({**doc, **checked}, svc.policies.chain(doc))
     assert state == states.REJECTED
     assert [(e["rule"], e["variable"]) for e in decided["errors"]] == [
         ("platform.identity", "RANK"), ("platform.identity", "MASTER_ADDR")]

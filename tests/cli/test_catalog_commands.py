@@ -22,7 +22,7 @@ def test_catalog_list_shows_values_layers_and_sources(api: FakeApi, run) -> None
     assert result.code == 0
     assert "NCCL_DEBUG" in result.out and "VERSION, WARN, INFO, TRACE" in result.out
     assert "project:vision" in result.out and "https://docs.nvidia.com/x" in result.out
-    assert api.seen[0].query == {"project": "vision"}
+    assert api.seen[0].query == {"project": "vision", "limit": "500"}  # pages of 500
     only = run("catalog", "list", "--layer", "project", "--json")
     assert '"LR"' in only.out and "NCCL_DEBUG" not in only.out
 

@@ -54,7 +54,7 @@ def test_every_policy_version_of_every_scope_reads_with_the_new_key_alone(redis_
     assert rotating.reseal_all() == 3
 
     after = PolicyStore(redis_client, cipher=Cipher([new]))
-    for policy in (after.get(1), after.get(2), after.project("vision")):
+    for policy in (after.get(1), after.get(2), after.scoped("project:vision").current()):
         assert policy is not None
         assert policy.defaults[0].value == SECRET
         assert policy.protected[0].value == SECRET + "-locked"

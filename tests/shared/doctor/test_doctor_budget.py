@@ -26,6 +26,7 @@ from shared.doctor.scripts import (
 )
 from shared.env.envlist import Limits
 from shared.policy.model import Policy
+from shared.policy.scopes import Chain
 from shared.task.files import FileLimits
 from shared.task.resolution import decide_policy, preview
 
@@ -151,7 +152,7 @@ def test_too_complex_is_a_warning_even_under_strict_env() -> None:
     for platform, strict in ((Policy(), True), (Policy(strict_env=True), False)):
         doc = {"id": "t", "name": "t", "revision": 1, "env": ENV, "warnings": [],
                "files": files, "strict_env": strict}
-        state, decided = decide_policy(doc, platform, doctor=Doctor(CATALOG))
+        state, decided = decide_policy(doc, Chain.of(platform), doctor=Doctor(CATALOG))
         assert state == "resolved" and "errors" not in decided
         [warning] = [w for w in decided["warnings"] if w["rule"] == TOO_COMPLEX]
         assert warning["field"] == "deep.sh" and warning["limit"] == MAX_DEPTH
@@ -256,14 +257,14 @@ def test_the_first_file_past_max_bytes_stops_the_reading() -> None:
 def test_preview_and_the_policy_stage_stop_at_the_doctors_file_limits() -> None:
     doctor = Doctor(CATALOG, files=FileLimits(max_files=3))
     scripts.CACHE.clear()
-    shown = preview([{"name": "V0", "value": "1"}], "p", Policy(), Limits(),
+    shown = preview([{"name": "V0", "value": "1"}], "p", Chain.of(Policy()), Limits(),
                     {"files": shell_files(50)}, doctor=doctor)
     assert scripts.CACHE.misses == 3 and len(shown["doctor"]["scripts"]) == 4
     assert {w["field"] for w in shown["warnings"] if w["rule"] == UNREADABLE} == {"s3.sh"}
     scripts.CACHE.clear()
     doc = {"id": "t", "name": "t", "revision": 1, "env": [], "warnings": [],
            "files": shell_files(50)}
-    decide_policy(doc, Policy(), doctor=doctor)
+    decide_policy(doc, Chain.of(Policy()), doctor=doctor)
     assert scripts.CACHE.misses == 3
     assert UNREAD not in {w["rule"] for w in shown["warnings"]}
 

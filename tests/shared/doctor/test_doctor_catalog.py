@@ -19,6 +19,7 @@ from shared.doctor.catalog import (
 from shared.doctor.store import CatalogInvalid, CatalogStore
 from shared.errors import NotFound
 from shared.policy.model import Policy
+from shared.policy.scopes import Chain
 
 FAMILIES = ("NCCL", "CUDA", "TORCH", "PYTORCH", "OMP", "MKL", "HF", "TRANSFORMERS", "WANDB",
             "TF", "XLA")
@@ -47,13 +48,24 @@ def test_no_catalog_name_is_a_near_miss_of_another() -> None:
         assert advice.likely(name, others) == [], name
 
 
+def test_an_edited_entry_is_a_note_on_the_builtin_one_unless_it_says_it_replaces_it() -> None:
+    words = [Entry("NCCL_DEBUG", "our cluster logs at WARN", layer="platform", scope="platform")]
+    kept = applying(True, [words]).get("NCCL_DEBUG")
+    assert kept is not None and kept.layer == "builtin"  # NCCL's own facts stay
+    assert kept.type == "enum" and "INFO" in kept.values and kept.notes == (
+        "our cluster logs at WARN",)
+    replacing = [Entry("NCCL_DEBUG", "ours", "enum", ("WARN",), layer="platform",
+                       scope="platform", replaces=True)]
+    assert applying(True, [replacing]).get("NCCL_DEBUG") == replacing[0]
+
+
 def test_layers_replace_lower_ones_and_the_builtin_can_be_switched_off() -> None:
-    platform = [Entry("NCCL_DEBUG", "ours", "enum", ("WARN",), layer="platform")]
+    platform = [Entry("NCCL_DEBUG", "ours", "enum", ("WARN",), layer="platform", replaces=True)]
     project = [Entry("LR", "learning rate", layer="project", scope="project:vision")]
-    on = applying(True, platform, project)
+    on = applying(True, [platform, project])
     assert on.get("NCCL_DEBUG") == platform[0]
     assert on.get("LR") is not None and on.get("CUDA_LAUNCH_BLOCKING") is not None
-    off = applying(False, platform, project)
+    off = applying(False, [platform, project])
     assert off.names() == ["LR", "NCCL_DEBUG"]
     assert LAYERS[0] == "builtin"
 
@@ -106,12 +118,12 @@ def test_store_round_trip_bounds_and_settings() -> None:
     assert refused.value.problems[0].rule == "catalog.max_entries"
     assert refused.value.problems[0].variable == "C" and refused.value.problems[0].limit == 2
     store.put("project:vision", {"name": "C"})  # each layer has its own bound
-    on, platform, project = store.layers("project:vision")
+    on, (platform, project) = store.layers(["platform", "project:vision"])
     assert on and [e.name for e in platform] == ["A", "B"] and project[0].layer == "project"
     assert platform[0].description == "again"
     store.set_builtin(False)
     assert not store.builtin_on()
-    assert "NCCL_DEBUG" not in store.applying("vision")
+    assert "NCCL_DEBUG" not in store.applying(Chain.of(Policy(), Policy(scope="project:vision")))
     store.delete("platform", "A")
     with pytest.raises(NotFound):
         store.delete("platform", "A")

@@ -5,17 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shared.doctor.catalog import applying
+from shared.doctor.catalog import Entry, applying
 from shared.doctor.checkup import Doctor, examine
 from shared.doctor.preflight import MISSING, UNREAD, preflight, runtime_only
 from shared.env.envlist import Limits
 from shared.policy.conditions import TaskFacts
 from shared.policy.model import Policy
+from shared.policy.scopes import Chain
 from shared.task.resolution import decide_policy, preview
 
 CORPUS = Path(__file__).parent / "corpus"
 FILES = [{"path": p.name, "content": p.read_text()} for p in sorted(CORPUS.iterdir())]
-CATALOG = applying(True, [], [])
+CATALOG = applying(True, [])
 ENV = [{"name": "LR", "value": "0.1"}, {"name": "EPOCHS", "value": "3"},
        {"name": "BATCH_SZ", "value": "64"}, {"name": "MODEL_NAME", "value": "gpt2"},
        {"name": "HF_TOKEN", "value": "hf_0123456789abcdef", "secret": True},
@@ -27,7 +28,7 @@ PROJECT = Policy.from_dict({"scope": "project:vision", "version": 2,
 def resolved_of(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
     doc = {"id": "t", "name": "t", "revision": 1, "env": env, "warnings": [],
            "project": "vision"}
-    state, decided = decide_policy(doc, Policy(), project=PROJECT)
+    state, decided = decide_policy(doc, Chain.of(Policy(), PROJECT))
     assert state == "resolved", decided
     return list(decided["resolved"])
 
@@ -91,7 +92,7 @@ def examined(strict_task: bool = False, strict_policy: bool = False) -> Any:
     doc = {"id": "t", "name": "t", "revision": 1, "env": ENV, "warnings": [],
            "files": FILES, "strict_env": strict_task}
     platform = Policy(strict_env=strict_policy)
-    state, decided = decide_policy(doc, platform, project=PROJECT, doctor=Doctor(CATALOG))
+    state, decided = decide_policy(doc, Chain.of(platform, PROJECT), doctor=Doctor(CATALOG))
     return state, decided
 
 
@@ -112,13 +113,28 @@ def test_missing_reads_warn_and_strict_env_rejects_naming_each() -> None:
             "BATCH_SZ"]
 
 
+def test_a_name_the_builtin_catalog_documents_is_never_unread_whoever_described_it_last(
+        ) -> None:
+    """NCCL reads NCCL_DEBUG, not the scripts: not "unread", even when the platform's
+    catalog entry replaced the built-in one and a platform default describes it."""
+    replaced = Entry("NCCL_DEBUG", "ours", "enum", ("WARN", "INFO"), layer="platform",
+                     scope="platform", replaces=True)
+    platform = Policy.from_dict({"defaults": [{"name": "NCCL_DEBUG", "value": "WARN"}]})
+    doc = {"id": "t", "name": "t", "revision": 1, "env": ENV, "warnings": [],
+           "files": FILES}
+    for catalog in (CATALOG, applying(True, [[replaced]], [platform])):
+        state, decided = decide_policy(doc, Chain.of(platform), doctor=Doctor(catalog))
+        unread = [w["variable"] for w in decided["warnings"] if w["rule"] == UNREAD]
+        assert "NCCL_DEBUG" not in unread and unread == ["BATCH_SZ"], (state, unread)
+
+
 def test_documented_rules_make_advice_binding_with_their_severity() -> None:
     env = [{"name": "NCCL_DEBGU", "value": "INFO"}, {"name": "NCCL_DEBUG", "value": "loud"}]
     for severity, expected_state in (("error", "rejected"), ("warning", "resolved")):
         platform = Policy.from_dict({"rules": [{"name": "NCCL_*", "documented": True,
                                                 "severity": severity}]})
         doc = {"id": "t", "name": "t", "revision": 1, "env": env, "warnings": []}
-        state, decided = decide_policy(doc, platform, doctor=Doctor(CATALOG))
+        state, decided = decide_policy(doc, Chain.of(platform), doctor=Doctor(CATALOG))
         assert state == expected_state
         listed = decided["errors"] if severity == "error" else decided["warnings"]
         documented = [p for p in listed if p["rule"] == "rule.documented"]
@@ -133,20 +149,20 @@ def test_a_warning_rule_warns_instead_of_rejecting() -> None:
     platform = Policy.from_dict({"rules": [{"name": "LR", "max": 1, "severity": "warning"}]})
     doc = {"id": "t", "name": "t", "revision": 1, "env": [{"name": "LR", "value": "5"}],
            "warnings": []}
-    state, decided = decide_policy(doc, platform)
+    state, decided = decide_policy(doc, Chain.of(platform))
     assert state == "resolved" and decided["warnings"][0]["rule"] == "rule.max"
 
 
 def test_preview_carries_the_report_and_the_advice() -> None:
     task = {"files": FILES, "project": "vision"}
-    shown = preview(ENV + [{"name": "NCCL_DEBGU", "value": "INFO"}], "p", Policy(), Limits(),
-                    task, PROJECT, doctor=Doctor(CATALOG))
+    shown = preview(ENV + [{"name": "NCCL_DEBGU", "value": "INFO"}], "p",
+                    Chain.of(Policy(), PROJECT), Limits(), task, doctor=Doctor(CATALOG))
     assert shown["ok"]
     assert {w["variable"] for w in shown["warnings"] if w["rule"] == "doctor.near_miss"} == {
         "NCCL_DEBGU"}
     assert len(shown["doctor"]["missing"]) == 6
     # Without a doctor, the preview is what it always was.
-    plain = preview(ENV, "p", Policy(), Limits(), task, PROJECT)
+    plain = preview(ENV, "p", Chain.of(Policy(), PROJECT), Limits(), task)
     assert "doctor" not in plain and plain["warnings"] == []
 
 
@@ -154,6 +170,6 @@ def test_examine_without_files_gives_advice_only() -> None:
     doc = {"env": ENV}
     result_doc = {"id": "t", "name": "t", "revision": 1, "env": ENV, "warnings": []}
     from shared.task.resolution import _resolution  # the same resolution the stage makes
-    result = _resolution(result_doc, Policy())
+    result = _resolution(result_doc, Chain.of(Policy()))
     found = examine(doc, result, [Policy()], Doctor(CATALOG), TaskFacts())
     assert found.report is None and found.errors == [] and found.warnings == []

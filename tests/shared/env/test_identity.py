@@ -7,8 +7,9 @@ import pytest
 from shared.env.envlist import EnvVar, Limits
 from shared.env.identity import IDENTITY_NAMES, Group, differing, replica_env
 from shared.policy.conditions import TaskFacts, When, check_when
-from shared.policy.model import Policy, Protected, check_policy, resolve_layers
+from shared.policy.model import Policy, Protected, check_policy, resolve_scopes
 from shared.policy.rules import Rule
+from shared.policy.scopes import Chain
 from shared.task.resolution import preview
 
 LIMITS = Limits()
@@ -47,7 +48,7 @@ def test_a_replica_outside_the_group_is_a_bug() -> None:
 
 def test_a_user_naming_identity_variables_is_refused_naming_each() -> None:
     user = [EnvVar("RANK", "0"), EnvVar("MASTER_ADDR", "x"), EnvVar("LR", "1")]
-    result = resolve_layers(user, [Policy()], [], TaskFacts())
+    result = resolve_scopes(user, [Policy()], [], TaskFacts())
     assert [(e.rule, e.variable) for e in result.errors] == [
         ("platform.identity", "RANK"), ("platform.identity", "MASTER_ADDR")]
     assert "per replica" in result.errors[0].message
@@ -68,7 +69,7 @@ def test_a_stored_version_naming_one_is_applied_without_it_and_says_so() -> None
     old = Policy(version=4, defaults=(EnvVar("WORLD_SIZE", "8"), EnvVar("NCCL_DEBUG", "WARN")),
                  protected=(Protected("RANK", "no", "0"),),
                  rules=(Rule("WORLD_SIZE", required=True),))
-    result = resolve_layers([], [old], [], TaskFacts())
+    result = resolve_scopes([], [old], [], TaskFacts())
     assert result.ok and [v.name for v in result.variables] == ["NCCL_DEBUG"]
     assert sorted(w.variable for w in result.warnings if w.rule == "policy.identity_ignored") \
         == ["RANK", "WORLD_SIZE"]
@@ -82,15 +83,15 @@ def test_a_condition_on_replicas_reaches_only_distributed_tasks() -> None:
     assert when.matches(TaskFacts(replicas=4)) and not when.matches(TaskFacts(replicas=1))
     policy = Policy(version=2, defaults=(
         _default("NCCL_ASYNC_ERROR_HANDLING", "1", {"replicas": ">1"}),))
-    multi = resolve_layers([], [policy], [], TaskFacts(replicas=2))
-    single = resolve_layers([], [policy], [], TaskFacts(replicas=1))
+    multi = resolve_scopes([], [policy], [], TaskFacts(replicas=2))
+    single = resolve_scopes([], [policy], [], TaskFacts(replicas=1))
     assert [(v.name, v.when) for v in multi.variables] == [("NCCL_ASYNC_ERROR_HANDLING",
                                                             "replicas>1")]
     assert single.variables == []
 
 
 def test_preview_shows_replica_zero_and_what_the_others_hold() -> None:
-    got = preview([{"name": "LR", "value": "1"}], "t", Policy(), LIMITS, {"replicas": 3})
+    got = preview([{"name": "LR", "value": "1"}], "t", Chain.of(Policy()), LIMITS, {"replicas": 3})
     env = {v["name"]: v["value"] for v in got["variables"]}
     assert (env["RANK"], env["WORLD_SIZE"], env["TASK_REPLICA"]) == ("0", "3", "0")
     assert got["replicas"] == 3
@@ -99,7 +100,7 @@ def test_preview_shows_replica_zero_and_what_the_others_hold() -> None:
 
 
 def test_preview_refuses_an_identity_variable_before_submitting() -> None:
-    got = preview([{"name": "WORLD_SIZE", "value": "2"}], "t", Policy(), LIMITS)
+    got = preview([{"name": "WORLD_SIZE", "value": "2"}], "t", Chain.of(Policy()), LIMITS)
     assert got["ok"] is False
     assert [(e["rule"], e["variable"]) for e in got["errors"]] == [
         ("platform.identity", "WORLD_SIZE")]

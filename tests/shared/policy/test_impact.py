@@ -7,7 +7,7 @@ from typing import Any
 from shared.env.envlist import EnvVar
 from shared.policy.conditions import TaskFacts
 from shared.policy.impact import TaskSnapshot, impact, value_changes
-from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_layers
+from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_scopes
 
 CURRENT = Policy.from_dict({"version": 1, "defaults": [
     {"name": "NCCL_DEBUG", "value": "WARN"},
@@ -20,7 +20,7 @@ def snapshot(task_id: str, owner: str, env: dict[str, str], gpus: int = 0,
     facts = TaskFacts(gpus=gpus)
     resolved, rejected = None, False
     if policy is not None:
-        now = resolve_layers(user, [policy], platform_env(task_id, "t", 1, policy.version), facts)
+        now = resolve_scopes(user, [policy], platform_env(task_id, "t", 1, policy.version), facts)
         resolved = tuple(now.variables) if now.ok else None
         rejected = not now.ok
     return TaskSnapshot(task_id, owner, user, facts, resolved, rejected)
@@ -28,7 +28,7 @@ def snapshot(task_id: str, owner: str, env: dict[str, str], gpus: int = 0,
 
 def with_draft(draft: Policy) -> Any:
     def resolve_one(s: TaskSnapshot) -> Resolution:
-        return resolve_layers(s.env, [draft], platform_env(s.id, "t", 2, draft.version), s.facts)
+        return resolve_scopes(s.env, [draft], platform_env(s.id, "t", 2, draft.version), s.facts)
     return resolve_one
 
 

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts, applies
-from shared.policy.layers import check_layer
 from shared.policy.model import (
     ON_CONFLICT,
     PLATFORM_NAMES,
@@ -24,8 +23,9 @@ from shared.policy.model import (
     check_policy,
     platform_env,
     resolve,
-    resolve_layers,
+    resolve_scopes,
 )
+from shared.policy.scope_checks import check_scope_policy
 from shared.secrets import MASK, MIN_SECRET_LENGTH
 from shared.task.workload import Workload
 
@@ -487,7 +487,7 @@ def project(version: int = 7, **data: Any) -> Policy:
 
 
 def layered(user: list[EnvVar], *layers: Policy, task: TaskFacts = TaskFacts()) -> Resolution:
-    return resolve_layers(user, layers, platform(version=layers[0].version), task)
+    return resolve_scopes(user, layers, platform(version=layers[0].version), task)
 
 
 def test_a_project_default_overrides_a_platform_default_and_says_so_with_both_scopes() -> None:
@@ -611,7 +611,7 @@ def test_a_default_for_tasks_a_rule_never_sees_is_fine() -> None:
     assert check_policy(data, LIMITS) == []
 
 
-# --- check_layer: a project never weakens the platform ---------------------------------
+# --- check_scope_policy: a project never weakens the platform ---------------------------------
 
 @pytest.mark.parametrize("entry", [
     {"defaults": [{"name": "HTTPS_PROXY", "value": "http://mine"}]},
@@ -622,7 +622,7 @@ def test_a_default_for_tasks_a_rule_never_sees_is_fine() -> None:
 ])
 def test_a_project_cannot_set_or_unprotect_a_platform_protected_name(
         entry: dict[str, Any]) -> None:
-    problems = check_layer(entry, PLATFORM_POLICY, LIMITS)
+    problems = check_scope_policy(entry, PLATFORM_POLICY, LIMITS)
     problem = the_one(problems, "layer.platform_protected")
     name = problem.variable
     assert name in ("HTTPS_PROXY", "CUDA_VISIBLE_DEVICES")
@@ -633,7 +633,7 @@ def test_a_project_cannot_set_or_unprotect_a_platform_protected_name(
 
 
 def test_the_platforms_secret_value_is_not_shown_in_a_conflict() -> None:
-    problem = the_one(check_layer({"defaults": [{"name": "HF_TOKEN", "value": "x"}]},
+    problem = the_one(check_scope_policy({"defaults": [{"name": "HF_TOKEN", "value": "x"}]},
                                   PLATFORM_POLICY, LIMITS), "layer.platform_protected")
     assert "hf_platform" not in problem.message and MASK in problem.message
 
@@ -641,7 +641,7 @@ def test_the_platforms_secret_value_is_not_shown_in_a_conflict() -> None:
 def test_a_project_value_breaking_a_platform_rule_is_refused() -> None:
     data = {"defaults": [{"name": "NUM_WORKERS", "value": "128"}],
             "protected": [{"name": "NUM_WORKERS_HINT", "value": "2", "reason": "r"}]}
-    problem = the_one(check_layer(data, PLATFORM_POLICY, LIMITS), "rule.max")
+    problem = the_one(check_scope_policy(data, PLATFORM_POLICY, LIMITS), "rule.max")
     assert (problem.variable, problem.field) == ("NUM_WORKERS", "defaults[0].value")
     assert "platform's rule" in problem.message and "64 cores" in problem.message
 
@@ -649,7 +649,7 @@ def test_a_project_value_breaking_a_platform_rule_is_refused() -> None:
 def test_a_project_rule_the_platforms_protected_value_breaks_is_refused() -> None:
     data = {"rules": [{"name": "HTTPS_*", "pattern": "https://.*"},
                       {"name": "CUDA_VISIBLE_DEVICES", "required": True}]}
-    problems = check_layer(data, PLATFORM_POLICY, LIMITS)
+    problems = check_scope_policy(data, PLATFORM_POLICY, LIMITS)
     assert sorted((p.rule, p.variable, p.field) for p in problems) == [
         ("layer.rule_unsatisfiable", "CUDA_VISIBLE_DEVICES", "rules[1]"),
         ("layer.rule_unsatisfiable", "HTTPS_PROXY", "rules[0]")]
@@ -657,10 +657,10 @@ def test_a_project_rule_the_platforms_protected_value_breaks_is_refused() -> Non
 
 def test_a_project_rule_a_platform_default_breaks_needs_a_project_default() -> None:
     data: dict[str, Any] = {"rules": [{"name": "NCCL_DEBUG", "allowed": ["INFO"]}]}
-    problem = the_one(check_layer(data, PLATFORM_POLICY, LIMITS), "rule.allowed")
+    problem = the_one(check_scope_policy(data, PLATFORM_POLICY, LIMITS), "rule.allowed")
     assert problem.variable == "NCCL_DEBUG" and "platform default" in problem.message
     data["defaults"] = [{"name": "NCCL_DEBUG", "value": "INFO"}]
-    assert check_layer(data, PLATFORM_POLICY, LIMITS) == []
+    assert check_scope_policy(data, PLATFORM_POLICY, LIMITS) == []
 
 
 def test_a_project_adding_within_the_limits_passes() -> None:
@@ -669,12 +669,12 @@ def test_a_project_adding_within_the_limits_passes() -> None:
             "protected": [{"name": "DATA_ROOT", "value": "/mnt/vision", "reason": "our data"}],
             "rules": [{"name": "HTTPS_PROXY", "pattern": "http://.*"},
                       {"name": "LR", "min": 0, "max": 1}], "on_conflict": "drop"}
-    assert check_layer(data, PLATFORM_POLICY, LIMITS) == []
+    assert check_scope_policy(data, PLATFORM_POLICY, LIMITS) == []
 
 
 def test_check_layer_includes_the_checks_of_every_policy() -> None:
     data = {"defaults": [{"name": "TASK_ID", "value": "x"}], "on_conflict": "maybe"}
-    rules = {p.rule for p in check_layer(data, PLATFORM_POLICY, LIMITS)}
+    rules = {p.rule for p in check_scope_policy(data, PLATFORM_POLICY, LIMITS)}
     assert rules == {"policy.platform_reserved", "policy.on_conflict"}
 
 
@@ -716,7 +716,7 @@ def test_provenance_round_trips_through_a_record() -> None:
 
 @st.composite
 def layered_scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy, Policy, TaskFacts]:
-    """A platform policy, a project policy check_layer accepts, a task and its env."""
+    """A platform policy, a project policy check_scope_policy accepts, a task and its env."""
     names = draw(st.lists(NAMES, unique=True, min_size=1, max_size=10))
     conds = st.one_of(st.none(), st.sampled_from([{"gpus": ">=1"}, {"gpus": "0"},
                                                   {"image": "cuda:*"}]))
@@ -752,7 +752,7 @@ def layered_scenarios(draw: st.DrawFn) -> tuple[list[EnvVar], Policy, Policy, Ta
     project_data = {"defaults": entries(project_kinds, False),
                     "protected": entries(project_kinds, True),
                     "on_conflict": draw(st.sampled_from(ON_CONFLICT))}
-    assert check_layer(project_data, base, LIMITS) == []
+    assert check_scope_policy(project_data, base, LIMITS) == []
     vision = Policy.from_dict({**project_data, "version": 5, "scope": "project:vision"})
     candidates = [*names, *PLATFORM_NAMES, *draw(st.lists(NAMES, max_size=3))]
     user_names = draw(st.lists(st.sampled_from(candidates), unique=True, max_size=10))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from shared.env.envlist import EnvVar, Limits
 from shared.env.identity import IDENTITY_NAMES
 from shared.policy.model import Policy, Protected
+from shared.policy.scopes import Chain
 from shared.task import states
 from shared.task.resolution import PLACEHOLDER_ID, decide_policy, decide_validation, preview
 
@@ -15,10 +16,10 @@ POLICY = Policy(version=3, defaults=(EnvVar("DATA_DIR", "/data"),),
 
 def test_a_preview_resolves_as_the_stages_would() -> None:
     env = [{"name": "LR", "value": "0.1"}]
-    got = preview(env, "train", POLICY, LIMITS)
+    got = preview(env, "train", Chain.of(POLICY), LIMITS)
     doc = {"id": PLACEHOLDER_ID, "name": "train", "revision": 1, "env": env}
     _, checked = decide_validation(doc, LIMITS)
-    state, decided = decide_policy({**doc, **checked}, POLICY)
+    state, decided = decide_policy({**doc, **checked}, Chain.of(POLICY))
     assert state == states.RESOLVED and got["ok"] is True
     shared = [v for v in got["variables"] if v["name"] not in IDENTITY_NAMES]
     assert shared == decided["resolved"] and got["warnings"] == decided["warnings"]
@@ -28,7 +29,7 @@ def test_a_preview_resolves_as_the_stages_would() -> None:
 
 
 def test_a_preview_the_policy_refuses_still_lists_the_variables() -> None:
-    got = preview([{"name": "NCCL_P2P_DISABLE", "value": "0"}], "train", POLICY, LIMITS)
+    got = preview([{"name": "NCCL_P2P_DISABLE", "value": "0"}], "train", Chain.of(POLICY), LIMITS)
     assert got["ok"] is False
     assert [e["rule"] for e in got["errors"]] == ["policy.protected"]
     assert {v["name"] for v in got["variables"]} >= {"DATA_DIR", "NCCL_P2P_DISABLE"}
@@ -36,7 +37,7 @@ def test_a_preview_the_policy_refuses_still_lists_the_variables() -> None:
 
 def test_an_invalid_env_lists_no_variables() -> None:
     got = preview([{"name": "bad name", "value": "1"}, {"name": "1X", "value": "2"}],
-                  "train", POLICY, LIMITS)
+                  "train", Chain.of(POLICY), LIMITS)
     assert got == {"ok": False, "policy_version": 3, "policy_versions": {"platform": 3},
                    "not_applied": [], "variables": [], "warnings": [], "errors": got["errors"],
                    "replicas": 1, "differs": []}
@@ -49,7 +50,7 @@ THREE_PROBLEMS = [{"name": "1BAD", "value": "x"}, {"name": "LR", "value": "0.1"}
 
 def test_a_list_the_validation_rules_reject_is_judged_by_the_policy_too() -> None:
     doc = {"id": "t1", "name": "train", "revision": 1, "env": THREE_PROBLEMS}
-    state, checked = decide_validation(doc, LIMITS, POLICY)
+    state, checked = decide_validation(doc, LIMITS, Chain.of(POLICY))
     assert state == states.REJECTED
     assert [(e["rule"], e["variable"]) for e in checked["errors"]] == [
         ("name.shell", "1BAD"), ("name.duplicate", "LR"),
@@ -58,7 +59,7 @@ def test_a_list_the_validation_rules_reject_is_judged_by_the_policy_too() -> Non
 
 
 def test_a_preview_names_every_problem_the_policy_s_included() -> None:
-    got = preview(THREE_PROBLEMS, "train", POLICY, LIMITS)
+    got = preview(THREE_PROBLEMS, "train", Chain.of(POLICY), LIMITS)
     assert got["ok"] is False
     assert [e["rule"] for e in got["errors"]] == ["name.shell", "name.duplicate",
                                                    "policy.protected"]
@@ -67,7 +68,7 @@ def test_a_preview_names_every_problem_the_policy_s_included() -> None:
 def test_every_problem_is_capped_with_the_policy_s_counted() -> None:
     env = [{"name": "1BAD", "value": "x"}] * 120 + [{"name": "NCCL_P2P_DISABLE", "value": "0"}]
     doc = {"id": "t1", "name": "train", "revision": 1, "env": env}
-    _, checked = decide_validation(doc, LIMITS, POLICY)
+    _, checked = decide_validation(doc, LIMITS, Chain.of(POLICY))
     assert len(checked["errors"]) == 101 and checked["errors"][-1]["rule"] == "errors.truncated"
 
 

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.env.envlist import Limits
-from shared.policy.layers import ProjectConflict, check_layer, project_conflicts
 from shared.policy.model import Policy
+from shared.policy.scope_checks import ProjectConflict, check_scope_policy, project_conflicts
 from shared.secrets import MIN_SECRET_LENGTH
 
 LIMITS = Limits()
@@ -46,11 +46,11 @@ def test_only_projects_the_platform_now_refuses_are_named_in_name_order() -> Non
         ("HF_HOME", "layer.platform_protected")]
 
 
-def test_a_conflict_has_the_problems_check_layer_gives_a_put_of_the_same_policy() -> None:
+def test_a_conflict_has_the_problems_a_put_of_the_same_policy_would_get() -> None:
     policy = project(5, protected=[{"name": "HF_HOME", "reason": "ours"}],
                      defaults=[{"name": "NCCL_DEBUG", "value": "TRACE"}])
     (conflict,) = project_conflicts({"vision": policy}, NEW_PLATFORM, LIMITS)
-    assert list(conflict.problems) == check_layer(policy.to_dict(), NEW_PLATFORM, LIMITS)
+    assert list(conflict.problems) == check_scope_policy(policy.to_dict(), NEW_PLATFORM, LIMITS)
     assert conflict.variables() == ["HF_HOME", "NCCL_DEBUG"]
     shape = conflict.to_dict()
     assert shape["project"] == "vision" and shape["policy_version"] == 5
@@ -89,12 +89,12 @@ DEFAULTS = st.lists(st.fixed_dictionaries({"name": NAMES, "value": VALUES}),
 
 
 @given(st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), DEFAULTS, max_size=4))
-def test_a_project_is_named_exactly_when_check_layer_refuses_its_policy(
+def test_a_project_is_named_exactly_when_the_check_refuses_its_policy(
         defaults: dict[str, list[dict[str, str]]]) -> None:
     projects = {name: project(1, defaults=entries) for name, entries in defaults.items()}
     found = {c.project: c for c in project_conflicts(projects, NEW_PLATFORM, LIMITS)}
     for name, policy in projects.items():
-        problems = check_layer(policy.to_dict(), NEW_PLATFORM, LIMITS)
+        problems = check_scope_policy(policy.to_dict(), NEW_PLATFORM, LIMITS)
         expected = ProjectConflict(name, 1, tuple(problems)) if problems else None
         assert found.get(name) == expected
 
@@ -105,7 +105,7 @@ def test_a_project_may_not_inject_slurms_own_variables_each_named() -> None:
 
     data = {"defaults": [{"name": "SLURM_CPUS_PER_TASK", "value": "64"}],
             "protected": [{"name": "SRUN_EXPORT_ENV", "value": "ALL", "reason": "x"}]}
-    problems = check_layer(data, NEW_PLATFORM, LIMITS, reserved=reserved_prefixes())
+    problems = check_scope_policy(data, NEW_PLATFORM, LIMITS, reserved=reserved_prefixes())
     named = {(p.rule, p.variable, p.field) for p in problems}
     assert named == {("layer.scheduler_variable", "SLURM_CPUS_PER_TASK", "defaults[0].name"),
                      ("layer.scheduler_variable", "SRUN_EXPORT_ENV", "protected[0].name")}

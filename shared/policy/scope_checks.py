@@ -1,10 +1,12 @@
-"""A project's policy checked against the platform's: it may add, never weaken.
+"""A scope's policy checked against every scope above it: it may add, never weaken.
 
-``check_layer`` is what a ``PUT`` of a project policy runs: the checks every policy
-passes (``check_policy``) and those between the layers, each naming the variable
-and the platform entry it conflicts with.  ``project_conflicts`` runs it again for
-every project's saved policy when the platform's changes: a platform policy may be
-tightened under projects whose policies it now refuses, and their maintainers are told.
+``check_scope_policy`` is what a ``PUT`` of a project's policy runs: the checks every
+policy passes (``check_policy``) and those against each policy of the scopes outside it
+(``above``: today the platform's), each naming the variable and the entry it conflicts
+with.  ``project_conflicts`` runs it again for every project's saved policy when the
+platform's changes: a platform policy may be tightened under projects whose policies it
+now refuses, and their maintainers are told.  (The rule codes ``layer.*`` keep their
+first name: clients match on them.)
 """
 
 from __future__ import annotations
@@ -17,27 +19,42 @@ from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
 from shared.policy.conditions import may_overlap
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, injection_problems
-from shared.policy.model import Default, Policy, Protected, check_policy, values_against_rules
+from shared.policy.model import (
+    PLATFORM_SCOPE,
+    Default,
+    Policy,
+    Protected,
+    check_policy,
+    values_against_rules,
+)
 from shared.policy.rules import Rule, valid_rules, value_problems
+from shared.policy.scopes import Chain
 from shared.secrets import MASK
 
 
-def check_layer(project_data: Mapping[str, Any], platform: Policy,
-                limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
-                reserved: tuple[str, ...] = ()) -> list[Problem]:
-    """Every reason a project policy cannot be saved under the platform's ``platform``;
-    ``hooks``: the start-up hook names only the platform may give a value; ``reserved``:
-    the variable prefixes backends' own commands read (each backend declares its own)."""
-    rules = valid_rules(project_data.get("rules"))
-    problems = check_policy(project_data, limits)
-    problems += injection_problems(project_data, hooks)
-    problems += _platform_protected_names(project_data, platform)
-    problems += _scheduler_names(project_data, reserved)
-    problems += values_against_rules(project_data, platform.rules, "the platform's")
-    problems += [p for rule_index, rule in enumerate(rules)
-                 for p in _unsatisfiable(rule, f"rules[{rule_index}]", platform)]
-    problems += _platform_defaults_against(rules, project_data, platform)
+def check_scope_policy(data: Mapping[str, Any], above: Chain | Policy,
+                       limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
+                       reserved: tuple[str, ...] = ()) -> list[Problem]:
+    """Every reason an inner scope's policy (``data``) cannot be saved under the policies
+    of the scopes ``above`` it (a chain, or the platform's policy alone); ``hooks``: the
+    start-up hook names only the platform may give a value; ``reserved``: the variable
+    prefixes backends' own commands read (each backend declares its own)."""
+    uppers = list(above) if isinstance(above, Chain) else [above]
+    rules = valid_rules(data.get("rules"))
+    problems = check_policy(data, limits)
+    problems += injection_problems(data, hooks)
+    problems += _scheduler_names(data, reserved)
+    for upper in uppers:
+        problems += _protected_names(data, upper)
+        problems += values_against_rules(data, upper.rules, _whose(upper))
+        problems += [p for rule_index, rule in enumerate(rules)
+                     for p in _unsatisfiable(rule, f"rules[{rule_index}]", upper)]
+        problems += _defaults_against(rules, data, upper)
     return problems
+
+
+def _whose(policy: Policy) -> str:
+    return "the platform's" if policy.scope == PLATFORM_SCOPE else f"{policy.scope}'s"
 
 
 @dataclass(frozen=True)
@@ -60,25 +77,25 @@ class ProjectConflict:
 def project_conflicts(projects: Mapping[str, Policy], platform: Policy,
                       limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
                       reserved: tuple[str, ...] = ()) -> list[ProjectConflict]:
-    """Each project whose current policy ``check_layer`` would refuse under ``platform``,
+    """Each project whose current policy ``check_scope_policy`` would refuse under ``platform``,
     by name.  One check per project, whatever the number of tasks."""
     found: list[ProjectConflict] = []
     for name in sorted(projects):
         policy = projects[name]
-        problems = check_layer(policy.to_dict(), platform, limits, hooks, reserved)
+        problems = check_scope_policy(policy.to_dict(), platform, limits, hooks, reserved)
         if problems:
             found.append(ProjectConflict(name, policy.version, tuple(problems)))
     return found
 
 
-def _platform_protected_names(data: Mapping[str, Any], platform: Policy) -> list[Problem]:
-    """Any project entry for a name the platform protects: setting it, protecting it with
-    another value or none, all would weaken the platform's hold on it."""
-    held = {p.name: p for p in platform.protected}
+def _protected_names(data: Mapping[str, Any], upper: Policy) -> list[Problem]:
+    """Any inner entry for a name an outer scope protects: setting it, protecting it with
+    another value or none, all would weaken the outer scope's hold on it."""
+    held = {p.name: p for p in upper.protected}
     return [Problem(rule="layer.platform_protected", variable=name, field=field,
-                    message=f"{name} conflicts with the platform's protected entry "
-                            f"{_describe(held[name])}; a project policy cannot set, protect or "
-                            "unprotect a name the platform protects")
+                    message=f"{name} conflicts with {_whose(upper)} protected entry "
+                            f"{_describe(held[name])}; a policy of an inner scope cannot set, "
+                            f"protect or unprotect a name {upper.scope} protects")
             for field, name in _named_entries(data) if name in held]
 
 
@@ -105,51 +122,53 @@ def _scheduler_names(data: Mapping[str, Any], reserved: tuple[str, ...]) -> list
             for field, name in _named_entries(data) if name.startswith(reserved)]
 
 
-def _unsatisfiable(rule: Rule, where: str, platform: Policy) -> list[Problem]:
-    """The rule can never hold where the platform's own protected value applies."""
+def _unsatisfiable(rule: Rule, where: str, upper: Policy) -> list[Problem]:
+    """The rule can never hold where an outer scope's own protected value applies."""
     problems: list[Problem] = []
-    for held in platform.protected:
+    for held in upper.protected:
         if not (rule.covers(held.name) and may_overlap(rule.when, held.when)):
             continue
         if held.value is None:
             if rule.required and rule.name == held.name:
-                problems.append(_never(rule, where, held, "it is required, but the platform "
-                                       "reserves it and no task can set it"))
+                problems.append(_never(rule, where, held, upper, f"it is required, but "
+                                       f"{upper.scope} reserves it and no task can set it"))
             continue
         broken = value_problems(EnvVar(held.name, held.value, held.secret), rule)
-        problems += [_never(rule, where, held, f"the platform's value breaks it ({p.rule})")
-                     for p in broken]
+        problems += [_never(rule, where, held, upper,
+                            f"{_whose(upper)} value breaks it ({p.rule})") for p in broken]
     return problems
 
 
-def _never(rule: Rule, where: str, held: Protected, why: str) -> Problem:
+def _never(rule: Rule, where: str, held: Protected, upper: Policy, why: str) -> Problem:
     return Problem(rule="layer.rule_unsatisfiable", variable=held.name, field=where,
                    message=f"rule {rule.name} can never be satisfied for {held.name}: {why}; "
-                           f"it conflicts with the platform's protected entry "
+                           f"it conflicts with {_whose(upper)} protected entry "
                            f"{_describe(held)}")
 
 
-def _platform_defaults_against(rules: list[Rule], data: Mapping[str, Any],
-                               platform: Policy) -> list[Problem]:
-    """Platform defaults, the lowest layer, that break a project rule, unless the project
-    sets a default of the same name for every task (then the platform's never applies)."""
+def _defaults_against(rules: list[Rule], data: Mapping[str, Any],
+                      upper: Policy) -> list[Problem]:
+    """An outer scope's defaults (farther from the task than the inner scope's) that break
+    an inner rule, unless the inner policy sets a default of the same name for every task
+    (then the outer one never applies)."""
     shadowing = {d.get("name") for d in data.get("defaults", [])
                  if isinstance(d, Mapping) and not d.get("when")}
     problems: list[Problem] = []
-    for default in platform.defaults:
+    for default in upper.defaults:
         if default.name in shadowing:
             continue
         for index, rule in enumerate(rules):
             if rule.covers(default.name) and may_overlap(rule.when, default.when):
-                problems += [_default_breaks(p, index, default)
+                problems += [_default_breaks(p, index, default, upper)
                              for p in value_problems(default, rule)]
     return problems
 
 
-def _default_breaks(problem: Problem, index: int, default: Default) -> Problem:
+def _default_breaks(problem: Problem, index: int, default: Default, upper: Policy) -> Problem:
+    whose = "the platform" if upper.scope == PLATFORM_SCOPE else upper.scope
     return Problem(rule=problem.rule, variable=default.name, field=f"rules[{index}]",
                    limit=problem.limit,
-                   message=f"the platform default {problem.message}; add a project default "
+                   message=f"{whose} default {problem.message}; add a default of your own "
                            f"for {default.name} that satisfies the rule")
 
 
