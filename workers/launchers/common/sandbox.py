@@ -16,7 +16,7 @@ own environment, which it hands on unchanged.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
 from shared.task.paths import workdir_problem
@@ -64,20 +64,43 @@ def workdir_inside(workdir: str | None) -> str:
 
 def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
                binary: str = "bwrap", env_sets_pwd: bool = False, *,
-               tmp_bytes: int | None = None, share_net: bool = False) -> list[str]:
+               tmp_bytes: int | None = None, share_net: bool = False,
+               env_fd: int | None = None) -> list[str]:
     """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed.
 
     ``tmp_bytes`` caps the step's /tmp; ``share_net`` keeps the network namespace bwrap
     was started in (one the local runner made; or, for the replicas of a distributed
     Slurm task, which must reach each other across nodes, the node's own) instead of a
-    new one of bwrap's.
+    new one of bwrap's.  ``env_fd``: a descriptor holding the step's environment as
+    bwrap arguments (:func:`env_file`), read by bwrap itself (``--args``).
     """
     return [binary, *ISOLATION, *(["--share-net"] if share_net else []),
             *system_binds(), "--proc", "/proc", *proc_masks(), "--dev", "/dev",
             *(["--size", str(tmp_bytes)] if tmp_bytes else []),
             "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own empty /tmp
-            "--bind", str(home), TASK_HOME, "--chdir", workdir_inside(workdir), "--",
+            "--bind", str(home), TASK_HOME, "--chdir", workdir_inside(workdir),
+            *(["--args", str(env_fd)] if env_fd is not None else []), "--",
             *([] if env_sets_pwd else DROP_PWD), *step]
+
+
+def env_file(env: Mapping[str, str]) -> int:
+    """The step's environment as bwrap reads it from ``--args FD``: ``--clearenv``, then
+    ``--setenv NAME VALUE`` for each variable, NUL-separated, in a memory file.
+
+    So no process outside the sandbox — the exec helper's Python, bwrap itself — ever
+    starts with the task's variables: a task's ``LD_PRELOAD`` or ``PYTHONPATH`` is data
+    until bwrap hands it to the step, inside.  (The Slurm job's program, which carries
+    only the standard library, writes the same form itself.)  The descriptor is
+    inheritable; the caller closes it once the step has started.
+    """
+    data = bytearray(b"--clearenv\0")
+    for name, value in env.items():
+        data += b"--setenv\0" + name.encode() + b"\0" + \
+            value.encode("utf-8", "surrogateescape") + b"\0"
+    fd = os.memfd_create("taskenv-step-env", 0)  # not close-on-exec: bwrap reads it
+    os.write(fd, bytes(data))
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def proc_masks(proc: str = "/proc") -> list[str]:

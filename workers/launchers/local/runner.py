@@ -47,7 +47,7 @@ from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment import Jail, Plan
 from workers.launchers.common.run_dir import write_outcome_file
-from workers.launchers.common.sandbox import bwrap_argv
+from workers.launchers.common.sandbox import bwrap_argv, env_file
 from workers.launchers.local.launcher import host_slots, reserve_seconds
 from workers.launchers.local.slots import admit_waiting
 from workers.outcomes import patiently, record_outcome
@@ -97,17 +97,26 @@ class Runner:
         return Outcome("succeeded", exit_code=0)
 
     def argv(self, step: tuple[str, ...]) -> tuple[list[str], tuple[int, ...]]:
-        """The step's command line, and the descriptors it must inherit."""
+        """The step's command line, and the descriptors it must inherit.  Sandboxed, the
+        step's env travels to bwrap as data (``env_file``): the processes outside the
+        sandbox start with an empty environment (:meth:`process_env`)."""
         if self.bwrap is None:
             return list(step), ()
+        env_fd = env_file(self.env)
         if self.jail is None:
             return bwrap_argv(step, self.home, self.workload.workdir, binary=self.bwrap,
-                              env_sets_pwd="PWD" in self.env), ()
+                              env_sets_pwd="PWD" in self.env, env_fd=env_fd), (env_fd,)
         plan = self.jail.plan
-        return self.jail.wrap(bwrap_argv(
+        argv, fds = self.jail.wrap(bwrap_argv(
             step, self.sandbox_home, self.workload.workdir, binary=self.bwrap,
             env_sets_pwd="PWD" in self.env, tmp_bytes=plan.limits.tmp_bytes,
-            share_net=plan.own_netns), self.env)
+            share_net=plan.own_netns, env_fd=env_fd), {})
+        return argv, (*fds, env_fd)
+
+    def process_env(self) -> dict[str, str]:
+        """What the process the runner starts holds: the step's env only when no sandbox
+        runs it (the unsafe development mode); else nothing."""
+        return self.env if self.bwrap is None else {}
 
     def popen_options(self) -> dict[str, Any]:
         """More of how a step's process is started (a replica's: in its task's network)."""
@@ -120,11 +129,13 @@ class Runner:
 
     def run_step(self, number: int, step: tuple[str, ...], write_log: Write) -> Outcome | None:
         argv, fds = self.argv(step)
+        options = self.popen_options()
+        inherited = (*fds, *options.pop("pass_fds", ()))
         try:
             proc = subprocess.Popen(
-                argv, env=self.env, cwd=self.cwd(), stdin=subprocess.DEVNULL,
+                argv, env=self.process_env(), cwd=self.cwd(), stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                pass_fds=fds, **self.popen_options())
+                pass_fds=inherited, **options)
         except OSError as exc:
             return Outcome("failed", reason=f"step {number} could not start: {exc.strerror}")
         finally:

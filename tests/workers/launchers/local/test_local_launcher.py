@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,13 +127,43 @@ def test_every_step_sees_exactly_the_resolved_env_plus_path_and_home(
     assert printed(text, "ENV") == [expected, expected]
 
 
-def test_pid_1_and_the_parent_hold_nothing_but_the_step_env(launcher: LocalLauncher) -> None:
-    code = ("import json, os; read = lambda p: sorted(open(p, 'rb').read().split(b'\\0')); "
-            "print('SAME=' + json.dumps(read('/proc/1/environ') == read('/proc/self/environ')"
-            " and read(f'/proc/{os.getppid()}/environ') == read('/proc/self/environ')))")
+def test_pid_1_and_the_parent_hold_nothing_at_all(launcher: LocalLauncher) -> None:
+    """bwrap (the sandbox's pid 1) and the step's parent started with an empty
+    environment: the step's values reached bwrap as data, not as its own environment."""
+    code = ("import json, os; "
+            "read = lambda p: [e for e in open(p, 'rb').read().split(b'\\0') if e]; "
+            "print('HELD=' + json.dumps([len(read('/proc/1/environ')), "
+            "len(read(f'/proc/{os.getppid()}/environ')), os.environ.get('A')]))")
     outcome, text = run(launcher, workload([python(code)], {"A": "1"}))
     assert outcome.state == "succeeded", text
-    assert printed(text, "SAME") == [True]
+    assert printed(text, "HELD") == [[0, 0, "1"]]
+
+
+def test_a_tasks_ld_preload_runs_nothing_outside_the_sandbox(launcher: LocalLauncher,
+                                                             tmp_path: Path) -> None:
+    """LD_PRELOAD pointing at a library an earlier step wrote: the exec helper's Python
+    and bwrap, which run on the host, start without it, so the library never loads there
+    (a host-side load would leave its canary in the host's /tmp, out of the sandbox's reach)."""
+    gcc = shutil.which("gcc") or "gcc"  # .ci/run installs it
+    canary = Path(f"/tmp/taskenv-preload-{uuid.uuid4().hex}")
+    source = tmp_path / "evil.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void hit(void) {'
+                      f' FILE *f = fopen("{canary}", "a"); if (f) {{ fputs("ran", f); fclose(f); }}'
+                      ' }\n')
+    library = tmp_path / "libevil.so"
+    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    # Names relative to the working directory, which is the run's home on the host too.
+    job = workload([["true"]], {"LD_PRELOAD": "libevil.so", "LD_LIBRARY_PATH": "."})
+    home = prepare_home(launcher.run_dir(job), job.workdir)
+    shutil.copy(library, home / "libevil.so")  # as an earlier step of the task left it
+    try:
+        runner = Runner(runner_spec(launcher.settings, job, home, launcher.bwrap))
+        lines: list[str] = []
+        outcome = runner.run(lines.append)
+        assert outcome.state == "succeeded", "".join(lines)
+        assert not canary.exists(), "the task's library ran outside the sandbox"
+    finally:
+        canary.unlink(missing_ok=True)
 
 
 def test_values_arrive_byte_exact(launcher: LocalLauncher) -> None:
