@@ -16,6 +16,7 @@ there, so it is in the table for every case that needs one; the dry run runs not
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import stat
 import subprocess
@@ -31,6 +32,7 @@ import pytest
 from shared.config import Settings
 from shared.env.envlist import Limits
 from shared.env.identity import Group, replica_env
+from shared.errors import TransientError
 from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
 from shared.secrets import REDACTED, Cipher, new_key
@@ -40,7 +42,7 @@ from shared.task.replica_logs import prefixed
 from shared.task.workload import Workload
 from tests.support.podman import podman
 from workers import stages
-from workers.launchers import make_launcher
+from workers.launchers import make_launcher, traits
 from workers.launchers.base import Launcher
 from workers.localstack import RedisServer
 from workers.reconcile import reconcile_once
@@ -131,7 +133,7 @@ for _case in ("env_arrives_exactly", "secrets_are_redacted", "files_arrive_with_
                                       "and Secret taskenv submits)")
     NOT_MET[("dryrun", _case)] = "the dry run starts nothing"
 
-BACKENDS = ["local", "podman", "kubernetes", "dryrun"]
+BACKENDS = ["local", "podman", "slurm", "kubernetes", "dryrun"]
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +155,10 @@ def _settings(redis_server: RedisServer, tmp_path: Path, launcher: str) -> Setti
                     task_max_open_files=MAX_OPEN_FILES,
                     task_max_file_size=str(MAX_FILE_BYTES),
                     task_max_processes=MAX_PROCESSES)
+
+
+def _no_cleanup(workload: Workload) -> None:
+    """Nothing the backend leaves for the suite to remove (Slurm forgets its jobs)."""
 
 
 def _reap_runners(workload: Workload) -> None:
@@ -187,6 +193,14 @@ def backend(request: pytest.FixtureRequest, redis_server: RedisServer,
         request.getfixturevalue("podman_image")
         return Backend(name, make_launcher(settings), tasks, settings,
                        frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "SHLVL"}), _remove_pod)
+    if name == "slurm":
+        request.applymarker(pytest.mark.slurm)
+        cluster = request.getfixturevalue("slurm_cluster")
+        request.getfixturevalue("monkeypatch").setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+        settings = dataclasses.replace(settings, slurm_dir=str(tmp_path / "slurm"),
+                                       step_timeout_seconds=120)
+        return Backend(name, make_launcher(settings), tasks, settings,
+                       frozenset({"PATH", "HOME", "PWD"}), _no_cleanup)
     raise AssertionError(f"{name}: every case is in NOT_MET")
 
 
@@ -233,7 +247,8 @@ def test_env_arrives_exactly(backend: Backend, monkeypatch: pytest.MonkeyPatch) 
     assert {k: seen.get(k) for k in resolved} == resolved
     identity = dict(replica_env(Group(), 0))
     assert {k: seen.get(k) for k in identity} == identity
-    extra = set(seen) - set(resolved) - set(identity)
+    extra = {n for n in set(seen) - set(resolved) - set(identity)
+             if not n.startswith(traits(backend.name).reserved_prefixes)}  # the scheduler's
     assert extra <= backend.runtime_names, f"{backend.name} added {extra - backend.runtime_names}"
 
 
@@ -305,8 +320,8 @@ def test_cancel_is_idempotent_and_leaves_nothing(backend: Backend) -> None:
             time.sleep(0.2)
         assert backend.tasks.transition(workload.task_id, 1, set(states.LAUNCHED),
                                         states.CANCELLED, cancelled_by="alice") is not None
-        backend.launcher.cancel(workload)
-        backend.launcher.cancel(workload)  # a second cancel: nothing more, no error
+        _cancel(backend, workload)
+        _cancel(backend, workload)  # a second cancel: nothing more, no error
         observed = backend.launcher.observe(workload)
         assert observed is None or observed.state != "running"
         deadline = time.monotonic() + 30
@@ -315,6 +330,19 @@ def test_cancel_is_idempotent_and_leaves_nothing(backend: Backend) -> None:
             time.sleep(0.2)
     finally:
         backend.cleanup(workload)
+
+
+def _cancel(backend: Backend, workload: Workload) -> None:
+    """As the API's cancel does: a backend that stops asynchronously says so
+    (``TransientError``) until it has, and is asked again."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            backend.launcher.cancel(workload)
+            return
+        except TransientError:
+            assert time.monotonic() < deadline, "the workload never stopped"
+            time.sleep(0.5)
 
 
 def _sleeping(backend: Backend, workload: Workload, seconds: str) -> bool:
