@@ -35,6 +35,7 @@ from shared.doctor.catalog import applying
 from shared.doctor.checkup import Doctor
 from shared.env.envlist import Limits
 from shared.policy.model import Policy
+from shared.policy.scopes import Chain
 from shared.task.resolution import preview
 
 CORPUS = Path(__file__).resolve().parents[1] / "tests" / "shared" / "doctor" / "corpus"
@@ -155,15 +156,16 @@ def phase(quick: bool = False) -> dict[str, Any]:
     limits = Limits()
     files = script_set()
     lines = sum(f["content"].count("\n") for f in files)
-    doctor = Doctor(applying(True, [], [], [policy]))
+    chain = Chain.of(policy)
+    doctor = Doctor(applying(True, [], [policy]))
     task = {"files": files}
     n, rounds = (20, 3) if quick else (100, 5)
 
     def plain() -> Any:
-        return preview(ENV, "bench", policy, limits, {})
+        return preview(ENV, "bench", chain, limits, {})
 
     def warm() -> Any:
-        return preview(ENV, "bench", policy, limits, task, None, doctor=doctor)
+        return preview(ENV, "bench", chain, limits, task, doctor=doctor)
 
     def cold() -> Any:
         scripts.CACHE.clear()

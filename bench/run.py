@@ -26,7 +26,9 @@ Starts its own redis-server (a fresh directory), then:
 5. when podman and the runtime image are present (or with ``--podman``), 50 tasks
    through the podman launcher against a loop of ``podman kube play`` of the same
    pods (``bench/podman_launch.py``); then the local launcher's launch latency and
-   throughput with its limits on against off (``bench/local_limits.py``).
+   throughput with its limits on against off (``bench/local_limits.py``), and how long
+   a local step waits to start against the same containment done directly
+   (``bench/local_start.py``).
 
 Results (``bench/report.py``): ``bench/results/latest.json`` (and a timestamped
 copy), a plot of latency against offered load (``bench/results/latency-vs-load.png``)
@@ -54,6 +56,7 @@ from bench import (
     doctor,
     growth,
     local_limits,
+    local_start,
     podman_launch,
     reconcile_cost,
     report,
@@ -146,6 +149,8 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     results["podman"] = podman_launch.phase(procs, client, args)
     say("[5b] the local launcher with its limits on and off")
     results["local_limits"] = local_limits.phase(procs, client, args)
+    say("[5c] launch → a local step's first instruction, against the containment alone")
+    results["local_start"] = local_start.phase(procs, client, args)
     results["meta"]["machine"]["loadavg_at_end"] = loadavg()
     return results
 
