@@ -28,6 +28,7 @@ gc.set_threshold(10_000, 50, 100)
 def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
+
 # `make check` runs fewer generated examples, so the inner loop stays under a minute;
 # `make test` keeps Hypothesis's default and each test's own count.
 settings.register_profile("check", max_examples=10)

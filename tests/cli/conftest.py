@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import cli.commands.tasks
+from cli.follow import Follower
 from cli.main import main
 from tests.cli.fake_api import FakeApi, serving
 
@@ -34,6 +37,20 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("TASKENV_URL", raising=False)
     monkeypatch.delenv("TASKENV_TOKEN", raising=False)
     return tmp_path / "config-home" / "taskenv" / "config.toml"
+
+
+@pytest.fixture(autouse=True)
+def follow_on_a_clock_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follow's pauses (0.3 s between polls, backing off to 2 s) pass on a clock of the
+    follow's own, not in real time: the fake API answers each poll in turn, whenever it
+    comes, and the elapsed times printed are still the pauses' sum."""
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(cli.commands.tasks, "Follower",
+                        functools.partial(Follower, sleep=sleep, clock=lambda: now[0]))
 
 
 @pytest.fixture
