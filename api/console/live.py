@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import marshmallow as ma
@@ -180,18 +181,24 @@ def preview_edit(task_id: str) -> Response:
 
 # --- suggestions for the name fields ----------------------------------------------------
 
-def suggestions(policies: list[Policy]) -> list[Row]:
+def suggestions(policies: list[Policy], projects: Sequence[str | None] = (None,)) -> list[Row]:
     """The variables the policies describe, for a ``<datalist>``: each name once, with what
     the policy says of it (protected and why, a default, the rule's description and its
-    allowed values).  Glob rules (``NCCL_*``) name no variable and are left out."""
+    allowed values).  Glob rules (``NCCL_*``) name no variable and are left out, and so is
+    an entry only for tasks of projects other than ``projects`` (the user's, and none):
+    no tenant learns what another project's tasks get."""
+    def ours(entries: Sequence[Any]) -> list[Any]:
+        return [e for e in entries if e.when is None
+                or not all(e.when.names_another_project(p) for p in projects)]
+
     notes: dict[str, list[str]] = {}
     for policy in policies:
-        for protected in policy.protected:
+        for protected in ours(policy.protected):
             notes.setdefault(protected.name, []).append(f"protected: {protected.reason}")
-        for default in policy.defaults:
+        for default in ours(policy.defaults):
             shown = "a secret" if default.secret else default.value
             notes.setdefault(default.name, []).append(f"default {shown}"[:120])
-        for rule in policy.rules:
+        for rule in ours(policy.rules):
             if not any(c in rule.name for c in "*?["):
                 notes.setdefault(rule.name, []).extend(_rule_notes(rule))
     return [{"name": name, "label": "; ".join(found)} for name, found in sorted(notes.items())]
@@ -213,7 +220,7 @@ def variable_suggestions() -> dict[str, Any]:
         mine = svc().projects.of(auth.actor())
         scopes = [project_scope(p) for p in mine]
         found = svc().policies.currents([PLATFORM_SCOPE, *scopes])  # one read
-        return suggestions(list(found.values()))
+        return suggestions(list(found.values()), [None, *mine])
     return {"env_suggestions": env_suggestions}
 
 
