@@ -5,7 +5,8 @@ Starts its own redis-server (a fresh directory), then:
 1. in-process: validation + merge time for 10 ... 10,000 variables
    (``bench/growth.py``), taskenv's own code per task without Celery or HTTP
    (``bench/stagecost.py``), and a preview with the doctor reading a 2,000-line
-   script set against one without it (``bench/doctor.py``);
+   script set against one without it (``bench/doctor.py``), and another user's task
+   beside a hostile script against a quiet stack (``bench/doctor_neighbour.py``);
 2. POST throughput with no worker running (``bench/api_cost.py``): a no-op Flask
    JSON endpoint, the same plus one Redis write and one Celery ``send_task``
    (``bench/noop_api.py``, both under waitress threads=8), and
@@ -54,6 +55,7 @@ from bench import (
     api_cost,
     compare,
     doctor,
+    doctor_neighbour,
     growth,
     local_limits,
     local_start,
@@ -137,6 +139,8 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     say("  a preview with the doctor on a 2,000-line script set, against one without it:")
     results["doctor"] = doctor.phase(args.quick)
     say("\n".join(f"    {line}" for line in doctor.lines(results["doctor"])))
+    say("  another user's task beside a hostile script, against a quiet stack:")
+    results["doctor_neighbour"] = doctor_neighbour.phase(procs, client, args)
     say(f"[2/6] POST throughput, no worker running (redis-server "
         f"{results['meta']['machine']['redis_server']})")
     results["post"] = api_cost.measure(procs, client, args)
