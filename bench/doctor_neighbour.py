@@ -17,16 +17,14 @@ import argparse
 import http.client
 import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import redis
 
 from bench.doctor import pathological
 from bench.pipeline import Taskenv
-from bench.processes import Processes
+from bench.processes import Processes, run_alone
 from bench.report import say
 from shared.task import states
 
@@ -114,14 +112,7 @@ def phase(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> di
 def main(argv: list[str] | None = None) -> None:
     from bench.run import parse_args  # the full run's options; bench.run imports this module
 
-    args = parse_args(argv)
-    procs = Processes(Path(tempfile.mkdtemp(prefix="taskenv-bench-")))
-    ok = False
-    try:
-        phase(procs, procs.start_redis(), args)
-        ok = True
-    finally:
-        procs.close(ok)
+    run_alone(phase, parse_args(argv))
 
 
 if __name__ == "__main__":

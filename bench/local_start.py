@@ -31,7 +31,7 @@ from typing import Any
 import redis
 
 from bench.measure import in_ms, summarize
-from bench.processes import Processes
+from bench.processes import Processes, run_alone
 from bench.report import say
 from shared.config import Settings
 from shared.secrets import Cipher, new_key
@@ -160,14 +160,7 @@ def phase(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> di
 def main(argv: list[str] | None = None) -> None:
     from bench.run import parse_args  # the full run's options; bench.run imports this module
 
-    args = parse_args(argv)
-    procs = Processes(Path(tempfile.mkdtemp(prefix="taskenv-bench-")))
-    ok = False
-    try:
-        phase(procs, procs.start_redis(), args)
-        ok = True
-    finally:
-        procs.close(ok)
+    run_alone(phase, parse_args(argv))
 
 
 if __name__ == "__main__":

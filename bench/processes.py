@@ -3,9 +3,13 @@ however the run ends."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -61,3 +65,17 @@ class Processes:
             shutil.rmtree(self.work, ignore_errors=True)
         else:
             say(f"the run failed: the processes' output is kept in {self.logs}")
+
+
+def run_alone(phase: Callable[[Processes, redis.Redis, argparse.Namespace], Any],
+              args: argparse.Namespace) -> Any:
+    """One phase of ``python -m bench`` on its own (``python -m bench.<phase>``): a
+    redis-server of its own, everything it started stopped after, its result."""
+    procs = Processes(Path(tempfile.mkdtemp(prefix="taskenv-bench-")))
+    ok = False
+    try:
+        result = phase(procs, procs.start_redis(), args)
+        ok = True
+    finally:
+        procs.close(ok)
+    return result

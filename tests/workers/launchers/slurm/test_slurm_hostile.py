@@ -24,6 +24,8 @@ from shared.task.files import TaskFile
 from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
+from tests.workers.launchers.slurm.test_slurm_launcher import finish as finish_job
+from tests.workers.launchers.slurm.test_slurm_launcher import output
 from workers.launchers.base import Outcome
 from workers.launchers.slurm.launcher import SlurmLauncher
 
@@ -47,27 +49,8 @@ def marker(tmp_path: Path) -> Path:
 
 
 def finish(launcher: SlurmLauncher, workload: Workload, timeout: float = 90.0) -> Outcome:
-    key = (workload.task_id, workload.revision)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        launcher.changes()
-        seen = launcher.seen(workload)
-        if seen is not None and seen.state != "running" and key in launcher.listed:
-            return seen
-        time.sleep(0.3)
-    raise AssertionError(f"job of {workload.run_name} did not end")
-
-
-STREAMED: dict[tuple[str, int], str] = {}
-
-
-def output(launcher: SlurmLauncher, workload: Workload) -> str:
-    """What the job printed: the lines streamed so far (kept for each job, as the
-    reconciler keeps them in each task's log) and the rest."""
-    for task_id, revision, text in launcher.new_output():
-        STREAMED[(task_id, revision)] = STREAMED.get((task_id, revision), "") + text
-    streamed = STREAMED.pop((workload.task_id, workload.revision), "")
-    return streamed + (launcher.logs(workload) or "")
+    """As the launcher's own tests wait, a little longer: these jobs start more."""
+    return finish_job(launcher, workload, timeout)
 
 
 def run(launcher: SlurmLauncher, workload: Workload) -> tuple[Outcome, str]:
