@@ -38,7 +38,7 @@ from shared.policy.model import Policy, check_policy
 from shared.policy.scope_checks import ProjectConflict
 from shared.secrets import masked
 from shared.task import files as task_files
-from shared.task import manifest, records, resolution, revisions, states
+from shared.task import manifest, records, resolution, revisions, runtimes, states
 from shared.task.limits import (
     gpu_problems,
     host_capacity,
@@ -58,7 +58,8 @@ def create_task(svc: Services, data: dict[str, Any], actor: str,
                 idempotency_key: str | None = None) -> Doc:
     data = {**data, "env": with_env_file(data.get("env", []), data.get("env_file"))}
     data.pop("env_file", None)
-    refuse_unrunnable(data.get("resources"), svc, int(data.get("replicas") or 1))
+    refuse_unrunnable(data.get("resources"), svc, int(data.get("replicas") or 1),
+                      image=data.get("image"))
     refuse_unadmittable(svc, data, actor)
     project = svc.projects.for_task(actor, data.get("project"))
     refuse_unstorable(svc, in_project(dict(data), project))
@@ -115,11 +116,13 @@ def every_problem(svc: Services, doc: Doc) -> list[Problem]:
     return resolution.every_problem(task, svc.policies.chain(doc), svc.limits)
 
 
-def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1) -> None:
+def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1, *,
+                      image: str | None = None) -> None:
     """Resources that are no quantities, or more than a task may ever have (on a backend
     that runs a task's replicas on one host: more than one host has, its replicas
-    together; GPUs on a backend that has no way to give them), are refused now, not left
-    waiting for ever nor run without."""
+    together; GPUs on a backend that has no way to give them; on a backend of runtime
+    directories, an image no admin registered as one), are refused now, all together,
+    not left waiting for ever nor run without."""
     backend = svc.backend
     maxima = platform_maxima(svc.settings, one_host=backend.one_host)
     problems = resource_problems(resources, maxima)
@@ -127,6 +130,8 @@ def refuse_unrunnable(resources: Doc | None, svc: Services, replicas: int = 1) -
         problems = one_host_problems(resources, replicas, maxima,
                                      host_capacity(svc.settings)[1])
     problems += gpu_problems(resources, backend, maxima)
+    if backend.runtime_dirs:
+        problems += runtimes.problems(image, svc.settings)
     if problems:
         raise ResourcesInvalid("the task asks for resources it can never have", problems)
 

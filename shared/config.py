@@ -78,6 +78,10 @@ class Settings:
     # image (deploy/image/build.sh).  kubernetes: one every node can pull; set your own
     # training image in the ConfigMap (deploy/k8s/base/configmap.yaml).
     podman_image: str = DEFAULT_IMAGE
+    # The local and Slurm launchers' runtime directories, which a task names by its image:
+    # NAME=/absolute/path, comma-separated (shared.task.runtimes).  Empty: none; a task
+    # naming no image runs the host's own /usr.
+    runtimes: str = ""
     kube_image: str = KUBE_DEFAULT_IMAGE
     kube_namespace: str = "default"
     # The slurm launcher: one directory per revision (program, output, outcome) on a

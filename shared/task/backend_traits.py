@@ -32,6 +32,10 @@ class BackendTraits:
     # Whether ``resources.gpus`` reaches a mechanism of the backend's (Slurm's --gres,
     # Kubernetes' limits); a task asking for GPUs on one that has none is refused.
     gpus: bool = False
+    # The backend runs a task's ``image`` as a runtime directory an admin registered
+    # (TASKENV_RUNTIMES) on its hosts' own filesystem, not as a container image: a task
+    # naming one that is not registered is refused when it is created.
+    runtime_dirs: bool = False
 
     def replica_zero_for(self, replicas: int, job: str) -> str:
         return self.replica_zero.format(job=job) if replicas > 1 else LOOPBACK

@@ -90,7 +90,8 @@ def test_another_users_manifest_is_not_found(client_for: Callable):
 
 def test_a_task_that_names_no_image_shows_the_kubernetes_default_image(
         admin_client_with: Callable[..., FlaskClient]):
-    client = admin_client_with(kube_image="registry.example.com/train/base:2.1")
+    client = admin_client_with(kube_image="registry.example.com/train/base:2.1",
+                               launcher="kubernetes")  # where image names an image
     unnamed = client.post("/api/v1/tasks", json=task_body()).get_json()["id"]
     named = client.post("/api/v1/tasks", json=task_body(image="nvcr.io/x/pytorch:24.01")
                         ).get_json()["id"]

@@ -12,13 +12,16 @@ and exits 3 on a mismatch; the tests read what each process printed.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cli import taskfile
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, running_stack
+from tests.support.runtimes import MARKER, host_overlay_runtime, public_dir
+from workers.localstack import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.sandbox, pytest.mark.torch,
               pytest.mark.usefixtures("host_torch")]
@@ -31,6 +34,20 @@ JOINED = re.compile(r"rank (\d+) of (\d+): RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RAN
 PASSED = re.compile(r"rank (\d+) of (\d+): OK 5 steps, .* gradients averaged over (\d+) ranks, "
                     r"weights equal on every rank \(checksum (\S+)\)")
 TIMEOUT = 240  # torch's import takes seconds per process on a busy machine
+# The image ddp-image.yaml names, registered as a runtime directory: the host's /usr (its
+# torch) under an overlay that marks it.
+RUNTIME = "localhost/taskenv-pytorch:2.13"
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[Stack]:
+    """The stack, with the runtime directory registered (a task naming no image runs the
+    host's own /usr, as before)."""
+    with public_dir("taskenv-rt-") as base, host_overlay_runtime(base / "pytorch", RUNTIME) \
+            as runtime, running_stack(redis_server, tmp_path_factory.mktemp("stack"),
+                                      TASKENV_RUNTIMES=f"{RUNTIME}={runtime}") as running:
+        yield running
 
 
 def example(name: str, **change: object) -> dict[str, Any]:
@@ -97,3 +114,20 @@ def test_torchrun_with_no_flags_makes_a_world_of_four_from_the_pet_variables(
         ranks += [int(p[0]) for p in own]
     assert sorted(ranks) == [0, 1, 2, 3], logs
     assert len(checksums(logs, 4)) == 1 and len(PASSED.findall(logs)) == 4, logs
+
+
+def test_the_ddp_example_runs_in_the_runtime_its_image_names(stack: Stack) -> None:
+    """ddp-image.yaml, whose ``image`` names the registered runtime: each replica's python3
+    and torch are the runtime's (its marker is at the python's prefix), DDP as above."""
+    body = example("ddp-image.yaml")
+    assert body["image"] == RUNTIME
+    where = ("import sys, torch; print('RUNTIME', open(sys.prefix + '/" +
+             MARKER.removeprefix("usr/") + "').read().strip(), sys.executable, torch.__version__)")
+    body["steps"] = [["python3", "-c", where], *body["steps"]]
+    task = stack.create(body)
+    done = stack.wait(task["id"], timeout=TIMEOUT)
+    logs = replica_log(stack, task["id"])
+    assert done["status"] == "succeeded", (done, logs)
+    for k in range(2):
+        assert f"RUNTIME {RUNTIME} /usr/bin/python3 2.13.0" in replica_log(stack, task["id"], k)
+    assert len(checksums(logs, 2)) == 1 and len(PASSED.findall(logs)) == 2, logs

@@ -65,17 +65,19 @@ def workdir_inside(workdir: str | None) -> str:
 def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
                binary: str = "bwrap", env_sets_pwd: bool = False, *,
                tmp_bytes: int | None = None, share_net: bool = False,
-               env_fd: int | None = None) -> list[str]:
+               env_fd: int | None = None, runtime: str | None = None) -> list[str]:
     """bwrap's argv for one step: isolation, mounts, then the step's own argv as typed.
 
     ``tmp_bytes`` caps the step's /tmp; ``share_net`` keeps the network namespace bwrap
     was started in (one the local runner made; or, for the replicas of a distributed
     Slurm task, which must reach each other across nodes, the node's own) instead of a
     new one of bwrap's.  ``env_fd``: a descriptor holding the step's environment as
-    bwrap arguments (:func:`env_file`), read by bwrap itself (``--args``).
+    bwrap arguments (:func:`env_file`), read by bwrap itself (``--args``).  ``runtime``:
+    the root of a runtime directory (:mod:`shared.task.runtimes`) whose system
+    directories the step sees instead of the host's; None: the host's.
     """
     return [binary, *ISOLATION, *(["--share-net"] if share_net else []),
-            *system_binds(), "--proc", "/proc", *proc_masks(), "--dev", "/dev",
+            *system_binds(runtime or "/"), "--proc", "/proc", *proc_masks(), "--dev", "/dev",
             *(["--size", str(tmp_bytes)] if tmp_bytes else []),
             "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own empty /tmp
             "--bind", str(home), TASK_HOME, "--chdir", workdir_inside(workdir),
@@ -115,9 +117,12 @@ def proc_masks(proc: str = "/proc") -> list[str]:
     return args
 
 
-def system_binds() -> list[str]:
-    # --ro-bind-try: a directory this system lacks (/lib32, /libx32) is simply left out.
-    args = ["--ro-bind", "/usr", "/usr"]
+def system_binds(root: str = "/") -> list[str]:
+    """The system directories of ``root`` (the host's, or a runtime directory's),
+    read-only at their usual places.  ``usr`` must be there; --ro-bind-try: one that
+    ``root`` lacks (/lib32, /libx32) is simply left out."""
+    source = root.rstrip("/")
+    args = ["--ro-bind", f"{source}/usr", "/usr"]
     for path in (*SYSTEM_DIRS[1:], *ETC_ENTRIES):
-        args += ["--ro-bind-try", path, path]
+        args += ["--ro-bind-try", f"{source}{path}", path]
     return args

@@ -35,6 +35,7 @@ from shared.errors import LaunchFailed
 from shared.redis_conn import connect_for
 from shared.store.slots import HostSlots
 from shared.store.tasks import TaskStore
+from shared.task import runtimes
 from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome, WaitForSlot
@@ -88,6 +89,7 @@ class LocalLauncher:
         self.settings = settings
         self.bwrap = sandbox_binary(settings.local_sandbox)
         self.maxima = Maxima.from_settings(settings)
+        runtimes.registered(settings)  # a TASKENV_RUNTIMES that cannot be read stops here
         self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
         self._applied: set[Path] = set()  # finished run dirs whose outcome is recorded
         self._slots: HostSlots | None = None
@@ -98,6 +100,7 @@ class LocalLauncher:
         host that cannot contain steps (no bwrap, not root, no writable cgroup) is said
         once, with the setting that runs anyway."""
         try:
+            runtimes.registered(settings)
             containment_abilities(settings, sandbox_binary(settings.local_sandbox))
         except (SandboxUnavailable, ValueError) as exc:
             return [str(exc)]
@@ -112,6 +115,10 @@ class LocalLauncher:
             workdir_inside(workload.workdir)
         except BadWorkdir as exc:
             raise LaunchFailed(str(exc)) from exc
+        runtime = runtime_root(self.settings, workload)
+        if runtime and not self.bwrap:
+            raise LaunchFailed(f"the runtime {workload.image} is bound into the sandbox, and "
+                               f"TASKENV_LOCAL_SANDBOX={UNSAFE} runs none")
         self.take_slot(workload)
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
@@ -124,6 +131,8 @@ class LocalLauncher:
         pid = self._start_runner(run_dir, spec, module)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
+        if runtime and self.bwrap:
+            how += f", runtime {workload.image} ({runtime})"
         hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
         for problem in self.not_enforced:
             hooks.log(f"local: NOT ENFORCED on this host: {problem}\n")
@@ -315,6 +324,23 @@ def sandbox_binary(mode: str) -> str | None:
     return found
 
 
+def runtime_root(settings: Settings, workload: Workload) -> str | None:
+    """The runtime directory the task's image names (None: the host's own), checked
+    again here: the API refused an unknown one when the task was created, but the admin
+    may have changed ``TASKENV_RUNTIMES`` since, or removed the directory."""
+    problems = runtimes.problems(workload.image, settings)
+    if problems:
+        raise LaunchFailed(problems[0].message)
+    name = runtimes.named(workload.image)
+    if name is None:
+        return None
+    root = runtimes.registered(settings)[name]
+    if not os.path.isdir(os.path.join(root, "usr")):
+        raise LaunchFailed(f"the runtime {name} ({root}) has no usr directory: it is not a "
+                           "root filesystem tree (TASKENV_RUNTIMES)")
+    return root
+
+
 def host_slots(settings: Any, client: Any) -> HostSlots:
     """The run slots of this host (``local_host_name``, or the machine's hostname)."""
     host = settings.local_host_name or socket.gethostname()
@@ -386,6 +412,7 @@ def runner_spec(settings: Settings, workload: Workload, home: Path,
         "env": step_env(workload, TASK_HOME if bwrap else str(home)),
         "home": str(home),
         "bwrap": bwrap,
+        "runtime": runtime_root(settings, workload),  # the system directories' root
     }
 
 

@@ -68,6 +68,7 @@ class Runner:
         self.env: dict[str, str] = spec["env"]
         self.home = Path(spec["home"])
         self.bwrap: str | None = spec["bwrap"]
+        self.runtime: str | None = spec.get("runtime")  # a runtime directory's root
         self.timeout = int(spec["settings"]["step_timeout_seconds"])
         self.step: subprocess.Popen[bytes] | None = None
         self.cancelled = False
@@ -105,12 +106,13 @@ class Runner:
         env_fd = env_file(self.env)
         if self.jail is None:
             return bwrap_argv(step, self.home, self.workload.workdir, binary=self.bwrap,
-                              env_sets_pwd="PWD" in self.env, env_fd=env_fd), (env_fd,)
+                              env_sets_pwd="PWD" in self.env, env_fd=env_fd,
+                              runtime=self.runtime), (env_fd,)
         plan = self.jail.plan
         argv, fds = self.jail.wrap(bwrap_argv(
             step, self.sandbox_home, self.workload.workdir, binary=self.bwrap,
             env_sets_pwd="PWD" in self.env, tmp_bytes=plan.limits.tmp_bytes,
-            share_net=plan.own_netns, env_fd=env_fd), {})
+            share_net=plan.own_netns, env_fd=env_fd, runtime=self.runtime), {})
         return argv, (*fds, env_fd)
 
     def process_env(self) -> dict[str, str]:

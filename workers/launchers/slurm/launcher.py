@@ -69,6 +69,7 @@ from workers.launchers.slurm.submit import (
     listed_outcome,
     parse_comment,
     parse_listing,
+    runtime_root,
     sbatch_argv,
 )
 
@@ -316,6 +317,7 @@ class SlurmLauncher:
             workdir_inside(workload.workdir)
             sbatch_argv(self.config, workload, Path("/"))
             job_program(self.config, {})
+            runtime_root(self.config, workload)
         except (BadWorkdir, BadResources) as exc:
             problems.append(str(exc))
         if problems:

@@ -28,6 +28,7 @@ from typing import Any
 
 from shared.config import DEFAULTS
 from shared.env.identity import differing, replica_env
+from shared.task import runtimes
 from shared.task.limits import Limits
 from shared.task.workload import Workload
 from workers.launchers.base import Outcome
@@ -99,13 +100,25 @@ class SlurmSettings:
     bwrap: str = DEFAULTS.slurm_bwrap
     python: str = DEFAULTS.slurm_python
     step_timeout_seconds: int = DEFAULTS.step_timeout_seconds
+    runtimes: str = DEFAULTS.runtimes  # runtime directories, at the same path on every node
 
     @classmethod
     def from_settings(cls, settings: Any, sbatch: str) -> SlurmSettings:
         return cls(partition=settings.slurm_partition, account=settings.slurm_account,
                    sbatch=sbatch, srun=settings.slurm_srun, bwrap=settings.slurm_bwrap,
                    python=settings.slurm_python,
-                   step_timeout_seconds=settings.step_timeout_seconds)
+                   step_timeout_seconds=settings.step_timeout_seconds,
+                   runtimes=settings.runtimes)
+
+
+def runtime_root(settings: SlurmSettings, workload: Workload) -> str | None:
+    """The runtime directory (on the nodes) the task's image names; None: the nodes' own
+    system directories.  One no admin registered (any more) is refused."""
+    problems = runtimes.problems(workload.image, settings)
+    if problems:
+        raise BadResources(problems[0].message)
+    name = runtimes.named(workload.image)
+    return None if name is None else runtimes.registered(settings)[name]
 
 
 def comment(workload: Workload) -> str:
@@ -217,7 +230,7 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
     return {
         "argv": [bwrap_argv(step, home, workload.workdir, binary=settings.bwrap,
                             env_sets_pwd=env_sets_pwd, tmp_bytes=limits.tmp_bytes,
-                            share_net=count > 1)
+                            share_net=count > 1, runtime=runtime_root(settings, workload))
                  for step in workload.steps],
         "step_names": [step[0] for step in workload.steps],
         "proc_files": list(PROC_HIDDEN_FILES), "proc_dirs": list(PROC_HIDDEN_DIRS),

@@ -6,4 +6,5 @@ from shared.task.backend_traits import BackendTraits
 # its one node (--nodes=1) and meet in the job's own network namespace there: replica 0
 # listens on loopback at the identity's port, as on the local launcher.  GPUs are
 # ``--gres=gpu:N``.
-TRAITS = BackendTraits(name="slurm", reserved_prefixes=("SLURM_", "SRUN_"), gpus=True)
+TRAITS = BackendTraits(name="slurm", reserved_prefixes=("SLURM_", "SRUN_"), gpus=True,
+                       runtime_dirs=True)

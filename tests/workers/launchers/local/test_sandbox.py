@@ -57,6 +57,23 @@ def test_only_system_directories_are_seen_read_only() -> None:
                for src in sources)
 
 
+def test_a_runtime_s_system_directories_take_the_place_of_the_host_s() -> None:
+    host = bwrap_argv(["true"], HOME, None)
+    argv = bwrap_argv(["true"], HOME, None, runtime="/opt/runtimes/pytorch/")
+    binds = pairs(argv, "--ro-bind", 2) + pairs(argv, "--ro-bind-try", 2)
+    system = [(src, dest) for src, dest in binds if src != "/dev/null"]
+    assert ("/opt/runtimes/pytorch/usr", "/usr") in system
+    assert ("/opt/runtimes/pytorch/etc/ld.so.cache", "/etc/ld.so.cache") in system
+    assert all(src == "/opt/runtimes/pytorch" + dest for src, dest in system), system
+    # the same places as the host's, and nothing else changes
+    assert [dest for _, dest in system] == [
+        dest for src, dest in pairs(host, "--ro-bind", 2) + pairs(host, "--ro-bind-try", 2)
+        if src != "/dev/null"]
+    # nothing else changes: with the runtime's root taken off, the host's argv
+    assert [a.removeprefix("/opt/runtimes/pytorch") if a.startswith("/opt/runtimes/") else a
+            for a in argv] == host
+
+
 def test_no_env_value_is_ever_on_the_command_line() -> None:
     argv = bwrap_argv(["true"], HOME, "runs/1")
     assert "--setenv" not in argv and "--clearenv" not in argv  # bwrap's env is the step's

@@ -186,6 +186,17 @@ def test_the_sandbox_limits_come_from_the_tasks_resources() -> None:
     assert "--size" in spec["argv"][0]  # /tmp capped too
 
 
+def test_the_image_names_a_runtime_directory_on_the_nodes_or_the_job_is_refused() -> None:
+    config = SlurmSettings(runtimes="pytorch-2.13=/shared/runtimes/pt")
+    workload = dataclasses.replace(build_workload([["true"]]), image="pytorch-2.13")
+    [argv] = job_spec(config, workload, RUN, [], LIMITS)["argv"]
+    assert argv[argv.index("/shared/runtimes/pt/usr") + 1] == "/usr"
+    [host] = job_spec(config, build_workload([["true"]]), RUN, [], LIMITS)["argv"]
+    assert host[host.index("/usr") - 1] == "--ro-bind" and "/shared/runtimes/pt/usr" not in host
+    with pytest.raises(BadResources, match="'jax' is no runtime"):
+        job_spec(config, dataclasses.replace(workload, image="jax"), RUN, [], LIMITS)
+
+
 def test_the_proc_masks_are_the_nodes_own_and_the_step_is_untouched(tmp_path: Path) -> None:
     (tmp_path / "kallsyms").write_text("")
     (tmp_path / "acpi").mkdir()
