@@ -544,7 +544,8 @@ def test_keda_reaches_the_redis_the_stages_use_with_its_password():
 
 # --- the Role, the launcher's calls and the docs say the same ------------------------------
 
-LAUNCHER = Path(__file__).resolve().parents[2] / "workers" / "launchers" / "kubernetes" / "launcher.py"
+LAUNCHER = (Path(__file__).resolve().parents[2] / "workers" / "launchers" / "kubernetes"
+            / "launcher.py")
 CALL = re.compile(r"self\.(batch|core|networking)\.(create|read|list|patch|delete)"
                   r"_namespaced_(\w+?)\b")
 VERB = {"create": "create", "read": "get", "list": "list", "patch": "patch",
