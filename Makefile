@@ -55,7 +55,10 @@ clean: ## Remove the virtualenv and local task directories
 image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuilds it)
 	deploy/image/build.sh
 
-.PHONY: image
+pytorch-image: ## Build localhost/taskenv-pytorch:2.13 (Debian python3 + torch 2.13.0 CPU, no registry; its tree is a runtime directory too)
+	deploy/image/build-pytorch.sh
+
+.PHONY: image pytorch-image
 
 compose-image: ## Build the services' image from Debian packages, no registry (FORCE=1 rebuilds the base)
 	deploy/image/build-taskenv.sh
