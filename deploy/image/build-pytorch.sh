@@ -25,7 +25,8 @@ WHEELS=${WHEELS:-var/image/pytorch-wheels}
 PYTHON=/usr/bin/python3  # Debian's: the tree's python3 is the same release
 FORCE=${FORCE:-0}
 # Raised when what the image must hold changes, so an older build is rebuilt by itself.
-REVISION="1-torch$TORCH-$SUITE"
+# 2: the tree names itself in usr/share/taskenv-runtime/name (what a step can read).
+REVISION="2-torch$TORCH-$SUITE"
 LABEL=taskenv.io/pytorch-revision
 PACKAGES=python3,ca-certificates
 
@@ -56,6 +57,8 @@ if [[ $FORCE == 1 || "$(cat "$ROOTFS/.taskenv-revision" 2>/dev/null)" != "$REVIS
     # torch must not count as the tree's.
     [[ -f $partial/usr/local/lib/python3.11/dist-packages/torch/__init__.py ]] ||
         { echo "torch did not land in the tree (is its python3 still 3.11?)" >&2; exit 1; }
+    mkdir -p "$partial/usr/share/taskenv-runtime"
+    echo "$IMAGE" >"$partial/usr/share/taskenv-runtime/name"
     # /work is where the steps start (WORKDIR): the step's user (nobody) writes there.
     mkdir -p "$partial/work"
     chmod 1777 "$partial/work"

@@ -5,13 +5,16 @@ otherwise as the request body it makes of them.
 
 The steps run the host's python3 in their sandboxes, so torch must be installed for it
 (.ci/run does); without it these tests fail (the ``host_torch`` fixture says how to
-install it), they never skip.  examples/distributed/ddp.py checks the gradients itself
-and exits 3 on a mismatch; the tests read what each process printed.
+install it), they never skip.  A task whose image names a runtime directory runs that
+tree's python3 instead: the tree `make pytorch-image` leaves, and one built from the host.
+examples/distributed/ddp.py checks the gradients itself and exits 3 on a mismatch; the
+tests read what each process printed.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,19 +37,29 @@ JOINED = re.compile(r"rank (\d+) of (\d+): RANK=(\d+) WORLD_SIZE=(\d+) LOCAL_RAN
 PASSED = re.compile(r"rank (\d+) of (\d+): OK 5 steps, .* gradients averaged over (\d+) ranks, "
                     r"weights equal on every rank \(checksum (\S+)\)")
 TIMEOUT = 240  # torch's import takes seconds per process on a busy machine
-# The image ddp-image.yaml names, registered as a runtime directory: the host's /usr (its
-# torch) under an overlay that marks it.
+# The image ddp-image.yaml names, registered as a runtime directory: the tree
+# `make pytorch-image` leaves (Debian's python3 and torch of its own, marked with its name).
 RUNTIME = "localhost/taskenv-pytorch:2.13"
+RUNTIME_TREE = ROOT / "var/image/taskenv-pytorch-2.13"
+# The host's /usr (its torch) under an overlay that marks it: a runtime built from the host.
+HOST_RUNTIME = "host-usr"
+# What a step prints of the Python that runs it: the runtime's marker at its prefix.
+WHERE = ("import sys, torch; print('RUNTIME', open(sys.prefix + '/"
+         + MARKER.removeprefix("usr/") + "').read().strip(), sys.executable, torch.__version__)")
 
 
 @pytest.fixture(scope="module")
 def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Stack]:
-    """The stack, with the runtime directory registered (a task naming no image runs the
-    host's own /usr, as before)."""
-    with public_dir("taskenv-rt-") as base, host_overlay_runtime(base / "pytorch", RUNTIME) \
-            as runtime, running_stack(redis_server, tmp_path_factory.mktemp("stack"),
-                                      TASKENV_RUNTIMES=f"{RUNTIME}={runtime}") as running:
+    """The stack, with both runtime directories registered (a task naming no image runs
+    the host's own /usr, as before).  The PyTorch tree is built when missing (minutes the
+    first time, as .ci/run does; a label check after)."""
+    subprocess.run([str(ROOT / "deploy/image/build-pytorch.sh")], check=True, timeout=1800)
+    with public_dir("taskenv-rt-") as base, \
+            host_overlay_runtime(base / "host", HOST_RUNTIME) as host, \
+            running_stack(redis_server, tmp_path_factory.mktemp("stack"),
+                          TASKENV_RUNTIMES=f"{RUNTIME}={RUNTIME_TREE},{HOST_RUNTIME}={host}"
+                          ) as running:
         yield running
 
 
@@ -117,13 +130,11 @@ def test_torchrun_with_no_flags_makes_a_world_of_four_from_the_pet_variables(
 
 
 def test_the_ddp_example_runs_in_the_runtime_its_image_names(stack: Stack) -> None:
-    """ddp-image.yaml, whose ``image`` names the registered runtime: each replica's python3
-    and torch are the runtime's (its marker is at the python's prefix), DDP as above."""
+    """ddp-image.yaml, whose ``image`` names the registered PyTorch tree: each replica's
+    python3 and torch are the tree's (its marker is at the python's prefix), DDP as above."""
     body = example("ddp-image.yaml")
     assert body["image"] == RUNTIME
-    where = ("import sys, torch; print('RUNTIME', open(sys.prefix + '/" +
-             MARKER.removeprefix("usr/") + "').read().strip(), sys.executable, torch.__version__)")
-    body["steps"] = [["python3", "-c", where], *body["steps"]]
+    body["steps"] = [["python3", "-c", WHERE], *body["steps"]]
     task = stack.create(body)
     done = stack.wait(task["id"], timeout=TIMEOUT)
     logs = replica_log(stack, task["id"])
@@ -131,3 +142,17 @@ def test_the_ddp_example_runs_in_the_runtime_its_image_names(stack: Stack) -> No
     for k in range(2):
         assert f"RUNTIME {RUNTIME} /usr/bin/python3 2.13.0" in replica_log(stack, task["id"], k)
     assert len(checksums(logs, 2)) == 1 and len(PASSED.findall(logs)) == 2, logs
+
+
+def test_a_runtime_built_from_the_host_is_the_one_a_step_runs(stack: Stack) -> None:
+    """The host's /usr under a marking overlay: the step's python3 reads that runtime's
+    marker, and a task naming no image reads none (the host's own /usr)."""
+    named = stack.create(example("ddp.yaml", image=HOST_RUNTIME, replicas=1,
+                                 steps=[["python3", "-c", WHERE]]))
+    plain = stack.create(example("ddp.yaml", replicas=1, steps=[["python3", "-c", WHERE]]))
+    done = stack.wait(named["id"], timeout=TIMEOUT)
+    assert done["status"] == "succeeded", (done, replica_log(stack, named["id"]))
+    assert f"RUNTIME {HOST_RUNTIME} /usr/bin/python3 2.13.0" in replica_log(stack, named["id"])
+    failed = stack.wait(plain["id"], timeout=TIMEOUT)
+    assert failed["status"] == "failed", failed
+    assert "FileNotFoundError" in replica_log(stack, plain["id"])
