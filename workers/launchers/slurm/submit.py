@@ -227,10 +227,11 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
     home = run_dir / "home"
     env_sets_pwd = "PWD" in names
     count = replicas(workload)
+    runtime = runtime_root(settings, workload)
     return {
         "argv": [bwrap_argv(step, home, workload.workdir, binary=settings.bwrap,
                             env_sets_pwd=env_sets_pwd, tmp_bytes=limits.tmp_bytes,
-                            share_net=count > 1, runtime=runtime_root(settings, workload))
+                            share_net=count > 1, runtime=runtime)
                  for step in workload.steps],
         "step_names": [step[0] for step in workload.steps],
         "proc_files": list(PROC_HIDDEN_FILES), "proc_dirs": list(PROC_HIDDEN_DIRS),
