@@ -32,6 +32,23 @@ PACKAGES=python3,ca-certificates
 
 built=$(podman image inspect --format "{{index .Labels \"$LABEL\"}}" "$IMAGE" 2>/dev/null || true)
 if [[ $FORCE != 1 ]] && [[ $built == "$REVISION" ]]; then
+    # The image is built; a checkout that lacks the tree (a fresh clone on a machine that
+    # built the image before) gets it back from the image itself, without a rebuild.
+    if [[ "$(cat "$ROOTFS/.taskenv-revision" 2>/dev/null)" != "$REVISION" ]]; then
+        partial="$ROOTFS.partial"
+        rm -rf "$partial"
+        mkdir -p "$partial"
+        cid=$(podman create --quiet "$IMAGE")
+        podman export "$cid" | tar -x -C "$partial" --numeric-owner
+        podman rm --force "$cid" >/dev/null
+        chmod 1777 "$partial/work"
+        chmod 0755 "$partial"
+        echo "$REVISION" >"$partial/.taskenv-revision"
+        rm -rf "$ROOTFS"
+        mv "$partial" "$ROOTFS"
+        chmod 0755 "$(dirname "$ROOTFS")"
+        echo "the tree of $IMAGE restored to $ROOTFS from the image"
+    fi
     echo "image $IMAGE exists (FORCE=1 rebuilds it)"
     exit 0
 fi

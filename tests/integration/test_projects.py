@@ -14,14 +14,14 @@ pytestmark = pytest.mark.integration
 
 DRAFT = {
     "defaults": [{"name": "LR", "value": "0.1"},
-                 {"name": "NCCL_DEBUG", "value": "INFO", "when": {"gpus": ">=1"}}],
+                 {"name": "NCCL_DEBUG", "value": "INFO", "when": {"replicas": ">=2"}}],
     "protected": [],
     "rules": [{"name": "MODE", "allowed": ["fast", "exact"], "description": "two modes only"}],
 }
-TASKS = [  # owner, env, GPUs
-    ("alice", {"MODE": "fast"}, 0),
-    ("alice", {"MODE": "slow"}, 0),
-    ("bob", {"MODE": "exact", "LR": "0.9"}, 1),
+TASKS = [  # owner, env, replicas (a condition the local launcher's tasks can meet)
+    ("alice", {"MODE": "fast"}, 1),
+    ("alice", {"MODE": "slow"}, 1),
+    ("bob", {"MODE": "exact", "LR": "0.9"}, 2),
     ("bob", {"MODE": "exact"}, 2),
 ]
 
@@ -42,8 +42,8 @@ def test_the_impact_preview_predicts_exactly_what_saving_the_draft_does(stack: S
                       json={"name": "lab", "members": ["alice", "bob"], "maintainers": ["carol"]})
     assert made.status_code == 201, made.text
     ids: dict[str, str] = {}
-    for owner, env, gpus in TASKS:
-        body = {"name": "impact", "steps": [["true"]], "resources": {"gpus": gpus},
+    for owner, env, replicas in TASKS:
+        body = {"name": "impact", "steps": [["true"]], "replicas": replicas,
                 "env": [{"name": k, "value": v} for k, v in env.items()]}
         task_id = stack.create(body, token=tokens[owner])["id"]
         ids[task_id] = owner
