@@ -134,6 +134,11 @@ for _case in ("env_arrives_exactly", "secrets_are_redacted", "files_arrive_with_
     NOT_MET[("dryrun", _case)] = "the dry run starts nothing"
 
 BACKENDS = ["local", "podman", "slurm", "kubernetes", "dryrun"]
+# Each backend with its engine's markers, known at collection: make check deselects them.
+ENGINES = {"local": [pytest.mark.integration, pytest.mark.sandbox],
+           "podman": [pytest.mark.integration, pytest.mark.podman],
+           "slurm": [pytest.mark.integration, pytest.mark.slurm]}
+PARAMS = [pytest.param(name, marks=ENGINES.get(name, [])) for name in BACKENDS]
 
 
 @pytest.fixture(scope="module")
@@ -173,28 +178,24 @@ def _remove_pod(workload: Workload) -> None:
     podman("pod", "rm", "--force", "--ignore", workload.run_name)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=PARAMS)
 def backend(request: pytest.FixtureRequest, redis_server: RedisServer,
             tmp_path: Path) -> Backend:
     name = request.param
     case = request.node.originalname.removeprefix("test_")
     if (name, case) in NOT_MET:
         pytest.skip(f"{name}: {NOT_MET[(name, case)]}")
-    request.applymarker(pytest.mark.integration)
     settings = _settings(redis_server, tmp_path, name)
     tasks = TaskStore(connect(settings.redis_url), settings.key_prefix,
                       Cipher.from_setting(KEY))
     if name == "local":
-        request.applymarker(pytest.mark.sandbox)
         return Backend(name, make_launcher(settings), tasks, settings,
                        frozenset({"PATH", "HOME", "PWD"}), _reap_runners)
     if name == "podman":
-        request.applymarker(pytest.mark.podman)
         request.getfixturevalue("podman_image")
         return Backend(name, make_launcher(settings), tasks, settings,
                        frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "SHLVL"}), _remove_pod)
     if name == "slurm":
-        request.applymarker(pytest.mark.slurm)
         cluster = request.getfixturevalue("slurm_cluster")
         request.getfixturevalue("monkeypatch").setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
         settings = dataclasses.replace(settings, slurm_dir=str(tmp_path / "slurm"),
