@@ -34,7 +34,7 @@ import redis
 from bench.inputs import user_env
 from bench.measure import best, in_ms, submit, summarize, wait_until
 from bench.pipeline import Taskenv, first_seen
-from bench.processes import Processes
+from bench.processes import Processes, run_alone
 from bench.report import say
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.task import states
@@ -180,13 +180,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     args.podman = True  # asked for by name: a missing podman or image is an error
-    procs = Processes(Path(tempfile.mkdtemp(prefix="taskenv-bench-")))
-    ok = False
-    try:
-        result = phase(procs, procs.start_redis(), args)
-        ok = True
-    finally:
-        procs.close(ok)
+    result = run_alone(phase, args)
     ratio = result["throughput_ratio"]
     say(f"best: {_line(result['pipeline'], result['floor'])}")
     say(f"podman launcher throughput {ratio:.2f} x the kube play loop (>= {RATIO}): "

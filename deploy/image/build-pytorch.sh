@@ -30,30 +30,39 @@ REVISION="2-torch$TORCH-$SUITE"
 LABEL=taskenv.io/pytorch-revision
 PACKAGES=python3,ca-certificates
 
+# The revision of the tree in $ROOTFS, if it is whole.
+tree_revision() { cat "$ROOTFS/.taskenv-revision" 2>/dev/null || true; }
+
+# Make the tree in $1 the runtime directory: /work writable by the step's user (nobody),
+# everything readable by every user (the local launcher's task user reads it), stamped.
+install_tree() {
+    chmod 1777 "$1/work"
+    chmod 0755 "$1"
+    echo "$REVISION" >"$1/.taskenv-revision"
+    rm -rf "$ROOTFS"
+    mv "$1" "$ROOTFS"
+    chmod 0755 "$(dirname "$ROOTFS")"
+}
+
 built=$(podman image inspect --format "{{index .Labels \"$LABEL\"}}" "$IMAGE" 2>/dev/null || true)
 if [[ $FORCE != 1 ]] && [[ $built == "$REVISION" ]]; then
     # The image is built; a checkout that lacks the tree (a fresh clone on a machine that
     # built the image before) gets it back from the image itself, without a rebuild.
-    if [[ "$(cat "$ROOTFS/.taskenv-revision" 2>/dev/null)" != "$REVISION" ]]; then
+    if [[ "$(tree_revision)" != "$REVISION" ]]; then
         partial="$ROOTFS.partial"
         rm -rf "$partial"
         mkdir -p "$partial"
         cid=$(podman create --quiet "$IMAGE")
         podman export "$cid" | tar -x -C "$partial" --numeric-owner
         podman rm --force "$cid" >/dev/null
-        chmod 1777 "$partial/work"
-        chmod 0755 "$partial"
-        echo "$REVISION" >"$partial/.taskenv-revision"
-        rm -rf "$ROOTFS"
-        mv "$partial" "$ROOTFS"
-        chmod 0755 "$(dirname "$ROOTFS")"
+        install_tree "$partial"
         echo "the tree of $IMAGE restored to $ROOTFS from the image"
     fi
     echo "image $IMAGE exists (FORCE=1 rebuilds it)"
     exit 0
 fi
 
-if [[ $FORCE == 1 || "$(cat "$ROOTFS/.taskenv-revision" 2>/dev/null)" != "$REVISION" ]]; then
+if [[ $FORCE == 1 || "$(tree_revision)" != "$REVISION" ]]; then
     command -v mmdebstrap >/dev/null || { echo "apt-get install mmdebstrap" >&2; exit 1; }
     "$PYTHON" -m pip --version >/dev/null 2>&1 || { echo "apt-get install python3-pip" >&2; exit 1; }
     partial="$ROOTFS.partial"
@@ -76,16 +85,9 @@ if [[ $FORCE == 1 || "$(cat "$ROOTFS/.taskenv-revision" 2>/dev/null)" != "$REVIS
         { echo "torch did not land in the tree (is its python3 still 3.11?)" >&2; exit 1; }
     mkdir -p "$partial/usr/share/taskenv-runtime"
     echo "$IMAGE" >"$partial/usr/share/taskenv-runtime/name"
-    # /work is where the steps start (WORKDIR): the step's user (nobody) writes there.
-    mkdir -p "$partial/work"
-    chmod 1777 "$partial/work"
-    chmod 0755 "$partial"
-    echo "$REVISION" >"$partial/.taskenv-revision"
-    rm -rf "$ROOTFS"
-    mv "$partial" "$ROOTFS"
+    mkdir -p "$partial/work"  # where the steps start (WORKDIR)
+    install_tree "$partial"
 fi
-# A tree readable by every user: the local launcher's task user reads it as a runtime.
-chmod 0755 "$(dirname "$ROOTFS")"
 
 IMAGE_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 old=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
