@@ -87,11 +87,11 @@ def test_the_example_through_the_cli_submit_replicas_and_logs_replica(
     user = stack.new_token("cleo")
     example = str(ROOT / "examples/distributed/task-busybox.yaml")
     submitted = taskenv(stack, user, "submit", example, "--replicas", "3", "--follow")
+    task_id = submitted.stderr.split("task ", 1)[1].split()[0]
+    stack.created.append(task_id)  # its pod is removed with the others, passed or not
     assert submitted.returncode == 0, submitted.stderr
     assert "[replica 0] rank 0: all 3 replicas met at 127.0.0.1:29500 (sum of ranks 3)" \
         in submitted.stdout
-    task_id = submitted.stderr.split("task ", 1)[1].split()[0]
-    stack.created.append(task_id)
     one = taskenv(stack, user, "logs", task_id, "--replica", "2")
     assert one.stdout == "rank 2 of 3: sent to 127.0.0.1:29500\n", one
 
