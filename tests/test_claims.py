@@ -588,7 +588,7 @@ def test_the_kubernetes_launcher_leaves_the_kubeconfig_as_it_was(
     from tests.contract.k8s_api import FakeKubeApi
     from tests.workers.conftest import RecordingHooks
     from tests.workers.launchers.kubernetes.test_kubernetes_launcher import NS, workload
-    from workers.launchers import make_launcher
+    from workers.launchers.registry import make_launcher
 
     with FakeKubeApi() as server:
         kubeconfig = tmp_path / "config"

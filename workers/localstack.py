@@ -31,7 +31,7 @@ import redis
 from shared import logs
 from shared.config import Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
-from workers.launchers import setup_problems
+from workers.launchers.registry import setup_problems
 from workers.queues import QUEUES
 
 log = logging.getLogger("taskenv.localstack")

@@ -76,7 +76,7 @@ class Services:
 
     @functools.cached_property
     def launcher(self) -> Launcher:
-        from workers.launchers import make_launcher
+        from workers.launchers.registry import make_launcher
 
         return make_launcher(self.settings)
 
@@ -84,14 +84,14 @@ class Services:
     def backend(self) -> BackendTraits:
         """What the API and the domain core know of the configured backend (plain data:
         loads its traits, never its launcher)."""
-        from workers.launchers import traits
+        from workers.launchers.registry import traits
 
         return traits(self.settings.launcher)
 
     @functools.cached_property
     def reserved_prefixes(self) -> tuple[str, ...]:
         """The variable prefixes a project policy may not set (any backend's own)."""
-        from workers.launchers import reserved_prefixes
+        from workers.launchers.registry import reserved_prefixes
 
         return reserved_prefixes()
 

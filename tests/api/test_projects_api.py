@@ -118,7 +118,7 @@ def test_a_project_default_overrides_a_platform_default_and_says_so_with_both_sc
 def gpu_backend(app: Any) -> None:
     """The app as it runs on a backend that gives GPUs (the local one refuses them)."""
     from api.context import services_of
-    from workers.launchers import traits
+    from workers.launchers.registry import traits
 
     services_of(app).backend = traits("slurm")
 

@@ -6,11 +6,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from shared.task.workload import Workload
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: a local runner imports Outcome before anything heavy
     from shared.config import Settings
     from shared.store.tasks import TaskStore
+    from shared.task.workload import Workload
 
 Send = Callable[[str, str, int], None]  # stage, task id, revision
 

@@ -101,7 +101,7 @@ def test_a_project_is_named_exactly_when_the_check_refuses_its_policy(
 
 def test_a_project_may_not_inject_slurms_own_variables_each_named() -> None:
     # The prefixes the Slurm backend declares, as the API passes them (every backend's).
-    from workers.launchers import reserved_prefixes
+    from workers.launchers.registry import reserved_prefixes
 
     data = {"defaults": [{"name": "SLURM_CPUS_PER_TASK", "value": "64"}],
             "protected": [{"name": "SRUN_EXPORT_ENV", "value": "ALL", "reason": "x"}]}

@@ -42,8 +42,8 @@ from shared.task.replica_logs import prefixed
 from shared.task.workload import Workload
 from tests.support.podman import podman
 from workers import stages
-from workers.launchers import make_launcher, traits
 from workers.launchers.base import Launcher
+from workers.launchers.registry import make_launcher, traits
 from workers.localstack import RedisServer
 from workers.reconcile import reconcile_once
 

@@ -11,7 +11,13 @@ import pytest
 from shared.config import Settings
 from shared.env.identity import LOOPBACK
 from workers import launchers
-from workers.launchers import BACKENDS, make_launcher, reserved_prefixes, setup_problems, traits
+from workers.launchers.registry import (
+    BACKENDS,
+    make_launcher,
+    reserved_prefixes,
+    setup_problems,
+    traits,
+)
 
 FOLDER = Path(launchers.__file__).parent
 

@@ -182,7 +182,7 @@ def main() -> int:
     from shared import logs
     from workers.heartbeat import keep_alive
     from workers.launchers.common.run_dir import write_outcome_file
-    from workers.launchers.local.runner import (
+    from workers.launchers.local.report import (
         LOG_PATIENCE,
         OUTCOME_PATIENCE,
         holding_slot,

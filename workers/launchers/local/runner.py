@@ -16,12 +16,18 @@ as the task's unprivileged user, bwrap loads the seccomp filter, /tmp and the ho
 size-capped tmpfs that go when the revision ends.  Output is read in bounded chunks
 whatever its line structure, and a revision's log keeps at most ``log_max_bytes``:
 the rest is dropped, and the log and the record say how much.
+
+A step waits on the least its guarantees cost: this module imports nothing that talks to
+Redis, and :func:`main` brings the containment up and starts the first step before it
+imports what reports (:mod:`workers.launchers.local.report`: the task store, Redis,
+Celery's sender), which takes longer than the start itself.  The step's first output
+waits in its pipe meanwhile; the crash model is unchanged, as this is still the one
+process that runs the steps and leaves the outcome.
 """
 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import json
 import logging
 import os
@@ -29,48 +35,55 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from shared import logs
-from shared.config import Settings
-from shared.redis_conn import connect_for
-from shared.secrets import Cipher, StreamRedactor
-from shared.store.logtail import OutputCap
-from shared.store.tasks import TaskStore
-from shared.task.workload import Workload
-from workers.heartbeat import keep_alive
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment import Jail, Plan
 from workers.launchers.common.run_dir import write_outcome_file
 from workers.launchers.common.sandbox import bwrap_argv, env_file
-from workers.launchers.local.launcher import host_slots, reserve_seconds
-from workers.launchers.local.slots import admit_waiting
-from workers.outcomes import patiently, record_outcome
+
+if TYPE_CHECKING:
+    from workers.launchers.local.report import LogWriter, Sender
 
 log = logging.getLogger("taskenv.local_runner")
 
-# The outcome waits in the run directory too (the reconciler reads it from there once
-# this runner is gone), so Redis is waited for a while, not for ever.
-OUTCOME_PATIENCE = 600.0
-LOG_PATIENCE = 300.0
 Write = Callable[[str], None]
 READ_CHUNK = 64 * 1024  # what one read of a step's output may bring, lines or not
+# A step started (its process and its timeout's watchdog), or why it could not start.
+Started = tuple[subprocess.Popen[bytes], threading.Timer] | Outcome
+
+
+@dataclass(frozen=True)
+class Job:
+    """What the runner needs of its workload to run the steps.  The whole
+    :class:`~shared.task.workload.Workload` (its resolved env, files, policy) is read
+    by what reports, once the first step runs: building it imports the policy model."""
+
+    task_id: str
+    revision: int
+    steps: tuple[tuple[str, ...], ...]
+    workdir: str | None
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> Job:
+        return cls(doc["id"], int(doc["revision"]), tuple(tuple(s) for s in doc["steps"]),
+                   doc.get("workdir"))
 
 
 class Runner:
     def __init__(self, spec: dict[str, Any]) -> None:
-        self.workload = Workload.from_doc(spec["workload"])
+        self.job = Job.from_doc(spec["workload"])
         self.env: dict[str, str] = spec["env"]
         self.home = Path(spec["home"])
         self.bwrap: str | None = spec["bwrap"]
         self.runtime: str | None = spec.get("runtime")  # a runtime directory's root
         self.timeout = int(spec["settings"]["step_timeout_seconds"])
         self.step: subprocess.Popen[bytes] | None = None
+        self.first: Started | None = None  # step 1, when begin() started it
         self.cancelled = False
         plan = spec.get("plan")
         self.jail = Jail(Plan.from_doc(plan), spec["cgroup_name"], self.home) \
@@ -86,13 +99,37 @@ class Runner:
             except ProcessLookupError:
                 pass
 
+    def begin(self, mounts_failed: str | None = None) -> Outcome | None:
+        """Bring the revision's containment up and start the first step; the Outcome
+        if the steps cannot begin.  Its output waits in the step's pipe for :meth:`run`."""
+        if self.jail is not None:
+            if mounts_failed:
+                return Outcome("failed",
+                               reason=f"the task's home could not be set up: {mounts_failed}")
+            try:
+                self.jail.start()
+            except OSError as exc:
+                return Outcome("failed", reason=f"the task's limits could not be set up: {exc}")
+        if self.job.steps and not self.cancelled:
+            self.first = self.start_step(1, self.job.steps[0])
+        return None
+
+    def end(self) -> None:
+        """Take the containment down (after :meth:`begin` brought it up)."""
+        if self.jail is not None:
+            self.jail.end()
+
     def run(self, write_log: Write) -> Outcome:
-        steps = self.workload.steps
+        steps = self.job.steps
         for number, step in enumerate(steps, start=1):
-            if self.cancelled:
-                return Outcome("cancelled", reason="cancelled")
+            started = self.first if number == 1 else None
+            if started is None:
+                if self.cancelled:
+                    return Outcome("cancelled", reason="cancelled")
+                started = self.start_step(number, step)
             write_log(f"==> step {number}/{len(steps)}: {step[0]}\n")
-            outcome = self.run_step(number, step, write_log)
+            outcome = started if isinstance(started, Outcome) else \
+                self.finish_step(number, started, write_log)
             if outcome is not None:
                 return outcome
         return Outcome("succeeded", exit_code=0)
@@ -105,12 +142,12 @@ class Runner:
             return list(step), ()
         env_fd = env_file(self.env)
         if self.jail is None:
-            return bwrap_argv(step, self.home, self.workload.workdir, binary=self.bwrap,
+            return bwrap_argv(step, self.home, self.job.workdir, binary=self.bwrap,
                               env_sets_pwd="PWD" in self.env, env_fd=env_fd,
                               runtime=self.runtime), (env_fd,)
         plan = self.jail.plan
         argv, fds = self.jail.wrap(bwrap_argv(
-            step, self.sandbox_home, self.workload.workdir, binary=self.bwrap,
+            step, self.sandbox_home, self.job.workdir, binary=self.bwrap,
             env_sets_pwd="PWD" in self.env, tmp_bytes=plan.limits.tmp_bytes,
             share_net=plan.own_netns, env_fd=env_fd, runtime=self.runtime), {})
         return argv, (*fds, env_fd)
@@ -126,10 +163,11 @@ class Runner:
 
     def cwd(self) -> Path:
         # Sandboxed, bwrap changes into the workdir itself, inside the sandbox.
-        return self.home / self.workload.workdir if self.bwrap is None and self.workload.workdir \
+        return self.home / self.job.workdir if self.bwrap is None and self.job.workdir \
             else self.sandbox_home
 
-    def run_step(self, number: int, step: tuple[str, ...], write_log: Write) -> Outcome | None:
+    def start_step(self, number: int, step: tuple[str, ...]) -> Started:
+        """The step's process, started (with its timeout's watchdog), or why it could not."""
         argv, fds = self.argv(step)
         options = self.popen_options()
         inherited = (*fds, *options.pop("pass_fds", ()))
@@ -150,6 +188,12 @@ class Runner:
         # bwrap's process group ends the sandbox's PID namespace, and everything in it.
         watchdog = threading.Timer(self.timeout, os.killpg, (proc.pid, signal.SIGKILL))
         watchdog.start()
+        return proc, watchdog
+
+    def finish_step(self, number: int, started: tuple[subprocess.Popen[bytes], threading.Timer],
+                    write_log: Write) -> Outcome | None:
+        """The step's output into the log until it ends; its Outcome if it ends the run."""
+        proc, watchdog = started
         with proc:
             try:
                 assert proc.stdout is not None
@@ -181,60 +225,15 @@ def copy_output(fd: int, write_log: Write, chunk: int = READ_CHUNK) -> None:
     write_log(decoder.decode(b"", final=True))
 
 
-class LogWriter:
-    """Stores a task's output in its log with secret values redacted on the stream.
-
-    A secret cut by a line break or a pipe's chunk is still hidden whole: the text that
-    could begin one is kept back until the next write shows what follows, or until
-    :meth:`flush`, once the steps have ended.  What the log keeps is capped
-    (:class:`~shared.store.logtail.OutputCap`): the start, a line saying how much was
-    dropped, and the end.
-    """
-
-    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0) -> None:
-        self.tasks = tasks
-        self.workload = workload
-        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
-        self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
-
-    def __call__(self, text: str) -> None:
-        self._store(self.cap.feed(self.redactor.feed(text)))
-
-    def flush(self) -> None:
-        self._store(self.cap.feed(self.redactor.flush()))
-        self._store(self.cap.finish())
-
-    @property
-    def dropped(self) -> int:
-        return self.cap.dropped
-
-    def _store(self, clean: str) -> None:
-        task_id, revision = self.workload.task_id, self.workload.revision
-        if clean and not patiently(lambda: self.tasks.append_log(task_id, revision, clean),
-                                   LOG_PATIENCE):
-            log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
-
-
-def store_for(settings: dict[str, Any]) -> TaskStore:
-    config = Settings(**settings)
-    client = connect_for(config)
-    return TaskStore(client, config.key_prefix, Cipher.from_setting(config.secret_keys))
-
-
 def contained_run(runner: Runner, write_log: Write, mounts_failed: str | None) -> Outcome:
     """The steps, inside the revision's containment, which is taken down after them."""
-    if runner.jail is None:
-        return runner.run(write_log)
-    if mounts_failed:
-        return Outcome("failed", reason=f"the task's home could not be set up: {mounts_failed}")
-    try:
-        runner.jail.start()
-    except OSError as exc:
-        return Outcome("failed", reason=f"the task's limits could not be set up: {exc}")
+    failed = runner.begin(mounts_failed)
+    if failed is not None:
+        return failed
     try:
         return runner.run(write_log)
     finally:
-        runner.jail.end()
+        runner.end()
 
 
 def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
@@ -244,44 +243,6 @@ def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
     note = write_log.cap.reason()
     return Outcome(outcome.state, outcome.exit_code,
                    f"{outcome.reason}; {note}" if outcome.reason else note)
-
-
-Sender = Callable[[Settings], Callable[[str, str, int], None]]  # settings -> send(stage, ...)
-
-
-@contextlib.contextmanager
-def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
-                 sender: Sender | None) -> Iterator[None]:
-    """Renew the revision's run-slot lease while the steps run; at the end give the slot
-    back and hand it (and any other free one) to the oldest waiting revisions (with no
-    ``sender``, the reconciler's next pass does that)."""
-    config = Settings(**settings)
-    if config.local_max_running <= 0:
-        yield
-        return
-    slots = host_slots(config, tasks.r)
-    task_id, revision = workload.task_id, workload.revision
-    stop = threading.Event()
-
-    def renew() -> None:
-        while not stop.wait(config.heartbeat_seconds):
-            try:
-                slots.renew(task_id, revision, time.time())
-            except redis.RedisError as exc:
-                log.warning("run slot lease not renewed (%s): trying again", exc)
-
-    renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)
-    renewer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewer.join()
-        patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
-        if sender is not None:
-            send = sender(config)
-            patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
-                      OUTCOME_PATIENCE)
 
 
 def main(sender: Sender | None = None) -> int:
@@ -295,26 +256,36 @@ def main(sender: Sender | None = None) -> int:
             runner.sandbox_home = runner.jail.enter_mounts()
         except OSError as exc:
             mounts_failed = str(exc)
-    logs.bind(task_id=runner.workload.task_id, revision=runner.workload.revision)
+    task_id, revision = runner.job.task_id, runner.job.revision
+    logs.bind(task_id=task_id, revision=revision)
     signal.signal(signal.SIGTERM, runner.cancel)  # before any step starts
-    tasks = store_for(spec["settings"])
-    task_id, revision = runner.workload.task_id, runner.workload.revision
+    failed = runner.begin(mounts_failed)  # the first step runs from here on
+
+    from shared.task.workload import Workload
+    from workers.heartbeat import keep_alive
+    from workers.launchers.local import report
+    from workers.outcomes import patiently, record_outcome
+
+    tasks = report.store_for(spec["settings"])
+    workload = Workload.from_doc(spec["workload"])
     # The run slot goes back once the outcome is recorded (or given up on).
-    with holding_slot(tasks, spec["settings"], runner.workload, sender):
+    with report.holding_slot(tasks, spec["settings"], workload, sender):
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
-            write_log = LogWriter(tasks, runner.workload, int(spec["settings"]["log_max_bytes"]))
+            write_log = report.LogWriter(tasks, workload, int(spec["settings"]["log_max_bytes"]))
             try:
-                outcome = contained_run(runner, write_log, mounts_failed)
+                outcome = failed or runner.run(write_log)
             finally:
+                if failed is None:
+                    runner.end()
                 write_log.flush()
             outcome = with_dropped(outcome, write_log)
             # On the host first: a write Redis acknowledged can still be lost (a crash within
             # its fsync interval), and the reconciler then reads the outcome from here.
-            write_outcome_file(runner.home.parent, outcome)
             run_dir = runner.home.parent
+            write_outcome_file(run_dir, outcome)
             recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
                                                         outcome.exit_code, outcome.reason),
-                                 OUTCOME_PATIENCE, wanted=run_dir.exists)
+                                 report.OUTCOME_PATIENCE, wanted=run_dir.exists)
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1

@@ -35,9 +35,9 @@ from tests.contract.k8s_api import (
     waiting,
 )
 from tests.workers.conftest import RecordingHooks
-from workers.launchers import make_launcher
 from workers.launchers.kubernetes.launcher import KubernetesLauncher, make_api_client
 from workers.launchers.kubernetes.ratelimit import TokenBucket
+from workers.launchers.registry import make_launcher
 
 NS = "training"
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"

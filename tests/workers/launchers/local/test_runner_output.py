@@ -12,7 +12,8 @@ from shared.secrets import REDACTED
 from shared.store.logtail import TAIL_KEPT, OutputCap
 from shared.store.tasks import TaskStore
 from shared.task.workload import Workload
-from workers.launchers.local.runner import READ_CHUNK, LogWriter, copy_output
+from workers.launchers.local.report import LogWriter
+from workers.launchers.local.runner import READ_CHUNK, copy_output
 
 SECRET = "hunter2-very-secret-token"
 

@@ -27,9 +27,9 @@ from shared.task import manifest
 from shared.task.workload import Resources, Workload
 from tests.support.podman import env_dumps, podman
 from tests.workers.conftest import RecordingHooks, build_workload
-from workers.launchers import make_launcher
 from workers.launchers.base import Outcome
 from workers.launchers.podman.launcher import PodmanLauncher
+from workers.launchers.registry import make_launcher
 
 pytestmark = [pytest.mark.integration, pytest.mark.podman]
 

@@ -13,7 +13,7 @@ import pytest
 
 from shared.config import Settings
 from tests.support.slurm import SlurmCluster
-from workers.launchers import setup_problems as backend_setup_problems
+from workers.launchers.registry import setup_problems as backend_setup_problems
 from workers.launchers.slurm.setup import setup_problems
 
 ROOT = Path(__file__).resolve().parents[4]

@@ -1,0 +1,112 @@
+"""What a local runner reports to Redis: the task's log, the run slot's lease, the outcome.
+
+Kept apart from :mod:`workers.launchers.local.runner`, which starts the steps: this is
+everything that imports Redis and the task store (the runner's slowest imports), and the
+runner imports it only once its first step is already running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import redis
+
+from shared.config import Settings
+from shared.redis_conn import connect_for
+from shared.secrets import Cipher, StreamRedactor
+from shared.store.logtail import OutputCap
+from shared.store.tasks import TaskStore
+from shared.task.workload import Workload
+from workers.launchers.local.launcher import host_slots, reserve_seconds
+from workers.launchers.local.slots import admit_waiting
+from workers.outcomes import patiently
+
+log = logging.getLogger("taskenv.local_runner")
+
+# The outcome waits in the run directory too (the reconciler reads it from there once
+# this runner is gone), so Redis is waited for a while, not for ever.
+OUTCOME_PATIENCE = 600.0
+LOG_PATIENCE = 300.0
+
+
+class LogWriter:
+    """Stores a task's output in its log with secret values redacted on the stream.
+
+    A secret cut by a line break or a pipe's chunk is still hidden whole: the text that
+    could begin one is kept back until the next write shows what follows, or until
+    :meth:`flush`, once the steps have ended.  What the log keeps is capped
+    (:class:`~shared.store.logtail.OutputCap`): the start, a line saying how much was
+    dropped, and the end.
+    """
+
+    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0) -> None:
+        self.tasks = tasks
+        self.workload = workload
+        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
+
+    def __call__(self, text: str) -> None:
+        self._store(self.cap.feed(self.redactor.feed(text)))
+
+    def flush(self) -> None:
+        self._store(self.cap.feed(self.redactor.flush()))
+        self._store(self.cap.finish())
+
+    @property
+    def dropped(self) -> int:
+        return self.cap.dropped
+
+    def _store(self, clean: str) -> None:
+        task_id, revision = self.workload.task_id, self.workload.revision
+        if clean and not patiently(lambda: self.tasks.append_log(task_id, revision, clean),
+                                   LOG_PATIENCE):
+            log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
+
+
+def store_for(settings: dict[str, Any]) -> TaskStore:
+    config = Settings(**settings)
+    client = connect_for(config)
+    return TaskStore(client, config.key_prefix, Cipher.from_setting(config.secret_keys))
+
+
+Sender = Callable[[Settings], Callable[[str, str, int], None]]  # settings -> send(stage, ...)
+
+
+@contextlib.contextmanager
+def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
+                 sender: Sender | None) -> Iterator[None]:
+    """Renew the revision's run-slot lease while the steps run; at the end give the slot
+    back and hand it (and any other free one) to the oldest waiting revisions (with no
+    ``sender``, the reconciler's next pass does that)."""
+    config = Settings(**settings)
+    if config.local_max_running <= 0:
+        yield
+        return
+    slots = host_slots(config, tasks.r)
+    task_id, revision = workload.task_id, workload.revision
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(config.heartbeat_seconds):
+            try:
+                slots.renew(task_id, revision, time.time())
+            except redis.RedisError as exc:
+                log.warning("run slot lease not renewed (%s): trying again", exc)
+
+    renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+        patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
+        if sender is not None:
+            send = sender(config)
+            patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
+                      OUTCOME_PATIENCE)
