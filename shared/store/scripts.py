@@ -26,10 +26,13 @@ end
 # Stored bytes: what a task's record takes (its hash, its revisions' hashes and its value
 # pool, each field's name and value; not the scripts' counters ``v``, ``seq`` and ``bytes``)
 # is kept in the task's ``bytes`` field and summed per owner under the owner's counter
-# (shared.access.quotas).  Every script that writes a record measures what it changes
-# before writing (HSTRLEN, O(1) per field), so the counter is always what a recount
-# would find.  A record written before counting began has no ``bytes``: the first script
-# that touches it measures it whole, once (``adopt``), and counts it from then on.
+# (shared.access.quotas).  Every script that writes a record knows the size of what it
+# replaces before writing, so the counter is always what a recount would find: from the
+# values it read itself (MOVE), from the sizes its caller read at the write counter ``v``
+# the script checks (UPDATE: every writer of a task's hashes moves ``v``, so an unchanged
+# ``v`` means unchanged sizes), or else measured (HSTRLEN, O(1) per field).  A record
+# written before counting began has no ``bytes``: the first script that touches it
+# measures it whole, once (``adopt``), and counts it from then on.
 BYTES = """
 local UNCOUNTED = {v = true, seq = true, bytes = true}
 local function grow(key, list, from, to)
@@ -42,6 +45,32 @@ local function grow(key, list, from, to)
       if old == 0 then delta = delta + #f end
       delta = delta + #list[i + 1] - old
     end
+  end
+  return delta
+end
+-- ``grow`` with the old sizes given: sizes[k] for the k-th pair (-1: measure it).
+local function grow_sized(key, list, from, to, sizes, first)
+  local delta, k = 0, first
+  for i = from, to, 2 do
+    local f = list[i]
+    if not UNCOUNTED[f] then
+      local old = tonumber(sizes[k])
+      if old < 0 then old = redis.call('HSTRLEN', key, f) end
+      if old == 0 then delta = delta + #f end
+      delta = delta + #list[i + 1] - old
+    end
+    k = k + 1
+  end
+  return delta
+end
+-- ``grow`` against old values read: old[f] is the stored value of f (false: none).
+local function grow_from(old, list, from, to)
+  local delta = 0
+  for i = from, to, 2 do
+    local f = list[i]
+    local was = old[f]
+    if was then delta = delta + #list[i + 1] - #was
+    else delta = delta + #f + #list[i + 1] end
   end
   return delta
 end
@@ -146,8 +175,10 @@ return {1, id}
 #       leaves a final state), 4 number of task fields n, 5 the state entered, 6 insights
 #       TTL, 7 stored bytes allowed (0: not judged: a stage's write, which must land), 8
 #       number of revision pairs r, 9 the revision key's suffix, 10 the change to the
-#       extra-replicas counter (a task of several replicas ending or reopening), then n
-#       task field/value pairs, r revision pairs, the pool's id/value pairs
+#       extra-replicas counter (a task of several replicas ending or reopening), then the
+#       stored size of each of the n task fields and r revision fields as the caller read
+#       them at v (-1: not read, measured here), n task field/value pairs, r revision
+#       pairs, the pool's id/value pairs
 # Returns 0 if the task moved on meanwhile, {-2, stored, growth} when the owner's stored
 # bytes would pass the limit (nothing written), 1 once written.
 UPDATE = COUNT_ENTRY + BYTES + """
@@ -159,7 +190,8 @@ local expected_v, id, expires_at = ARGV[1], ARGV[2], ARGV[3]
 local n, state, insights_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local bytes_allowed, r = tonumber(ARGV[7]), tonumber(ARGV[8])
 local revision_suffix, extra_change = ARGV[9], ARGV[10]
-local tf = 11                -- ARGV[11..]: the task's pairs
+local SIZES = 11            -- ARGV[11..]: the n + r old sizes
+local tf = SIZES + n + r     -- the task's pairs
 local rf = tf + 2 * n        -- the revision's pairs
 local pf = rf + 2 * r        -- the pool's id/value pairs
 
@@ -171,8 +203,8 @@ if not had then
   adopted = adopt(task, revision_suffix, current, pool)
   had = adopted
 end
-local delta = grow(task, ARGV, tf, rf - 1) + grow(revision, ARGV, rf, pf - 1)
-  + grow(pool, ARGV, pf, #ARGV)
+local delta = grow_sized(task, ARGV, tf, rf - 1, ARGV, SIZES)
+  + grow_sized(revision, ARGV, rf, pf - 1, ARGV, SIZES + n) + grow(pool, ARGV, pf, #ARGV)
 if bytes_allowed > 0 and delta > 0 then
   local stored = tonumber(redis.call('GET', stored_key) or '0') + adopted
   if stored + delta > bytes_allowed then return {-2, stored, delta} end
@@ -215,7 +247,7 @@ local answer_record, stored_prefix, pool_suffix = ARGV[13], ARGV[14], ARGV[15]
 local CHANGES = 16  -- ARGV[16..]: the revision's field/value pairs
 
 local t = redis.call('HMGET', task, 'v', 'state', 'revision', 'owner', 'seq', 'project',
-                     'bytes', 'replicas')
+                     'bytes', 'replicas', 'updated_at')
 local v, stored_state, current, stored_owner = t[1], t[2], t[3], t[4]
 local seq, stored_project, had, replicas = t[5], t[6], tonumber(t[7]), t[8]
 if not v then return false end
@@ -237,7 +269,13 @@ if not had then
   had = adopted
 end
 local mine = {'state', state, 'updated_at', now}
-local r = redis.call('HMGET', rev, 'events', 'started_at')
+-- What this move replaces in the revision's hash, read whole: its sizes are counted
+-- from these values, and none is large (states, times, events, an outcome's fields).
+local rev_names = {'events', 'started_at', 'state', 'updated_at', 'ended_at'}
+for i = CHANGES, #ARGV, 2 do rev_names[#rev_names + 1] = ARGV[i] end
+local r = redis.call('HMGET', rev, unpack(rev_names))
+local rev_old = {}
+for i, name in ipairs(rev_names) do rev_old[name] = r[i] end
 local events, started_at = r[1], r[2]
 if not events or events == '[]' or events == 'null' then events = '[' .. event .. ']'
 else events = string.sub(events, 1, -2) .. ',' .. event .. ']' end
@@ -250,7 +288,8 @@ elseif new == 'running' and (not started_at or started_at == 'null' or started_a
   fields[#fields + 1] = 'started_at'
   fields[#fields + 1] = now
 end
-local delta = grow(task, mine, 1, #mine) + grow(rev, fields, 1, #fields)
+local delta = grow_from({state = stored_state, updated_at = t[9]}, mine, 1, #mine)
+  + grow_from(rev_old, fields, 1, #fields)
 redis.call('HSET', task, 'v', tonumber(v) + 1, 'bytes', had + delta, unpack(mine))
 redis.call('HSET', rev, unpack(fields))
 count(stored_prefix .. owner, adopted + delta)
@@ -329,12 +368,15 @@ return 1
 """
 
 # A rewrite of one hash of a record outside the scripts above (secrets sealed again with
-# a new key), counted like any other.  KEYS: the hash, the task, the owner's stored-bytes
-# counter; ARGV: field/value pairs.  A record not yet counted stays uncounted.
+# a new key), counted like any other, and a write like any other: it moves the task's
+# ``v``, so an UPDATE prepared from an earlier read (and its sizes) is refused and redone.
+# KEYS: the hash, the task, the owner's stored-bytes counter; ARGV: field/value pairs.  A
+# record not yet counted stays uncounted.
 WRITE = BYTES + """
 local hash, task, stored_key = KEYS[1], KEYS[2], KEYS[3]
 local delta = grow(hash, ARGV, 1, #ARGV)
 redis.call('HSET', hash, unpack(ARGV))
+if redis.call('EXISTS', task) == 1 then redis.call('HINCRBY', task, 'v', 1) end
 if redis.call('HEXISTS', task, 'bytes') == 1 then
   redis.call('HINCRBY', task, 'bytes', delta)
   count(stored_key, delta)

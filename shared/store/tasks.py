@@ -51,6 +51,32 @@ AuditEntry = tuple[str, dict[str, Any], int]
 
 
 
+@dataclass(frozen=True)
+class Read:
+    """A record as read: its write counter ``v`` and the stored size of each field of the
+    task's hash and of the revision's read.  A write at that same ``v`` replaces fields of
+    exactly those sizes (every writer moves ``v``), so the script need not measure them."""
+
+    v: str
+    revision: Any  # the revision whose hash was read (None: none)
+    task_sizes: dict[str, int]
+    rev_sizes: dict[str, int]
+
+    def sizes(self, task_fields: Doc, rev_fields: Doc, revision: Any) -> list[int]:
+        """The old size of each field written, in the order written (0: absent; -1: not
+        read, as for a revision's hash other than the one read, which the script measures)."""
+        same = revision == self.revision
+        return [*(self.task_sizes.get(n, 0) for n in task_fields),
+                *(self.rev_sizes.get(n, 0) if same else -1 for n in rev_fields)]
+
+
+def _sizes(flat: list[Any]) -> dict[str, int]:
+    """Each field's stored size in bytes, from a hash's fields as read.  Stored values are
+    JSON with ASCII escapes (json.dumps' default), so characters are bytes."""
+    it = iter(flat)
+    return {as_text(k): len(v) for k, v in zip(it, it, strict=True)}
+
+
 @dataclass
 class Page:
     items: list[Doc]
@@ -269,7 +295,7 @@ class TaskStore:
         raises and writes nothing).  A stage's write is never refused.
         """
         while True:
-            v, doc, known = self._load(task_id)
+            read, doc, known = self._load(task_id)
             before = {name: json.dumps(value) for name, value in doc.items()}
             old_state = doc["state"]
             new = change(doc)
@@ -280,7 +306,7 @@ class TaskStore:
             # counted like every other state entered, or the insights would see it enter
             # validated without ever having been pending.
             made = "revision" in changed
-            if self._commit(v, old_state, new, changed, counted=made, known=known,
+            if self._commit(read, old_state, new, changed, counted=made, known=known,
                             budget=budget):
                 if made:
                     self._entered(new["state"], new.get("project"))
@@ -341,7 +367,7 @@ class TaskStore:
         """
         allowed = {expected} if isinstance(expected, str) else expected
         while True:
-            v, doc, known = self._load(task_id)
+            read, doc, known = self._load(task_id)
             if doc["revision"] != revision or doc["state"] not in allowed:
                 return None
             old_state = doc["state"]
@@ -351,7 +377,7 @@ class TaskStore:
             doc.update(changes, state=new_state)
             doc["events"] = [*doc.get("events", []),
                              {"at": time.time(), "revision": revision, "state": new_state}]
-            if self._commit(v, old_state, doc, {*changes, "state", "events"}, counted=True,
+            if self._commit(read, old_state, doc, {*changes, "state", "events"}, counted=True,
                             known=known):
                 self._entered(new_state, doc.get("project"))
                 return doc
@@ -361,10 +387,10 @@ class TaskStore:
         metrics.task_entered(state, project,
                              lambda name: bool(self.r.sismember(self.keys.projects(), name)))
 
-    def _commit(self, v: str, old_state: str, new: Doc, changed: set[str],
+    def _commit(self, read: Read, old_state: str, new: Doc, changed: set[str],
                 counted: bool = False, known: Known | None = None,
                 budget: Quotas | None = None) -> bool:
-        """Compare-and-set: write ``changed`` fields of ``new`` if the task is still at ``v``.
+        """Compare-and-set: write ``changed`` fields of ``new`` if the task is still as read.
 
         ``known``: the long values the task's pool holds for the revision read (shared
         when unchanged); ``budget``: judge the owner's stored bytes (a user's change)."""
@@ -382,10 +408,11 @@ class TaskStore:
                   k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
                   k.index(owner, state), k.expiry(), *insights, k.values(task_id),
                   k.quota_bytes(user(owner)), k.extra_replicas(owner)],
-            args=[v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
+            args=[read.v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
                   KEEP_SECONDS, budget.stored_bytes if budget else 0,
                   len(revision_pairs) // 2, REVISION_SUFFIX,
-                  _extra_replicas_change(old_state, new), *_pairs(task_fields),
+                  _extra_replicas_change(old_state, new),
+                  *read.sizes(task_fields, rev_fields, new["revision"]), *_pairs(task_fields),
                   *revision_pairs, *_flat(pool)]),
             self.patience, f"task {task_id} r{new['revision']} -> {state}")
         if isinstance(answer, list) and budget is not None:  # {-2, stored, growth}
@@ -483,10 +510,10 @@ class TaskStore:
 
     def _fetch(self, task_id: str) -> tuple[str, Doc]:
         """The write counter and the whole current record, in one round trip."""
-        v, doc, _ = self._load(task_id)
-        return v, doc
+        read, doc, _ = self._load(task_id)
+        return read.v, doc
 
-    def _load(self, task_id: str) -> tuple[str, Doc, Known]:
+    def _load(self, task_id: str) -> tuple[Read, Doc, Known]:
         """:meth:`_fetch`, with the long values the task's pool holds for the revision."""
         found = self._read(keys=[self.keys.task(task_id)], args=[REVISION_SUFFIX,
                                                                  VALUES_SUFFIX])
@@ -498,16 +525,16 @@ class TaskStore:
         return self._record(found[0], found[1], found[2])
 
     def _record(self, task_fields: list[Any], rev_fields: list[Any],
-                values: list[Any] | None = None) -> tuple[str, Doc, Known]:
+                values: list[Any] | None = None) -> tuple[Read, Doc, Known]:
         """The write counter, the record and what its pool holds, from the two hashes'
         fields and the pool's values as read."""
         task, rev = _decoded(task_fields), _decoded(rev_fields)
-        v = task.pop("v")
+        read = Read(task.pop("v"), task.get("revision"), _sizes(task_fields), _sizes(rev_fields))
         task.pop("seq", None)
         task.pop("bytes", None)
         known = self._opened(rev, [as_text(x) if x is not None else None
                                    for x in values or []])
-        return v, {**rev, **task}, known
+        return read, {**rev, **task}, known
 
     def _migrate(self, task_id: str) -> None:
         """Rewrite a one-JSON-document record in today's layout, once, under WATCH.

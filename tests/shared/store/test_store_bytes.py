@@ -203,6 +203,32 @@ def test_rotation_reseals_pooled_secrets_and_keeps_the_count() -> None:
     assert agree(tasks) == before
 
 
+def test_a_reseal_between_a_stages_read_and_its_write_makes_the_write_read_again() -> None:
+    """A stage's write replaces fields of the sizes it read (the script trusts them at an
+    unchanged ``v``); a reseal rewrites the revision's hash meanwhile, so it must move
+    ``v``: the stage's write is refused, read again and counted from the new sizes."""
+    r = fakeredis.FakeRedis()
+    old, fresh = new_key(), new_key()
+    tasks = TaskStore(r, cipher=Cipher([old, fresh]))  # opens what the reseal seals
+    task_id = create(tasks, [{"name": "KEY", "value": "k" * 300, "secret": True},
+                             {"name": "LR", "value": "0.1"}])
+    revision = tasks.get(task_id)["revision"]
+    tasks.transition(task_id, revision, states.PENDING, states.VALIDATED, warnings=[])
+    decided = []
+
+    def decide(doc: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        decided.append(doc["state"])
+        if len(decided) == 1:  # between this read and its write
+            TaskStore(r, cipher=Cipher([fresh, old])).reseal(task_id)
+        resolved = [{"name": e["name"], "value": e["value"], "source": "user",
+                     "overrode": [], "secret": bool(e.get("secret"))} for e in doc["env"]]
+        return states.RESOLVED, {"resolved": resolved, "policy_version": 0}
+
+    assert tasks.advance(task_id, revision, states.VALIDATED, decide) is not None
+    assert decided == [states.VALIDATED, states.VALIDATED]
+    agree(tasks)
+
+
 # --- the counter against a recount, after any mix of what changes a record ---------------
 
 OPS = st.lists(st.tuples(st.sampled_from(["create", "patch", "resolve", "finish", "expire",
