@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 from shared import logs
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment import Jail, Plan
-from workers.launchers.common.run_dir import write_outcome_file
 from workers.launchers.common.sandbox import bwrap_argv, env_file
 
 if TYPE_CHECKING:
@@ -263,6 +262,7 @@ def main(sender: Sender | None = None) -> int:
 
     from shared.task.workload import Workload
     from workers.heartbeat import keep_alive
+    from workers.launchers.common.run_dir import write_outcome_file
     from workers.launchers.local import report
     from workers.outcomes import patiently, record_outcome
 
