@@ -226,7 +226,11 @@ def copy_output(fd: int, write_log: Write, chunk: int = READ_CHUNK) -> None:
 
 def contained_run(runner: Runner, write_log: Write, mounts_failed: str | None) -> Outcome:
     """The steps, inside the revision's containment, which is taken down after them."""
-    failed = runner.begin(mounts_failed)
+    return finish(runner, write_log, runner.begin(mounts_failed))
+
+
+def finish(runner: Runner, write_log: Write, failed: Outcome | None) -> Outcome:
+    """The rest of :func:`contained_run` once :meth:`Runner.begin` has answered ``failed``."""
     if failed is not None:
         return failed
     try:
@@ -273,10 +277,8 @@ def main(sender: Sender | None = None) -> int:
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
             write_log = report.LogWriter(tasks, workload, int(spec["settings"]["log_max_bytes"]))
             try:
-                outcome = failed or runner.run(write_log)
+                outcome = finish(runner, write_log, failed)
             finally:
-                if failed is None:
-                    runner.end()
                 write_log.flush()
             outcome = with_dropped(outcome, write_log)
             # On the host first: a write Redis acknowledged can still be lost (a crash within
