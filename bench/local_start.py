@@ -2,10 +2,11 @@
 
 Two ways to the same contained step (``date +%s.%N``, which prints when it ran):
 
-* **launcher**: ``LocalLauncher.launch`` as the launch worker calls it: a detached
-  runner process (``python -m workers.local_run``) reads its spec, connects to Redis,
-  makes its private home, the task's cgroup and network namespace, and starts the step
-  through the exec helper into bwrap with the seccomp filter;
+* **launcher**: ``LocalLauncher.launch`` as the launch worker calls it: it prepares the
+  revision's home and hands its spec to the spare runner the launch before started
+  (``workers.launchers.local.spare``), which makes its private home, the task's cgroup
+  and network namespace, and starts the step through the exec helper into bwrap with the
+  seccomp filter (and reports to Redis after), while the next spare warms up;
 * **floor**: the same containment started straight from this process, the least the
   guarantees cost: the task's cgroup made here, then the exec helper (``python -I``,
   rlimits, the cgroup, a new network namespace, the task's user) into bwrap with the

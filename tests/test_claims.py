@@ -534,11 +534,14 @@ def test_no_module_of_taskenv_names_munges_key() -> None:
 
 def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner a launch hands its revision to, and the spare it starts for the next:
+    neither has a value of the task on its command line or in its environment."""
     import io
     import sys
     from types import SimpleNamespace
 
     from workers.launchers.local import launcher as local
+    from workers.launchers.local import spare
 
     class Proc:
         pid = 4242
@@ -548,23 +551,32 @@ def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_
             self.stdin = Sent()
             calls.append(self)
 
+        def poll(self) -> None:
+            return None
+
     class Sent(io.BytesIO):
         def close(self) -> None:
             self.kept = self.getvalue()
             super().close()
 
     calls: list[Proc] = []
-    monkeypatch.setattr(local.subprocess, "Popen", Proc)
-    # The launcher keeps the runners it starts, to reap them later: this stand-in must
-    # not stay among them for the tests after this one.
+    monkeypatch.setattr(spare.subprocess, "Popen", Proc)
+    # The launcher keeps the runners it starts, to reap them later, and its spare: these
+    # stand-ins must not stay there for the tests after this one.
     monkeypatch.setattr(local, "_RUNNERS", [])
+    monkeypatch.setattr(spare, "SPARE", spare.Spare())
     spec = {"env": {"TOKEN": "s3cret-value-on-stdin"}, "redis_url": "redis://:pw@host/0"}
-    local.LocalLauncher._start_runner(SimpleNamespace(reap=lambda: None), tmp_path, spec)
-    (proc,) = calls
-    assert proc.args == [sys.executable, "-m", local.RUNNER]
-    assert set(proc.env) <= {"PATH", "PYTHONPATH", *local.RUNNER_PASSES}
-    assert json.loads(proc.stdin.kept) == spec
-    assert "s3cret" not in json.dumps([proc.args, proc.env])
+    local.LocalLauncher._start_runner(SimpleNamespace(reap=lambda: None), tmp_path, spec,
+                                      "single")
+    taken, next_one = calls
+    assert taken.args == [sys.executable, "-m", spare.ENTRY]
+    assert next_one.args == [sys.executable, "-m", spare.ENTRY, spare.SPARE_FLAG]
+    for proc in calls:
+        assert set(proc.env) <= {"PATH", "PYTHONPATH", *spare.RUNNER_PASSES}
+        assert "s3cret" not in json.dumps([proc.args, proc.env])
+    assert json.loads(taken.stdin.kept) == {**spec, "run_dir": str(tmp_path),
+                                            "runner": "single"}
+    assert next_one.stdin.getvalue() == b""  # it waits for the next launch's spec
 
 
 def test_a_slurm_job_that_can_never_run_is_failed_once_stuck() -> None:

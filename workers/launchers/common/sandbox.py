@@ -22,6 +22,8 @@ from pathlib import Path, PurePosixPath
 from shared.task.paths import workdir_problem
 
 TASK_HOME = "/home/task"
+# The PATH of a process the platform starts, and of a step whose env sets none.
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 NOBODY = 65534
 # Read-only system directories; on merged-/usr systems the others are links into /usr.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

@@ -170,14 +170,12 @@ class GroupRunner:
                             other.cancel()
 
 
-def main() -> int:
-    """``python -m workers.launchers.local.group``: a task of several replicas, started by
-    the local launcher as its runner is for a task of one, and ended the same way: the
-    run slot held while it runs, the outcome in the run directory first, then in Redis."""
-    import json
+def main(spec: dict[str, Any]) -> int:
+    """A task of several replicas, run by ``workers.local_run`` as a task of one is, and
+    ended the same way: the run slot held while it runs, the outcome in the run
+    directory first, then in Redis."""
     import os
     import signal
-    import sys
 
     from shared import logs
     from workers.heartbeat import keep_alive
@@ -191,7 +189,6 @@ def main() -> int:
     from workers.outcomes import patiently, record_outcome
 
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
-    spec = json.loads(sys.stdin.read())
     group = GroupRunner(spec)
     workload = group.workload
     task_id, revision = workload.task_id, workload.revision
@@ -219,7 +216,3 @@ def main() -> int:
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -17,14 +17,12 @@ since a step can then read everything the worker can.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,19 +44,15 @@ from workers.launchers.common.run_dir import (
     read_outcome_file,
     write_files,
 )
-from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
+from workers.launchers.common.sandbox import MINIMAL_PATH, TASK_HOME, BadWorkdir, workdir_inside
+from workers.launchers.local import spare
 from workers.launchers.local.slots import admit_waiting, rescue_stranded
 
 log = logging.getLogger(__name__)
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
-# What the runner (never a step: the sandbox starts with an empty environment) inherits
-# besides PATH: where its metrics go and how its log lines look.
-RUNNER_PASSES = ("PROMETHEUS_MULTIPROC_DIR", "TASKENV_LOG_FORMAT")
 SANDBOXED = "bwrap"
 UNSAFE = "off-unsafe-dev"
 SANDBOX_MODES = (SANDBOXED, UNSAFE)
-PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "redis_sentinel_password",
@@ -72,8 +66,6 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox was asked for and cannot be had: refuse rather than run unsandboxed."""
 
 
-RUNNER = "workers.local_run"  # a task of one replica
-GROUP_RUNNER = "workers.launchers.local.group"  # a task of several
 # The runners this process started, kept to reap them once they end.  Per process, not per
 # launcher: a launcher dropped while its runners live must not drop their handles (an
 # unreaped handle collected with its launcher is a "subprocess still running" warning).
@@ -125,10 +117,10 @@ class LocalLauncher:
         limits = limits_for(resources_doc(workload), self.maxima)
         spec = {**runner_spec(self.settings, workload, home, self.bwrap),
                 **self.containment_spec(workload, limits)}
-        module = RUNNER
+        runner = "single"
         if workload.replicas > 1:
-            spec, module = with_replicas(spec, workload, run_dir, self.bwrap), GROUP_RUNNER
-        pid = self._start_runner(run_dir, spec, module)
+            spec, runner = with_replicas(spec, workload, run_dir, self.bwrap), "group"
+        pid = self._start_runner(run_dir, spec, runner)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
         if runtime and self.bwrap:
@@ -284,23 +276,14 @@ class LocalLauncher:
     def run_dir(self, workload: Workload) -> Path:
         return self.root / workload.task_id / f"r{workload.revision}"
 
-    def _start_runner(self, run_dir: Path, spec: dict[str, Any], module: str = "") -> int:
-        runner_log = os.open(run_dir / "runner.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                             0o600)
-        env = {"PATH": MINIMAL_PATH, "PYTHONPATH": str(PROJECT_ROOT),
-               **{k: os.environ[k] for k in RUNNER_PASSES if k in os.environ}}
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", module or RUNNER], stdin=subprocess.PIPE,
-                stdout=runner_log, stderr=runner_log, env=env, cwd=run_dir,
-                start_new_session=True)  # its own session: stopping the worker spares it
-        finally:
-            os.close(runner_log)
-        assert proc.stdin is not None
-        with proc.stdin:
-            proc.stdin.write(json.dumps(spec).encode())
+    def _start_runner(self, run_dir: Path, spec: dict[str, Any], runner: str) -> int:
+        """Hand the revision to a runner (the warm spare, when this process has one),
+        and start the spare the next launch will take."""
+        proc = spare.SPARE.take()
+        spare.hand_over(proc, {**spec, "run_dir": str(run_dir), "runner": runner})
         self.reap()
         _RUNNERS.append(proc)
+        spare.SPARE.refill()
         return proc.pid
 
 

@@ -28,12 +28,10 @@ process that runs the steps and leaves the outcome.
 from __future__ import annotations
 
 import codecs
-import json
 import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -248,9 +246,9 @@ def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
                    f"{outcome.reason}; {note}" if outcome.reason else note)
 
 
-def main(sender: Sender | None = None) -> int:
+def main(spec: dict[str, Any], sender: Sender | None = None) -> int:
+    """Run the revision ``spec`` describes (``workers.local_run`` reads it on stdin)."""
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
-    spec = json.loads(sys.stdin.read())
     runner = Runner(spec)
     mounts_failed = None
     if runner.jail is not None:
@@ -291,7 +289,3 @@ def main(sender: Sender | None = None) -> int:
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -32,13 +32,17 @@ from shared.task import runtimes
 from shared.task.limits import Limits
 from shared.task.workload import Workload
 from workers.launchers.base import Outcome
-from workers.launchers.common.sandbox import PROC_HIDDEN_DIRS, PROC_HIDDEN_FILES, bwrap_argv
+from workers.launchers.common.sandbox import (
+    MINIMAL_PATH,
+    PROC_HIDDEN_DIRS,
+    PROC_HIDDEN_FILES,
+    bwrap_argv,
+)
 from workers.launchers.slurm import job as slurm_job
 
 COMMENT_PREFIX = "taskenv:"
 OUTPUT = "output.log"
 PROGRAM = "job.py"
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 SPEC_LINE = "SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line"
 MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
 CPU = re.compile(r"^(\d+(?:\.\d+)?)(m)?$")

@@ -18,6 +18,7 @@ import pytest
 from shared.config import Settings
 from shared.task.workload import Workload
 from workers.launchers.common.run_dir import prepare_home
+from workers.launchers.local import spare
 from workers.launchers.local.launcher import LocalLauncher, runner_spec
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -56,12 +57,8 @@ def test_the_first_step_runs_before_the_runner_reaches_redis(tmp_path: Path) -> 
                    steps=(("sleep", marker),), env=(), policy_version=0)
     home = prepare_home(launcher.run_dir(job), job.workdir)
     spec = runner_spec(settings, job, home, launcher.bwrap)
-    runner = subprocess.Popen([sys.executable, "-m", "workers.local_run"], cwd=ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    assert runner.stdin is not None
-    runner.stdin.write(json.dumps(spec).encode())
-    runner.stdin.close()
+    runner = spare.start(warm=False)  # a cold start: the first launch of a process
+    spare.hand_over(runner, {**spec, "run_dir": str(home.parent), "runner": "single"})
     try:
         deadline = time.monotonic() + 30
         while not step_processes(marker):
