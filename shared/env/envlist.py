@@ -83,9 +83,11 @@ def validate(entries: Iterable[Mapping[str, Any]], limits: Limits,
         ))
     seen: dict[str, int] = {}
     total = 0
+    rule = NAME_RULES[limits.name_rule]
     for index, entry in enumerate(entries):
-        entry_problems = _check_entry(f"{where}[{index}]", entry, limits)
-        problems += entry_problems
+        size = _clean_size(entry, rule, limits)
+        if size is None:  # something is wrong with it: say what, in full
+            problems += _check_entry(f"{where}[{index}]", entry, limits)
         name = entry.get("name")
         if not isinstance(name, str):
             continue
@@ -96,9 +98,11 @@ def validate(entries: Iterable[Mapping[str, Any]], limits: Limits,
                         f"{where}[{index}]); "
                         "set each variable once",
             ))
-        seen.setdefault(name, index)
-        value = entry.get("value")
-        if isinstance(value, str):
+        else:
+            seen[name] = index
+        if size is not None:
+            total += size
+        elif isinstance(value := entry.get("value"), str):
             total += entry_bytes(name, value)
     if total > limits.max_env_bytes:
         problems.append(Problem(
@@ -131,6 +135,24 @@ def capped(problems: list[Problem], limit: int = MAX_PROBLEMS) -> list[Problem]:
     return [*problems[:limit], Problem(
         rule="errors.truncated", limit=limit,
         message=f"... and {more} more problems; only the first {limit} are listed")]
+
+
+def _clean_size(entry: Mapping[str, Any], rule: re.Pattern[str], limits: Limits) -> int | None:
+    """The bytes an entry that breaks none of :func:`_check_entry`'s rules takes in a
+    process's environment (``NAME=value\\0``), or None if it breaks one.  The common case
+    at the cost of one encoding of each string; the messages only where they are needed."""
+    name, value, secret = entry.get("name"), entry.get("value"), entry.get("secret", False)
+    if not (isinstance(name, str) and isinstance(value, str) and isinstance(secret, bool)
+            and name and rule.fullmatch(name) and "\x00" not in value
+            and not (secret and len(value) < MIN_SECRET_LENGTH)):
+        return None
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        return None
+    if size > limits.max_value_bytes:
+        return None
+    return _stored_len(name) + size + 2
 
 
 def _check_entry(where: str, entry: Mapping[str, Any], limits: Limits) -> list[Problem]:

@@ -387,7 +387,11 @@ def resolve_scopes(user_env: Iterable[EnvVar], policies: Sequence[Policy],
             result.variables.append(entries[0].resolved(name, "default", shadowed))
     _pin_defaults(result, pinned, defaults, taken=set(protected) | user_names)
     for var in accepted:
-        shadowed = [e.as_shadowed("default") for e in defaults.get(var.name, [])]
+        below = defaults.get(var.name)
+        if below is None:  # most of a long list: nothing of a policy to record under it
+            result.variables.append(Resolved(var.name, var.value, "user", secret=var.secret))
+            continue
+        shadowed = [e.as_shadowed("default") for e in below]
         result.variables.append(Resolved(var.name, var.value, "user", _sources(shadowed),
                                          var.secret, shadowed=tuple(shadowed)))
     # Platform variables go first, where a reader looks for the task's identity.  The order
