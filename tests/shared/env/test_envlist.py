@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from shared.env import envlist
 from shared.env.envlist import (
     MAX_PROBLEMS,
     EnvVar,
@@ -360,3 +363,30 @@ def test_a_long_problem_list_is_capped_with_a_count_of_the_rest() -> None:
 def test_a_short_problem_list_is_not_touched() -> None:
     problems = validate([var("1X", "v")], SHELL)
     assert capped(problems) == problems
+
+
+# Entries near every rule's edge: names valid or not, values with NULs, lone surrogates,
+# sizes around the limit, secrets short and long, fields of the wrong type.
+EDGE = Limits(max_value_bytes=16)
+names_st = st.one_of(st.sampled_from(["A", "LR", "_X1", "", "1BAD", "a-b", "é", "A B"]),
+                     st.text(max_size=6), st.integers(), st.none())
+values_st = st.one_of(st.text(max_size=20), st.sampled_from(["\x00", "a\ud800", "x" * 17]),
+                      st.integers(), st.none())
+secret_st = st.one_of(st.booleans(), st.sampled_from(["yes", 1, None]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(names_st, values_st, secret_st, st.booleans())
+def test_the_quick_check_of_an_entry_agrees_with_the_full_one(
+        name: object, value: object, secret: object, with_secret: bool) -> None:
+    """``validate`` checks each entry in one quick pass and says what is wrong only where
+    something is: the quick pass passes exactly the entries the full check finds nothing
+    in, and counts their bytes as ``entry_bytes`` does."""
+    entry = var(name, value, **({"secret": secret} if with_secret else {}))
+    for limits in (EDGE, KUBERNETES):
+        rule = envlist.NAME_RULES[limits.name_rule]
+        size = envlist._clean_size(entry, rule, limits)
+        full = envlist._check_entry("env[0]", entry, limits)
+        assert (size is not None) == (full == []), (entry, full)
+        if size is not None:
+            assert size == entry_bytes(str(name), str(value))
