@@ -58,6 +58,27 @@ def warn_if_evicting(client: redis.Redis) -> str | None:
 RETRIES = 3  # a failed call is tried again this often, each time on a new connection
 
 
+def _settled_master(sentinel: Sentinel, state: dict[str, Any], service_name: str) -> bool:
+    """redis-py's check, and no answer from a sentinel still failing the primary over.
+
+    The sentinel leading a failover names the old primary until the failover ends, a
+    second or more after the replica was promoted and the other sentinels moved on.  A
+    primary killed and started again (without its data: it comes back as an empty
+    primary until the sentinels make it a replica, ~10 s later) is up again in that
+    window, so redis-py, which takes the first sentinel that answers, connects to it: a
+    Celery consumer then BRPOPs an empty list there and consumes nothing.  An answer
+    flagged ``failover_in_progress`` is passed over; the next sentinel names the new one."""
+    flags = state.get("flags", ())
+    flags = set(flags.split(",")) if isinstance(flags, str) else set(flags)
+    return "failover_in_progress" not in flags and _redis_check_master_state(
+        sentinel, state, service_name)
+
+
+# For every Sentinel of this process, kombu's (the workers' broker) as well as ours.
+_redis_check_master_state = Sentinel.check_master_state
+Sentinel.check_master_state = _settled_master  # type: ignore[method-assign]
+
+
 class _Pin(threading.local):
     """The connection this thread's calls share, while :func:`pinned` holds one."""
 

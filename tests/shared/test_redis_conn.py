@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from redis.sentinel import SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from shared.redis_conn import connect, parse_sentinel_url
 
@@ -48,3 +48,15 @@ def test_every_call_is_bounded_and_retried_on_a_new_connection() -> None:
     conn = connect("redis://127.0.0.1:1/0", timeout=0.5).connection_pool.make_connection()
     assert conn.socket_timeout == 0.5 and conn.socket_connect_timeout == 0.5
     assert conn.retry.get_retries() == 3
+
+
+def test_a_sentinel_still_failing_over_is_not_asked_where_the_primary_is():
+    sentinel = Sentinel([("127.0.0.1", 1)])
+    up = {"ip": "127.0.0.1", "port": 1, "is_master": True, "is_sdown": False,
+          "is_odown": False, "num-other-sentinels": 2}
+    assert sentinel.check_master_state({**up, "flags": "master"}, "mymaster")
+    # The failover's leader names the old primary, up again and empty, until it ends.
+    assert not sentinel.check_master_state({**up, "flags": "master,failover_in_progress"},
+                                           "mymaster")
+    assert not sentinel.check_master_state({**up, "flags": {"master", "failover_in_progress"}},
+                                           "mymaster")
