@@ -279,11 +279,9 @@ class LocalLauncher:
     def _start_runner(self, run_dir: Path, spec: dict[str, Any], runner: str) -> int:
         """Hand the revision to a runner (the warm spare, when this process has one),
         and start the spare the next launch will take."""
-        proc = spare.SPARE.take()
-        spare.hand_over(proc, {**spec, "run_dir": str(run_dir), "runner": runner})
+        proc = spare.run({**spec, "run_dir": str(run_dir), "runner": runner})
         self.reap()
         _RUNNERS.append(proc)
-        spare.SPARE.refill()
         return proc.pid
 
 

@@ -113,6 +113,20 @@ def hand_over(proc: subprocess.Popen[bytes], spec: dict[str, Any]) -> None:
         proc.stdin.write(json.dumps(spec).encode())
 
 
+def run(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """The runner of the revision ``spec`` describes: this process's spare, or, if the
+    spare died idle since it was last looked at, one started now; then the next spare."""
+    proc = SPARE.take()
+    try:
+        hand_over(proc, spec)
+    except BrokenPipeError:
+        proc.wait()
+        proc = start(warm=False)
+        hand_over(proc, spec)
+    SPARE.refill()
+    return proc
+
+
 def settle_in(run_dir: Path) -> None:
     """In the runner, once its spec names the run directory: work there and write what it
     says to that directory's ``runner.log`` (only the host's root can read it)."""

@@ -123,10 +123,14 @@ def test_a_launch_hands_its_revision_to_the_spare_the_last_launch_started(
         return pid
 
     first = job(1)
-    launched(first)
+    first_runner = launched(first)
     waiting = spare.SPARE.proc
     assert waiting is not None and waiting.poll() is None
-    assert spare.SPARE_FLAG.encode() in Path(f"/proc/{waiting.pid}/cmdline").read_bytes()
+    cmdline = Path(f"/proc/{waiting.pid}/cmdline")
+    deadline = time.monotonic() + 10  # empty while its exec is still setting it up
+    while not cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert spare.SPARE_FLAG.encode() in cmdline.read_bytes().split(b"\0")
     # Idle, it knows no task: no value in its environment, no task's directory as its cwd.
     assert secret.encode() not in environ(waiting.pid)
     assert os.readlink(f"/proc/{waiting.pid}/cwd") == "/"
@@ -144,6 +148,32 @@ def test_a_launch_hands_its_revision_to_the_spare_the_last_launch_started(
         while not done() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert done(), tasks.read_log(work.task_id, 1)
-    assert wait_gone(runner)
+    assert wait_gone(runner) and wait_gone(first_runner)
     assert (launcher.run_dir(second) / "runner.log").stat().st_mode & 0o077 == 0
     launcher.reap()
+
+
+@pytest.mark.integration
+def test_a_spare_that_died_idle_is_replaced_by_a_runner_started_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed between the look that found it waiting and the hand-over (its pipe is
+    broken): the revision goes to a runner started there and then, not lost."""
+    monkeypatch.setattr(spare, "SPARE", spare.Spare())
+    spare.SPARE.refill()
+    doomed = spare.SPARE.proc
+    assert doomed is not None
+    monkeypatch.setattr(doomed, "poll", lambda: None)  # it looks alive when taken
+    doomed.kill()
+    doomed.wait()
+    handed: list[int] = []
+    real = spare.hand_over
+
+    def hand_over(proc: Any, spec: dict[str, Any]) -> None:
+        handed.append(proc.pid)
+        real(proc, spec)
+
+    monkeypatch.setattr(spare, "hand_over", hand_over)
+    runner = spare.run({})  # a spec the runner refuses: the test needs only who gets it
+    assert handed == [doomed.pid, runner.pid] and runner.pid != doomed.pid
+    runner.wait(timeout=60)
+    spare.SPARE.drop()
