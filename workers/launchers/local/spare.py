@@ -49,18 +49,24 @@ class Spare:
         self.proc: subprocess.Popen[bytes] | None = None
         self.owner = 0  # the pid of the process that started it
 
+    def waiting(self) -> subprocess.Popen[bytes] | None:
+        """The spare, if this process started it and it has not ended."""
+        proc = self.proc
+        return proc if proc is not None and self.owner == os.getpid() \
+            and proc.poll() is None else None
+
     def take(self) -> subprocess.Popen[bytes]:
         """A runner waiting for its spec: the spare, if it still waits, else a new one."""
-        proc, self.proc = self.proc, None
-        if proc is not None and self.owner == os.getpid() and proc.poll() is None:
-            if nices_spares():  # it runs the task now: at its launcher's priority
-                prioritize(proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
-            return proc
-        return start(warm=False)
+        proc, self.proc = self.waiting(), None
+        if proc is None:
+            return start(warm=False)
+        if nices_spares():  # it runs the task now: at its launcher's priority
+            prioritize(proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
+        return proc
 
     def refill(self) -> None:
         """Start the runner the next launch will take."""
-        if self.proc is None or self.owner != os.getpid() or self.proc.poll() is not None:
+        if self.waiting() is None:
             self.proc, self.owner = start(warm=True), os.getpid()
 
     def drop(self) -> None:
