@@ -7,6 +7,15 @@ The daemons run in the foreground as children of the test process, so stopping
 the cluster stops exactly them.  ``SLURM_CONF`` in :attr:`SlurmCluster.env` points
 every client command (``sbatch``, ``squeue``, ``scancel``) at it.
 
+With ``nodes=2`` (or more) the cluster has several nodes on this one machine, each a
+host of its own as far as the network goes: a network namespace per node with its own
+address, joined by veth pairs to a bridge on the test's side, where the controller
+listens at the bridge's address.  Each ``slurmd`` is started inside its node's namespace
+with ``nsenter --net`` (``ip netns exec`` would remount ``/sys``, where slurmd then finds
+no cgroup filesystem); the nodes share this machine's filesystem, as a cluster shares
+its home and scratch.  Stopping the cluster removes the namespaces, the veths and the
+bridge.
+
 The node is declared with more CPUs than the machine has (``config_overrides``):
 a test run submits several jobs at once, and a 4-replica job must fit on this
 2-core machine; the tasks are tiny.  Its name is the cluster's own (``slurmd -N``),
@@ -61,10 +70,16 @@ CGROUP_CONF = "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainSwapSpace
 
 
 def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: int,
-               cgroups: bool, min_job_age: int = 60) -> str:
+               cgroups: bool, min_job_age: int = 60,
+               nodes: dict[str, str] | None = None, ctld_addr: str | None = None) -> str:
+    """The cluster's ``slurm.conf``: one node ``node`` on loopback, or ``nodes`` (name ->
+    address, each in its own network namespace) with the controller at ``ctld_addr``."""
+    placed = nodes or {node: "127.0.0.1"}
+    spool, pid, log = ("spool", "slurmd.pid", "slurmd.log") if nodes is None else \
+        ("spool-%n", "slurmd-%n.pid", "slurmd-%n.log")
     return "\n".join([
         "ClusterName=taskenvtest",
-        f"SlurmctldHost={host}",
+        f"SlurmctldHost={host}" + (f"({ctld_addr})" if ctld_addr else ""),
         f"SlurmctldPort={ctld_port}",
         f"SlurmdPort={slurmd_port}",
         "AuthType=auth/munge",
@@ -73,11 +88,11 @@ def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: in
         "SlurmUser=root",
         "SlurmdUser=root",
         f"StateSaveLocation={root / 'state'}",
-        f"SlurmdSpoolDir={root / 'spool'}",
+        f"SlurmdSpoolDir={root / spool}",
         f"SlurmctldPidFile={root / 'slurmctld.pid'}",
-        f"SlurmdPidFile={root / 'slurmd.pid'}",
+        f"SlurmdPidFile={root / pid}",
         f"SlurmctldLogFile={root / 'log' / 'slurmctld.log'}",
-        f"SlurmdLogFile={root / 'log' / 'slurmd.log'}",
+        f"SlurmdLogFile={root / 'log' / log}",
         *containment(cgroups),
         "JobAcctGatherFrequency=task=1",
         "SchedulerType=sched/backfill",
@@ -90,18 +105,59 @@ def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: in
         "KillWait=2",
         "MpiDefault=none",
         "MpiParams=ports=12000-12999",  # srun --resv-ports: a MASTER_PORT per step
-        f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} "
-        f"RealMemory={NODE_MEMORY_MB} State=UNKNOWN",
-        f"PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP",
+        *(f"NodeName={name} NodeHostname={host} NodeAddr={addr} CPUs={NODE_CPUS} "
+          f"RealMemory={NODE_MEMORY_MB} State=UNKNOWN" for name, addr in placed.items()),
+        f"PartitionName=debug Nodes={','.join(placed)} Default=YES MaxTime=INFINITE State=UP",
         "",
     ])
 
 
+class NodeNetwork:
+    """The nodes' network: a bridge at ``<subnet>.1`` and one namespace per node, named
+    after it, at ``<subnet>.2``, ``.3``... (a /24 of 10.0.0.0/8 picked at random, so two
+    clusters on one machine do not meet)."""
+
+    def __init__(self, prefix: str, names: list[str]) -> None:
+        self.bridge = f"{prefix}br"
+        self.subnet = f"10.{secrets.choice(range(200, 250))}.{secrets.randbelow(256)}"
+        self.gateway = f"{self.subnet}.1"
+        self.addresses = {name: f"{self.subnet}.{k + 2}" for k, name in enumerate(names)}
+
+    def create(self) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for k, (name, addr) in enumerate(self.addresses.items()):
+            _ip("netns", "add", name)
+            outer = f"{self.bridge[:-2]}v{k}"
+            _ip("link", "add", outer, "type", "veth", "peer", "name", "eth0", "netns", name)
+            _ip("link", "set", outer, "master", self.bridge, "up")
+            _ip("-n", name, "addr", "add", f"{addr}/24", "dev", "eth0")
+            _ip("-n", name, "link", "set", "eth0", "up")
+            _ip("-n", name, "link", "set", "lo", "up")
+            _ip("-n", name, "route", "add", "default", "via", self.gateway)
+
+    def enter(self, name: str) -> list[str]:
+        """The argv prefix that runs a command in node ``name``'s network."""
+        return ["nsenter", f"--net=/var/run/netns/{name}", "--"]
+
+    def remove(self) -> None:
+        for name in self.addresses:
+            _ip("netns", "del", name, check=False)  # its veth end goes with it
+        _ip("link", "del", self.bridge, check=False)
+
+
+def _ip(*argv: str, check: bool = True) -> None:
+    subprocess.run(["ip", *argv], check=check, capture_output=True, timeout=30)
+
+
 class SlurmCluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nodes: int = 1) -> None:
         self.root = root
         self.host = socket.gethostname().split(".")[0]
         self.node = f"te{secrets.token_hex(4)}"
+        self.names = [self.node] if nodes == 1 else [f"{self.node}n{k}" for k in range(nodes)]
+        self.network = NodeNetwork(self.node, self.names) if nodes > 1 else None
         self.cgroups = cgroup_v1_memory()
         self.conf = root / "slurm.conf"
         self.env = {"SLURM_CONF": str(self.conf), "PATH": "/usr/bin:/bin:/usr/sbin:/sbin"}
@@ -114,8 +170,12 @@ class SlurmCluster:
         key = self.root / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(128))
         key.chmod(0o600)
-        self.conf.write_text(slurm_conf(self.root, self.host, self.node, free_port(),
-                                        free_port(), self.cgroups))
+        net = self.network
+        if net is not None:
+            net.create()
+        self.conf.write_text(slurm_conf(
+            self.root, self.host, self.node, free_port(), free_port(), self.cgroups,
+            nodes=net.addresses if net else None, ctld_addr=net.gateway if net else None))
         if self.cgroups:
             (self.root / "cgroup.conf").write_text(CGROUP_CONF)
         munge = self.root / "munge"
@@ -126,9 +186,18 @@ class SlurmCluster:
                                f"--seed-file={munge / 'munged.seed'}"])
         self._wait(lambda: (munge / "munge.socket").exists(), "munged's socket")
         self.start_controller(clear=True)
-        self._spawn("slurmd", ["slurmd", "-D", "-N", self.node])
+        for name in self.names:
+            enter = net.enter(name) if net else []
+            self._spawn(self._slurmd(name), [*enter, "slurmd", "-D", "-N", name])
         self.wait_idle()
         return self
+
+    def _slurmd(self, name: str) -> str:
+        return "slurmd" if self.network is None else f"slurmd-{name}"
+
+    def address(self, name: str) -> str:
+        """Node ``name``'s address on the cluster's network."""
+        return self.network.addresses[name] if self.network else "127.0.0.1"
 
     def start_controller(self, clear: bool = False) -> None:
         self._spawn("slurmctld", ["slurmctld", "-D", *(["-c", "-i"] if clear else [])])
@@ -144,15 +213,18 @@ class SlurmCluster:
             while self.run("squeue", "--me", "--noheader", check=False).stdout.strip() \
                     and time.monotonic() < deadline:
                 time.sleep(0.3)
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in (*map(self._slurmd, self.names), "slurmctld", "munged"):
             self._stop(name)
         for pid in self.step_daemons():  # slurmd's children detach: end those it left
             os.kill(pid, signal.SIGKILL)
-        for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{self.node}"):
-            for directory in sorted(top.rglob("*/"), key=lambda p: -len(p.parts)):
-                if directory.is_dir():
-                    _rmdir(directory)
-            _rmdir(top)
+        for name in self.names:
+            for top in Path("/sys/fs/cgroup").glob(f"*/slurm_{name}"):
+                for directory in sorted(top.rglob("*/"), key=lambda p: -len(p.parts)):
+                    if directory.is_dir():
+                        _rmdir(directory)
+                _rmdir(top)
+        if self.network is not None:
+            self.network.remove()
 
     def step_daemons(self) -> list[int]:
         """The slurmstepd processes of this cluster (their environment names its conf)."""
@@ -172,10 +244,11 @@ class SlurmCluster:
                               timeout=30)
 
     def wait_idle(self, timeout: float = 60.0) -> None:
-        """Until the node takes jobs (``sinfo`` shows it idle, mixed or allocated)."""
+        """Until every node takes jobs (``sinfo`` shows each idle, mixed or allocated)."""
         def ready() -> bool:
-            out = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout
-            return any(out.strip().startswith(s) for s in ("idle", "mixed", "allocated"))
+            lines = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
+            return len(lines) == len(self.names) and all(
+                line.startswith(("idle", "mixed", "allocated")) for line in lines)
         self._wait(ready, "the node to be idle", timeout)
 
     def jobs(self) -> list[dict[str, object]]:
