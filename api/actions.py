@@ -424,8 +424,32 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
             message=f"replicas: {replicas} asked for; the local launcher starts a task's "
                     f"replicas together, and a host runs at most {cap} at once "
                     "(TASKENV_LOCAL_MAX_RUNNING)"))
+    problems += node_problems(svc, replicas, int(data.get("nodes") or 1))
     if owner is not None:
         problems += never_admitted(svc.quotas.quotas, user(owner), replicas)
+    return problems
+
+
+def node_problems(svc: Services, replicas: int, nodes: int) -> list[Problem]:
+    """Why the replicas cannot be spread over ``nodes`` nodes, every reason at once."""
+    if nodes == 1:
+        return []
+    problems = []
+    if svc.backend.nodes_master is None:
+        problems.append(Problem(
+            rule="nodes.backend", field="nodes", limit=1,
+            message=f"nodes: {nodes} asked for; the {svc.backend.name} launcher does not "
+                    "place a task's replicas on nodes of its choosing: at most 1"))
+    if nodes > replicas:
+        problems.append(Problem(
+            rule="nodes.replicas", field="nodes", limit=replicas,
+            message=f"nodes: {nodes} asked for; a task of {replicas} replica(s) runs on at "
+                    f"most {replicas} node(s), one replica or more on each"))
+    elif replicas % nodes:
+        problems.append(Problem(
+            rule="nodes.divides", field="nodes", limit=replicas,
+            message=f"nodes: {nodes} asked for; replicas ({replicas}) must be a multiple of "
+                    "nodes, so that each node runs as many replicas"))
     return problems
 
 
@@ -433,19 +457,19 @@ def group_problems(svc: Services, data: Doc, owner: str | None) -> list[Problem]
 PREVIEW_JOB = "<the task's job>"
 
 
-def replica_zero(svc: Services, replicas: int, job: str) -> str:
+def replica_zero(svc: Services, replicas: int, job: str, nodes: int = 1) -> str:
     """Where replica 0 listens, as the backend gives it (``job``: the task's Job name).
 
     A task of one replica is a world of one on loopback on every backend; so are the
     replicas podman runs in one pod and the local launcher in one network."""
-    return svc.backend.replica_zero_for(replicas, job)
+    return svc.backend.replica_zero_for(replicas, job, nodes)
 
 
 def preview_group(svc: Services, data: Doc) -> Group:
     """The group a new task would run as, with replica 0's address as its launcher gives it."""
     replicas = int(data.get("replicas") or 1)
     return Group(replicas, int(data.get("procs_per_replica") or 1),
-                 replica_zero(svc, replicas, PREVIEW_JOB))
+                 replica_zero(svc, replicas, PREVIEW_JOB, int(data.get("nodes") or 1)))
 
 
 def container_env(svc: Services, task: Doc, rev: Doc) -> list[Doc] | None:
@@ -459,7 +483,7 @@ def container_env(svc: Services, task: Doc, rev: Doc) -> list[Doc] | None:
     replicas = int(task.get("replicas") or 1)
     job = manifest.job_name(Workload.from_doc({**task, **rev})) if replicas > 1 else ""
     group = Group(replicas, int(task.get("procs_per_replica") or 1),
-                  replica_zero(svc, replicas, job))
+                  replica_zero(svc, replicas, job, int(task.get("nodes") or 1)))
     shown = resolution.with_identity(list(resolved), group, 0)
     port = svc.backend.master_port_shown
     if replicas > 1 and port is not None:
@@ -490,7 +514,8 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
                if owner is not None else data.get("project"))
     task = {"project": project, "resources": data.get("resources"), "image": data.get("image"),
             "files": data.get("files") or [], "strict_env": data.get("strict_env", False),
-            "replicas": data.get("replicas"), "procs_per_replica": data.get("procs_per_replica")}
+            "replicas": data.get("replicas"), "procs_per_replica": data.get("procs_per_replica"),
+            "nodes": data.get("nodes")}
     chain = svc.policies.chain(task, None if version is None else svc.policies.get(version))
     doctor = Doctor(svc.catalog.applying(chain))
     shown = resolution.preview(data["env"], data["name"], chain, svc.limits, task,

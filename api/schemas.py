@@ -124,6 +124,8 @@ def env_file_field(shared_with: str) -> fields.String:
 # TASKENV_MAX_REPLICAS, checked by api.actions with an error naming it.
 MAX_REPLICAS_ASKED = 4096
 MAX_PROCS_PER_REPLICA = 256
+# A task spread over nodes gets a job network of its own, one address per node in a /24.
+MAX_NODES = 253
 
 
 def replicas_field() -> fields.Integer:
@@ -140,6 +142,14 @@ def procs_field() -> fields.Integer:
         metadata={"description": "Processes torchrun starts in each replica "
                                  "(PET_NPROC_PER_NODE); above 1, RANK and WORLD_SIZE are "
                                  "torchrun's to set in each process."})
+
+
+def nodes_field() -> fields.Integer:
+    return fields.Integer(
+        strict=True, load_default=1, validate=validate.Range(min=1, max=MAX_NODES),
+        metadata={"description": "How many nodes the replicas are spread over, as many on "
+                                 "each (replicas a multiple of it); above 1 only where the "
+                                 "launcher places replicas on nodes itself (Slurm)."})
 
 
 class TaskCreate(Strict):
@@ -173,6 +183,7 @@ class TaskCreate(Strict):
                        "the task (a warning otherwise)."})
     replicas = replicas_field()
     procs_per_replica = procs_field()
+    nodes = nodes_field()
 
 
 class EnvPatch(Strict):
@@ -293,6 +304,7 @@ class TaskOut(ma.Schema):
     cancelled_at = Timestamp(allow_none=True)
     replicas = fields.Integer()
     procs_per_replica = fields.Integer()
+    nodes = fields.Integer()
     replica_exit_codes = fields.List(
         fields.Integer(allow_none=True), allow_none=True,
         metadata={"description": "Each replica's exit code, by index, once the revision "
@@ -481,6 +493,7 @@ class PreviewIn(Strict):
         "description": "A script read with no value and no default is an error."})
     replicas = replicas_field()
     procs_per_replica = procs_field()
+    nodes = nodes_field()
 
 
 class DiffersOut(ma.Schema):

@@ -81,6 +81,20 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def slurm_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A private Slurm cluster of two nodes, each slurmd in a network namespace of its own
+    (tests/support/slurm.py), for the tests of tasks spread over nodes."""
+    if not slurm_available():
+        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
+                    "them); deselect them with -m 'not slurm'")
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-nodes"), nodes=2).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 # A test writes into tmp_path, never into the checkout: whatever a run adds at the top of
 # the repository (a scheduler's default output file, say) fails the run, naming it.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -60,19 +60,22 @@ def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = N
               help="Run this many replicas, each with its own RANK (overrides the file's).")
 @click.option("--procs-per-replica", type=click.IntRange(min=1),
               help="Processes torchrun starts in each replica (overrides the file's).")
+@click.option("--nodes", type=click.IntRange(min=1),
+              help="Spread the replicas over this many nodes, as many on each (Slurm; "
+                   "overrides the file's).")
 @pass_app
 def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str, ...],
            follow: bool, idempotency_key: str | None, replicas: int | None,
-           procs_per_replica: int | None) -> int:
+           procs_per_replica: int | None, nodes: int | None) -> int:
     """Create a task from TASK_FILE (YAML: name, image, workdir, steps, env, resources,
-    replicas, procs_per_replica).
+    replicas, procs_per_replica, nodes).
 
     Without --follow, prints the new task's id and exits 0 once the API accepted it.
     An env that sets a variable the platform sets per replica (RANK, MASTER_ADDR, ...)
     is refused here, before anything is submitted (exit code 2).
     """
     body = group_options(taskfile.body(task_file, env_file, secrets), replicas,
-                         procs_per_replica)
+                         procs_per_replica, nodes)
     problems = taskfile.identity_problems(body["env"])
     if problems:
         render.print_problems(app.err, "the env would be rejected:", problems)
@@ -88,9 +91,9 @@ def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str,
 
 
 def group_options(body: dict[str, Any], replicas: int | None,
-                  procs_per_replica: int | None) -> dict[str, Any]:
+                  procs_per_replica: int | None, nodes: int | None = None) -> dict[str, Any]:
     """The body with the command line's replicas, which win over the file's."""
-    given = {"replicas": replicas, "procs_per_replica": procs_per_replica}
+    given = {"replicas": replicas, "procs_per_replica": procs_per_replica, "nodes": nodes}
     return {**body, **{k: v for k, v in given.items() if v is not None}}
 
 
@@ -188,7 +191,7 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     body = group_options(taskfile.body(task_file, env_file), replicas, None)
     asked: dict[str, Any] = {"name": body.get("name") or "preview", "env": body["env"],
                              "policy_version": policy_version}
-    asked.update({k: body[k] for k in ("replicas", "procs_per_replica") if k in body})
+    asked.update({k: body[k] for k in ("replicas", "procs_per_replica", "nodes") if k in body})
     # The task file's own files, and the scripts named with --script (read, never run);
     # sent only when there are some: a server without them still answers.
     files = with_scripts(list(body.get("files") or []), scripts)

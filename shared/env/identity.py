@@ -41,6 +41,13 @@ PET_MASTER_PORT = "PET_MASTER_PORT"
 IDENTITY_NAMES = (TASK_REPLICA, TASK_REPLICAS, RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
                   PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE, PET_MASTER_ADDR,
                   PET_MASTER_PORT)
+# Set on each node where a task of several replicas runs, to the interface that routes to
+# MASTER_ADDR there (gloo's and NCCL's own choice otherwise follows the hostname, which may
+# resolve to an address the peers cannot reach, and the rendezvous hangs).  Unlike the
+# identity, a task or a policy may set them: a site that knows its network better wins.
+GLOO_SOCKET_IFNAME = "GLOO_SOCKET_IFNAME"
+NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"
+SOCKET_IFNAME_NAMES = (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME)
 # The ones whose value is the replica's index (a Kubernetes pod reads it from the downward
 # API); every other identity variable is the same in every replica.
 INDEX_NAMES = (TASK_REPLICA, RANK, PET_NODE_RANK)

@@ -36,6 +36,12 @@ class BackendTraits:
     # (TASKENV_RUNTIMES) on its hosts' own filesystem, not as a container image: a task
     # naming one that is not registered is refused when it is created.
     runtime_dirs: bool = False
+    # The backend places a task's replicas on several nodes when it asks for them
+    # (``nodes``), each job with a network of its own where replica 0 listens at this
+    # address, the same on every node; None: a task's ``nodes`` above 1 is refused.
+    nodes_master: str | None = None
 
-    def replica_zero_for(self, replicas: int, job: str) -> str:
+    def replica_zero_for(self, replicas: int, job: str, nodes: int = 1) -> str:
+        if nodes > 1 and self.nodes_master is not None:
+            return self.nodes_master
         return self.replica_zero.format(job=job) if replicas > 1 else LOOPBACK

@@ -59,6 +59,7 @@ def new_task(data: Mapping[str, Any], owner: str) -> dict[str, Any]:
         **({"strict_env": True} if data.get("strict_env") else {}),
         "replicas": int(data.get("replicas") or 1),
         "procs_per_replica": int(data.get("procs_per_replica") or 1), "revision": 1,
+        **({"nodes": int(data["nodes"])} if int(data.get("nodes") or 1) > 1 else {}),
         "state": states.PENDING, "created_at": now, "updated_at": now,
         "errors": [], "warnings": [], "resolved": None, "policy_version": None,
         "exit_code": None, "reason": None, "made_by": owner, "how": "create", "made_at": now,
@@ -139,6 +140,7 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "files": task_files.summary(doc.get("files") or []),
         "replicas": doc.get("replicas") or 1,
         "procs_per_replica": doc.get("procs_per_replica") or 1,
+        "nodes": doc.get("nodes") or 1,
         "replica_exit_codes": doc.get("replica_exit_codes"),
     }
 

@@ -36,6 +36,7 @@ class Workload:
     files: tuple[TaskFile, ...] = ()  # placed in the working directory before the first step
     replicas: int = 1
     procs_per_replica: int = 1
+    nodes: int = 1  # the replicas spread over this many nodes, as many on each
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Workload:
@@ -53,6 +54,7 @@ class Workload:
             files=tuple(TaskFile.from_dict(f) for f in doc.get("files") or []),
             replicas=int(doc.get("replicas") or 1),
             procs_per_replica=int(doc.get("procs_per_replica") or 1),
+            nodes=int(doc.get("nodes") or 1),
         )
 
     def env_dict(self) -> dict[str, str]:

@@ -179,3 +179,44 @@ def test_on_the_local_launcher_replicas_that_together_need_more_memory_than_a_ho
     elsewhere = user(app_with(launcher="kubernetes", local_host_memory="24Gi"), "bob")
     assert elsewhere.post(TASKS, json=body(replicas=4, resources={"memory": "20Gi"})
                           ).status_code == 202  # replicas on several nodes
+
+
+# --- nodes: replicas spread over several, where the launcher places them (Slurm) ----------
+
+def test_a_task_over_two_nodes_on_slurm_is_shown_and_meets_in_the_jobs_network(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(launcher="slurm", max_replicas=8), "ann")
+    created = ann.post(TASKS, json=body(replicas=4, nodes=2))
+    assert created.status_code == 202, created.get_json()
+    shown = ann.get(f"{TASKS}/{created.get_json()['id']}").get_json()
+    assert (shown["replicas"], shown["nodes"]) == (4, 2)
+    got = ann.post(PREVIEW, json={"env": [], "replicas": 2, "nodes": 2}).get_json()
+    env = {v["name"]: v["value"] for v in got["variables"]}
+    assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "10.254.0.1", got
+    one = ann.post(PREVIEW, json={"env": [], "replicas": 2}).get_json()
+    assert {v["name"]: v["value"] for v in one["variables"]}["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_nodes_that_cannot_hold_the_replicas_evenly_are_refused_every_reason_at_once(
+        app_with: Callable[..., Flask]) -> None:
+    ann = user(app_with(launcher="slurm", max_replicas=8), "ann")
+    assert rules(ann.post(TASKS, json=body(replicas=3, nodes=2))) == [("nodes.divides", 3)]
+    assert rules(ann.post(TASKS, json=body(replicas=2, nodes=4))) == [("nodes.replicas", 2)]
+    refused = ann.post(TASKS, json=body(replicas=9, nodes=2))
+    assert rules(refused) == [("replicas.max", 8), ("nodes.divides", 9)]
+    assert ann.post(TASKS, json=body(nodes=0)).status_code == 422
+    assert ann.post(TASKS, json=body(nodes=254)).status_code == 422
+    preview = ann.post(PREVIEW, json={"env": [], "replicas": 3, "nodes": 2}).get_json()
+    assert [e["rule"] for e in preview["errors"]] == ["nodes.divides"], preview
+    assert ann.get(TASKS).get_json()["items"] == []  # nothing stored
+
+
+@pytest.mark.parametrize("launcher", ["local", "podman", "kubernetes", "dryrun"])
+def test_nodes_are_refused_where_the_launcher_does_not_place_replicas_on_nodes(
+        app_with: Callable[..., Flask], launcher: str) -> None:
+    ann = user(app_with(launcher=launcher, local_max_running=0), "ann")
+    refused = ann.post(TASKS, json=body(replicas=2, nodes=2))
+    assert refused.status_code == 400
+    assert rules(refused) == [("nodes.backend", 1)]
+    assert f"the {launcher} launcher" in refused.get_json()["errors"][0]["message"]
+    assert ann.post(TASKS, json=body(replicas=2, nodes=1)).status_code == 202

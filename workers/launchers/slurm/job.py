@@ -24,8 +24,17 @@ As the batch script (no arguments) it
    (``exits/``: exit code, when, an out-of-memory kill counted by the kernel),
    never from the output, which is the task's and may say anything.
 
+A job over several nodes (``nodes`` above 1) has a holder on each: the batch program
+starts one ``hold`` task per node as a step of its own (``srun --overlap``, beside the
+steps), each reads the env file into a memory file of its own, makes the namespaces
+with the homes of the replicas its node runs, and joins them to the job's own network:
+a VXLAN segment (VNI: the job id) whose device it moves into the holder's network
+namespace, node k at ``JOB_NET.(k+1)/24``, a peer entry per other node, no route to
+anything else; so a step reaches the other nodes' replicas and never a node's own
+services.  The batch program removes the env file once every node has it.
+
 Each srun task runs this file again (``task N``, isolated mode too): it reads the
-values from the batch program's memory file, joins the holder's namespaces, and
+values from its node's holder's memory file, joins the holder's namespaces, and
 starts bubblewrap with an **empty environment** and the step's variables as
 ``--setenv`` arguments in a memory file (``--args FD``: never on a command line),
 under the task's rlimits and, where the job runs as root, as a user of the job's
@@ -56,6 +65,10 @@ SLURM_PREFIXES = ("SLURM_", "SRUN_")
 OUTCOME = "outcome.json"
 ENV_FILE = "env"  # the values, until the batch program has them in memory
 HOLDER = "holder.json"  # where the srun tasks find the holder and the values
+NODES = "nodes.json"  # a job over several nodes: their names and addresses, in rank order
+HOLD_WAIT_SECONDS = 120  # for every node's holder to answer
+HOLD_LOG = "hold.log"  # what srun says of the holders' step
+VXLAN_PORT = 4789
 EXITS = "exits"  # one record per replica and step, written outside the sandbox
 STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
 # A job running as root runs its sandboxes as a user of its own, so the kernel counts its
@@ -68,7 +81,7 @@ SCRATCH_CANDIDATES = ("/mnt", "/media", "/srv", "/opt", "/tmp")  # noqa: S108
 CLONE_NEWNS, CLONE_NEWNET, CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 PR_SET_PDEATHSIG = 1
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+SIOCGIFCONF, SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8912, 0x8913, 0x8914, 0x1
 
 
 # -- what the step's environment is ------------------------------------------------------
@@ -204,7 +217,7 @@ def copy_owned(source: str, target: str, uid: int) -> None:
         os.chown(dest, uid, uid, follow_symlinks=False)
 
 
-def make_namespaces(spec: dict[str, Any], uid: int) -> str:
+def make_namespaces(spec: dict[str, Any], uid: int, ranks: range) -> str:
     """In the holder: its own network and mount namespaces (and, for an account that is
     not root, a user namespace owning them), each replica's home a tmpfs in them.
     Returns where the homes are."""
@@ -222,7 +235,7 @@ def make_namespaces(spec: dict[str, Any], uid: int) -> str:
     _check(libc.mount(b"tmpfs", scratch.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
                       b"size=1m,mode=0755"), f"mount a tmpfs on {scratch}")
     gid = uid if not own_user else os.getegid()
-    for k in range(spec["replicas"]):
+    for k in ranks:
         home = os.path.join(scratch, f"home-{k}")
         os.mkdir(home, 0o700)
         options = f"size={spec['home_bytes']},mode=0700,uid={uid},gid={gid}".encode()
@@ -234,11 +247,11 @@ def make_namespaces(spec: dict[str, Any], uid: int) -> str:
     return scratch
 
 
-def hold(spec: dict[str, Any], uid: int, ready: int) -> None:
+def hold(spec: dict[str, Any], uid: int, ranks: range, ready: int) -> None:
     """The holder's life: make the namespaces, say where the homes are, wait to be killed."""
     _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     try:
-        scratch = make_namespaces(spec, uid)
+        scratch = make_namespaces(spec, uid, ranks)
         os.write(ready, json.dumps({"scratch": scratch}).encode())
     except OSError as exc:
         os.write(ready, json.dumps({"error": str(exc)}).encode())
@@ -312,8 +325,50 @@ def oom_kills() -> int:
 
 # -- an srun task: one replica's sandbox -----------------------------------------------------
 
+def holder_file(spec: dict[str, Any], node: str) -> str:
+    name = HOLDER if spec.get("nodes", 1) == 1 else f"holder-{node}.json"
+    return os.path.join(spec["run_dir"], name)
+
+
+def interface_addresses() -> dict[str, str]:
+    """Each IPv4 address of this network namespace, and the interface holding it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        size = 40 * 64  # struct ifreq is 40 bytes on 64-bit Linux
+        buf = ctypes.create_string_buffer(size)
+        request = struct.pack("iL", size, ctypes.addressof(buf))
+        used = struct.unpack("iL", fcntl.ioctl(sock, SIOCGIFCONF, request))[0]
+    raw = buf.raw[:used]
+    return {socket.inet_ntoa(raw[i + 20:i + 24]): raw[i:i + 16].split(b"\0", 1)[0].decode()
+            for i in range(0, used, 40)}
+
+
+def route_interface(address: str) -> str | None:
+    """The interface this namespace sends from to reach ``address``: the one holding the
+    source address the kernel picks (not the route's device, which is ``lo`` on the node
+    that holds ``address`` itself, where peers would be told a loopback address)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((address, 9))  # a UDP connect sends nothing: the route is chosen
+            source = sock.getsockname()[0]
+    except OSError:
+        return None
+    return interface_addresses().get(source)
+
+
+def node_values(spec: dict[str, Any], identity_env: Mapping[str, str]) -> dict[str, str]:
+    """The variables chosen on this node (in the job's network): the interface to
+    MASTER_ADDR for gloo and NCCL, for the names the task's env does not set."""
+    names = spec.get("socket_ifname") or []
+    master = identity_env.get("MASTER_ADDR")
+    if not names or not master:
+        return {}
+    interface = route_interface(master)
+    return {name: interface for name in names} if interface else {}
+
+
 def run_task(spec: dict[str, Any], number: int) -> int:
-    with open(os.path.join(spec["run_dir"], HOLDER)) as found:
+    node = os.environ.get("SLURMD_NODENAME", "")
+    with open(holder_file(spec, node)) as found:
         holder = json.load(found)
     with open(f"/proc/{holder['batch']}/fd/{holder['env_fd']}", "rb") as values:
         task_env = parse_env(values.read())
@@ -324,7 +379,13 @@ def run_task(spec: dict[str, Any], number: int) -> int:
     os.chdir(spec["run_dir"])
     argv = rehome(fit_proc_masks(spec["argv"][number], spec["proc_files"], spec["proc_dirs"]),
                   spec["home"], os.path.join(holder["scratch"], f"home-{rank}"))
-    env = step_env(os.environ, task_env, identity(os.environ, spec["identity"]))
+    own = identity(os.environ, spec["identity"])
+    env = step_env(os.environ, task_env, own)
+    chosen = node_values(spec, own)
+    env.update(chosen)
+    if chosen and number == 0 and rank % (spec["replicas"] // spec.get("nodes", 1)) == 0:
+        print(f"==> on {node or os.uname().nodename}: " +
+              " ".join(f"{k}={v}" for k, v in chosen.items()), flush=True)
     args = os.memfd_create("taskenv-step-env", 0)  # not CLOEXEC: bwrap reads it
     os.write(args, setenv_args(env))
     os.lseek(args, 0, os.SEEK_SET)
@@ -420,35 +481,47 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     srun_env = {k: v for k, v in os.environ.items() if k.startswith(SLURM_PREFIXES)}
     for number, _ in enumerate(steps, start=1):
         print(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}", flush=True)
-        argv = [spec["srun"], "--export=ALL", f"--ntasks={spec['replicas']}",
-                "--kill-on-bad-exit=1", sys.executable, "-I", spec["program"], "task",
-                str(number - 1)]
+        argv = [spec["srun"], "--export=ALL", *placement(spec), "--kill-on-bad-exit=1",
+                sys.executable, "-I", spec["program"], "task", str(number - 1)]
         code = subprocess.call(argv, env=srun_env, stdin=subprocess.DEVNULL)  # noqa: S603
         if code != 0:
             return step_failure(spec, number, code)
     return {"state": "succeeded", "exit_code": 0, "reason": None}
 
 
-def take_values(run_dir: str) -> int:
-    """The env file's content in a memory file of this process; the file removed."""
+def placement(spec: dict[str, Any]) -> list[str]:
+    """srun's options placing a step's replicas: block by block over the nodes, so node k
+    runs ranks k*n..k*n+n-1 and replica 0 is on the first."""
+    options = [f"--ntasks={spec['replicas']}"]
+    if spec.get("nodes", 1) > 1:
+        options += [f"--nodes={spec['nodes']}",
+                    f"--ntasks-per-node={spec['replicas'] // spec['nodes']}",
+                    "--distribution=block"]
+    return options
+
+
+def take_values(run_dir: str, remove: bool = True) -> int:
+    """The env file's content in a memory file of this process; the file removed, unless
+    other nodes have still to read it."""
     path = os.path.join(run_dir, ENV_FILE)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as found:
         raw = found.read()
-    os.unlink(path)
+    if remove:
+        os.unlink(path)
     memfd = os.memfd_create("taskenv-env", os.MFD_CLOEXEC)
     write_all(memfd, raw)
     return memfd
 
 
-def start_holder(spec: dict[str, Any], uid: int) -> tuple[int, str]:
+def start_holder(spec: dict[str, Any], uid: int, ranks: range) -> tuple[int, str]:
     """The holder's pid and where it mounted the homes; OSError if it could not."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            hold(spec, uid, write)
+            hold(spec, uid, ranks, write)
         finally:
             os._exit(1)
     os.close(write)
@@ -468,6 +541,163 @@ def end_holder(pid: int) -> None:
         pass
 
 
+# -- a job over several nodes: a holder on each, and the job's own network --------------
+
+def tool(name: str) -> str:
+    """An iproute2 or util-linux command of the node, found where root's PATH has it."""
+    found = shutil.which(name, path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if found is None:
+        raise OSError(f"{name} is not installed on {os.uname().nodename}")
+    return found
+
+
+def run_tool(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(argv)}: {done.stderr.strip() or done.returncode}")
+
+
+def job_network(spec: dict[str, Any], holder: int, index: int, addresses: list[str],
+                job_id: int) -> str:
+    """Join the holder's network namespace to the job's VXLAN segment as node ``index``;
+    the device's name.  Made in the node's namespace (where its packets travel, from the
+    node's address), then moved into the holder's: it vanishes with it."""
+    ip, bridge, nsenter = tool("ip"), tool("bridge"), tool("nsenter")
+    device = f"tj{job_id}"[:15]
+    run_tool(ip, "link", "add", device, "type", "vxlan", "id", str(job_id % (1 << 24) or 1),
+             "local", addresses[index], "dstport", str(VXLAN_PORT), "nolearning")
+    try:
+        for k, peer in enumerate(addresses):
+            if k != index:
+                run_tool(bridge, "fdb", "append", "00:00:00:00:00:00", "dev", device,
+                         "dst", peer)
+        run_tool(ip, "link", "set", device, "netns", str(holder))
+    except OSError:
+        subprocess.run([ip, "link", "del", device], capture_output=True, check=False)  # noqa: S603
+        raise
+    inside = [nsenter, f"--net=/proc/{holder}/ns/net", "--", ip]
+    run_tool(*inside, "addr", "add", f"{spec['job_net']}.{index + 1}/24", "dev", device)
+    run_tool(*inside, "link", "set", device, "up")
+    return device
+
+
+def job_nodes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """The job's nodes in Slurm's order (the first runs replica 0), with their addresses."""
+    names = subprocess.run(  # noqa: S603
+        [spec["scontrol"], "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+        capture_output=True, text=True, check=True).stdout.split()
+    nodes = []
+    for name in names:
+        shown = subprocess.run([spec["scontrol"], "-o", "show", "node", name],  # noqa: S603
+                               capture_output=True, text=True, check=True).stdout
+        addr = next((f.split("=", 1)[1] for f in shown.split() if f.startswith("NodeAddr=")),
+                    name)
+        nodes.append({"name": name, "addr": socket.gethostbyname(addr)})
+    return nodes
+
+
+def write_json(path: str, data: object) -> None:
+    with open(path + ".tmp", "w") as out:
+        json.dump(data, out)
+    os.replace(path + ".tmp", path)
+
+
+def run_hold(spec: dict[str, Any]) -> int:
+    """One node's holder, as a task of the job's ``hold`` step: lives until the batch
+    program ends the step."""
+    node = os.environ.get("SLURMD_NODENAME", "")
+    path = holder_file(spec, node)
+    job_id = int(os.environ.get("SLURM_JOB_ID", "0"))
+    holder = 0
+
+    def ended(*_: object) -> None:
+        if holder:
+            end_holder(holder)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, ended)
+    signal.signal(signal.SIGINT, ended)
+    try:
+        with open(os.path.join(spec["run_dir"], NODES)) as found:
+            nodes = json.load(found)
+        index = [n["name"] for n in nodes].index(node)
+        per = spec["replicas"] // spec["nodes"]
+        memfd = take_values(spec["run_dir"], remove=False)
+        holder, scratch = start_holder(spec, task_uid(job_id),
+                                       range(index * per, (index + 1) * per))
+        device = job_network(spec, holder, index, [n["addr"] for n in nodes], job_id)
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        write_json(path, {"error": f"on {node}: {exc}"})
+        ended()
+    write_json(path, {"batch": os.getpid(), "env_fd": memfd, "holder": holder,
+                      "scratch": scratch, "device": device})
+    while True:
+        signal.pause()
+
+
+def start_node_holders(spec: dict[str, Any], srun_env: dict[str, str]
+                       ) -> subprocess.Popen[bytes]:
+    """Every node's holder, as one step beside the job's steps; once each has answered
+    (its namespaces made, the values read), the env file is removed.  OSError naming the
+    node whose holder could not."""
+    run_dir = spec["run_dir"]
+    nodes = job_nodes(spec)
+    write_json(os.path.join(run_dir, NODES), nodes)
+    # srun's and slurmstepd's own words about this step (its end is a cancellation) are
+    # not the task's output: they go to a file of their own, quoted if no holder answers.
+    with open(os.path.join(run_dir, HOLD_LOG), "ab") as said:
+        step = subprocess.Popen(  # noqa: S603
+            [spec["srun"], "--overlap", f"--nodes={spec['nodes']}",
+             f"--ntasks={spec['nodes']}", "--ntasks-per-node=1", sys.executable, "-I",
+             spec["program"], "hold"],
+            env=srun_env, stdin=subprocess.DEVNULL, stdout=said, stderr=said)
+    deadline = time.monotonic() + HOLD_WAIT_SECONDS
+    waiting = [n["name"] for n in nodes]
+    try:
+        while waiting:
+            for name in list(waiting):
+                try:
+                    with open(holder_file(spec, name)) as found:
+                        answer = json.load(found)
+                except (OSError, ValueError):
+                    continue
+                if "error" in answer:
+                    raise OSError(answer["error"])
+                waiting.remove(name)
+            if waiting and (step.poll() is not None or time.monotonic() > deadline):
+                raise OSError(f"on {', '.join(waiting)}: no holder answered "
+                              f"({last_line(os.path.join(run_dir, HOLD_LOG))})")
+            time.sleep(0.05)
+    except OSError:
+        end_step(step)
+        raise
+    finally:
+        try:
+            os.unlink(os.path.join(run_dir, ENV_FILE))
+        except FileNotFoundError:
+            pass
+    return step
+
+
+def last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as found:
+            found.seek(max(0, os.path.getsize(path) - 400))
+            lines = found.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "srun said nothing"
+    return lines[-1] if lines else "srun said nothing"
+
+
+def end_step(step: subprocess.Popen[bytes]) -> None:
+    step.terminate()
+    try:
+        step.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        step.kill()
+        step.wait()
+
+
 def run_batch(spec: dict[str, Any]) -> int:
     run_dir = spec["run_dir"]
     holder = 0
@@ -481,15 +711,24 @@ def run_batch(spec: dict[str, Any]) -> int:
     # Slurm signals the batch script when the job is cancelled, runs over its time or loses
     # its node: leave that much behind; the listing, while Slurm keeps the job, says which.
     signal.signal(signal.SIGTERM, stopped)
+    if not os.path.exists(os.path.join(run_dir, ENV_FILE)):
+        # Cancelled before it started: the launcher removed the values.
+        write_outcome(run_dir, {"state": "failed", "exit_code": None,
+                                "reason": "the job's values were gone: No such file or "
+                                          "directory"})
+        return 1
+    os.makedirs(os.path.join(run_dir, EXITS), mode=0o700, exist_ok=True)
+    if spec.get("nodes", 1) > 1:
+        return run_on_nodes(spec)
     try:
         memfd = take_values(run_dir)
-    except OSError as exc:  # cancelled before it started: the launcher removed the values
+    except OSError as exc:
         write_outcome(run_dir, {"state": "failed", "exit_code": None,
                                 "reason": f"the job's values were gone: {exc.strerror}"})
         return 1
-    os.makedirs(os.path.join(run_dir, EXITS), mode=0o700, exist_ok=True)
     try:
-        holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0"))))
+        holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0"))),
+                                       range(spec["replicas"]))
     except OSError as exc:
         outcome = {"state": "failed", "exit_code": None,
                    "reason": f"could not make the job's own network and homes on "
@@ -503,13 +742,42 @@ def run_batch(spec: dict[str, Any]) -> int:
         end_holder(holder)
         holder = 0
     os.close(memfd)
+    return ended(run_dir, outcome)
+
+
+def ended(run_dir: str, outcome: dict[str, Any]) -> int:
     write_outcome(run_dir, outcome)
     return 0 if outcome["state"] == "succeeded" else int(outcome["exit_code"] or 1) & 0xFF or 1
+
+
+def run_on_nodes(spec: dict[str, Any]) -> int:
+    """The batch program of a job over several nodes: a holder on each, then the steps."""
+    srun_env = {k: v for k, v in os.environ.items() if k.startswith(SLURM_PREFIXES)}
+    try:
+        holders = start_node_holders(spec, srun_env)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return ended(spec["run_dir"], {
+            "state": "failed", "exit_code": None,
+            "reason": f"could not make the job's own network and homes {exc}"})
+
+    def stopped(*_: object) -> None:
+        end_step(holders)
+        write_outcome(spec["run_dir"], {"state": "failed", "exit_code": None,
+                                        "reason": STOPPED})
+        os._exit(143)
+
+    signal.signal(signal.SIGTERM, stopped)
+    shutil.rmtree(spec["home"], ignore_errors=True)  # copied into every replica's home
+    outcome = run_steps(spec)
+    end_step(holders)
+    return ended(spec["run_dir"], outcome)
 
 
 def main(spec: dict[str, Any], args: list[str]) -> int:
     if args[:1] == ["task"]:
         return run_task(spec, int(args[1]))
+    if args[:1] == ["hold"]:
+        return run_hold(spec)
     return run_batch(spec)
 
 

@@ -5,8 +5,9 @@
   listing, or a redelivered launch, finds whose job it is); no value of the env
   (they travel in the revision's env file); ``resources`` become
   ``--cpus-per-task``, ``--mem`` and ``--gres=gpu:N``; ``replicas`` become
-  ``--ntasks`` on one node (``--nodes=1``: the replicas share the job's own network
-  namespace there).
+  ``--ntasks`` and ``nodes`` ``--nodes`` with as many tasks on each
+  (``--ntasks-per-node``): on each node the replicas share the job's own network
+  namespace, and the nodes' namespaces are joined by the job's own network.
 * :func:`export_entries` — the env file's content: NUL-separated ``NAME=value``
   entries, so commas, newlines, ``$(…)`` and quotes arrive as typed.
 * :func:`job_program` — the batch script: ``job.py`` with the revision's spec (the
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import DEFAULTS
-from shared.env.identity import differing, replica_env
+from shared.env.identity import SOCKET_IFNAME_NAMES, differing, replica_env
 from shared.task import runtimes
 from shared.task.limits import Limits
 from shared.task.workload import Workload
@@ -39,6 +40,7 @@ from workers.launchers.common.sandbox import (
     bwrap_argv,
 )
 from workers.launchers.slurm import job as slurm_job
+from workers.launchers.slurm.traits import JOB_NET, TRAITS
 
 COMMENT_PREFIX = "taskenv:"
 OUTPUT = "output.log"
@@ -157,7 +159,9 @@ def cpus(quantity: str) -> int:
 
 def resource_options(workload: Workload) -> list[str]:
     res = workload.resources
-    options = [f"--ntasks={replicas(workload)}"]
+    options = [f"--nodes={workload.nodes}", f"--ntasks={replicas(workload)}"]
+    if workload.nodes > 1:
+        options.append(f"--ntasks-per-node={replicas(workload) // workload.nodes}")
     if res.cpu:
         options.append(f"--cpus-per-task={cpus(res.cpu)}")
     if res.memory:
@@ -186,10 +190,12 @@ def identity_template(workload: Workload) -> dict[str, Any]:
     """How each replica's identity (``shared.env.identity``, the one definition every
     launcher uses) is made on the node by ``job.identity``: the names that hold the
     replica's index (Slurm's rank of the srun task), and the names that hold the same
-    value in every replica.  Replica 0 listens at ``127.0.0.1`` on the default port, as on
-    the local launcher: the replicas share the job's own network namespace on its one
-    node, where no other job has any address or port."""
-    first = dict(replica_env(workload.group(), 0))
+    value in every replica.  On one node replica 0 listens at ``127.0.0.1`` on the default
+    port, as on the local launcher: the replicas share the job's own network namespace
+    there, where no other job has any address or port.  Over several nodes it listens at
+    the first node's address in the job's own network (``JOB_NET_MASTER``)."""
+    master = TRAITS.replica_zero_for(workload.replicas, workload.run_name, workload.nodes)
+    first = dict(replica_env(workload.group(master), 0))
     index = differing(workload.group()) if workload.replicas > 1 else []
     return {"index": index,
             "constant": {name: value for name, value in first.items() if name not in index}}
@@ -202,7 +208,7 @@ def time_limit_minutes(workload: Workload, step_timeout_seconds: int) -> int:
 
 def sbatch_argv(settings: SlurmSettings, workload: Workload, run_dir: Path) -> list[str]:
     argv = [settings.sbatch, "--parsable", f"--job-name={workload.run_name}",
-            f"--comment={comment(workload)}", f"--chdir={run_dir}", "--nodes=1",
+            f"--comment={comment(workload)}", f"--chdir={run_dir}",
             f"--output={run_dir / OUTPUT}", "--open-mode=append",
             "--no-requeue", f"--time={time_limit_minutes(workload, settings.step_timeout_seconds)}",
             *resource_options(workload)]
@@ -241,8 +247,14 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "proc_files": list(PROC_HIDDEN_FILES), "proc_dirs": list(PROC_HIDDEN_DIRS),
         "names": list(names),
         "replicas": count,
+        "nodes": workload.nodes,
+        "job_net": JOB_NET,
+        # Chosen on the node for a task of several, unless its env sets them.
+        "socket_ifname": [n for n in SOCKET_IFNAME_NAMES if n not in names] if count > 1
+        else [],
         "identity": identity_template(workload),
         "srun": settings.srun,
+        "scontrol": sibling(settings.srun, "scontrol"),
         "bwrap": settings.bwrap,
         "program": str(run_dir / PROGRAM),
         "run_dir": str(run_dir),
@@ -257,6 +269,13 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "output": str(run_dir / OUTPUT),
         "memory_limit": memory_limit(workload),
     }
+
+
+def sibling(binary: str, name: str) -> str:
+    """``name`` in the directory of ``binary`` where that is a path (Slurm's commands are
+    installed together); found on the node's PATH otherwise."""
+    head = Path(binary).parent
+    return str(head / name) if "/" in binary else name
 
 
 def job_program(settings: SlurmSettings, spec: dict[str, Any]) -> str:

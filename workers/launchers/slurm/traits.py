@@ -2,9 +2,13 @@
 
 from shared.task.backend_traits import BackendTraits
 
-# srun and sbatch read SLURM_*/SRUN_* as their own options.  A job's replicas all run on
-# its one node (--nodes=1) and meet in the job's own network namespace there: replica 0
-# listens on loopback at the identity's port, as on the local launcher.  GPUs are
-# ``--gres=gpu:N``.
+# A job spread over several nodes (a task's ``nodes``) gets a network of its own: a VXLAN
+# segment joining its namespaces on each node, node k at JOB_NET.(k+1)/24, replica 0's node
+# first (job.py says how).  On one node the replicas meet on loopback, as on the local
+# launcher.
+JOB_NET = "10.254.0"
+JOB_NET_MASTER = f"{JOB_NET}.1"
+
+# srun and sbatch read SLURM_*/SRUN_* as their own options.  GPUs are ``--gres=gpu:N``.
 TRAITS = BackendTraits(name="slurm", reserved_prefixes=("SLURM_", "SRUN_"), gpus=True,
-                       runtime_dirs=True)
+                       runtime_dirs=True, nodes_master=JOB_NET_MASTER)

@@ -29,7 +29,7 @@ read, write = os.pipe()
 holder = os.fork()
 if holder == 0:
     os.close(read)
-    job.hold(spec, job.task_uid(0), write)
+    job.hold(spec, job.task_uid(0), range(2), write)
 os.close(write)
 print("holder", os.read(read, 1000).decode(), flush=True)
 joined = os.fork()

@@ -1,0 +1,131 @@
+"""A task spread over nodes (``nodes``) on the two-node test cluster: real sbatch and srun,
+each node's slurmd in a network namespace of its own with its own address.
+
+One replica (or two) on each node, block by block; replica 0's node first.  The nodes'
+namespaces of the job are joined by the job's own network, where replica 0 listens at
+``JOB_NET_MASTER`` on every node; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME name the
+interface that routes there, as chosen on each node; and a step reaches the other node's
+replicas, never a node's own address nor the controller's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from shared.config import Settings
+from tests.support.slurm import SlurmCluster
+from tests.workers.conftest import RecordingHooks, build_workload
+from tests.workers.launchers.slurm.test_slurm_launcher import finish, output
+from workers.launchers.base import Outcome
+from workers.launchers.slurm.launcher import SlurmLauncher
+from workers.launchers.slurm.traits import JOB_NET_MASTER
+
+pytestmark = pytest.mark.slurm
+
+# Each replica: where it runs and what it was told, then a rendezvous of the whole world
+# at MASTER_ADDR, then a try at every address it was given as unreachable (``PROBE``).
+MEET = """
+import json, os, socket, time
+rank, world = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])
+probes = {}
+for target in os.environ.get('PROBE', '').split():
+    try:
+        socket.create_connection((target, 22), 1).close()
+        probes[target] = 'reached'
+    except OSError as exc:
+        probes[target] = exc.strerror
+if rank == 0:
+    server = socket.create_server(('', port))
+    met = sorted(server.accept()[0].recv(9).decode() for _ in range(world - 1))
+else:
+    for _ in range(300):
+        try:
+            socket.create_connection((addr, port), 1).sendall(b'%d' % rank)
+            break
+        except OSError:
+            time.sleep(0.1)
+    met = None
+print('SEEN=' + json.dumps({'rank': rank, 'master': addr, 'met': met, 'probes': probes,
+      'node': os.environ.get('SLURM_NODEID'), 'gloo': os.environ.get('GLOO_SOCKET_IFNAME'),
+      'nccl': os.environ.get('NCCL_SOCKET_IFNAME')}), flush=True)
+"""
+STEP = ["python3", "-c", MEET]
+
+
+@pytest.fixture
+def launcher(slurm_nodes: SlurmCluster, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> SlurmLauncher:
+    monkeypatch.setenv("SLURM_CONF", slurm_nodes.env["SLURM_CONF"])
+    return SlurmLauncher(Settings(slurm_dir=str(tmp_path / "slurm"), step_timeout_seconds=120))
+
+
+def seen(text: str) -> dict[int, dict[str, object]]:
+    found = [json.loads(line.split("SEEN=", 1)[1]) for line in text.splitlines()
+             if "SEEN=" in line]
+    return {entry["rank"]: entry for entry in found}
+
+
+def run(launcher: SlurmLauncher, env: dict[str, str] | None = None,
+        **fields: object) -> tuple[Outcome, str]:
+    workload = build_workload([STEP], env=env, **fields)
+    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
+    outcome = finish(launcher, workload, timeout=120)
+    return outcome, output(launcher, workload)
+
+
+def test_one_replica_on_each_node_meets_at_the_first_nodes_address_in_the_jobs_network(
+        launcher: SlurmLauncher, slurm_nodes: SlurmCluster) -> None:
+    controller = slurm_nodes.network.gateway if slurm_nodes.network else ""
+    probes = [slurm_nodes.address(n) for n in slurm_nodes.names] + [controller]
+    outcome, text = run(launcher, env={"PROBE": " ".join(probes)}, replicas=2, nodes=2)
+
+    assert outcome == Outcome("succeeded", exit_code=0), text
+    replicas = seen(text)
+    assert sorted(replicas) == [0, 1], text
+    assert replicas[0]["met"] == ["1"], text
+    for rank, entry in replicas.items():
+        assert entry["master"] == JOB_NET_MASTER, entry
+        # Chosen on each node: the job network's device, on the node holding MASTER_ADDR too.
+        assert str(entry["gloo"]).startswith("tj") and entry["nccl"] == entry["gloo"], entry
+        # No route out of the job's network: not to a node, not to the controller.
+        assert entry["probes"] == dict.fromkeys(probes, "Network is unreachable"), entry
+    names = [line for line in text.splitlines() if line.startswith("==> on ")]
+    assert sorted(line.split()[2] for line in names) == sorted(f"{n}:" for n in slurm_nodes.names)
+
+
+def test_replicas_go_block_by_block_and_a_world_of_four_meets(launcher: SlurmLauncher) -> None:
+    outcome, text = run(launcher, replicas=4, nodes=2)
+
+    assert outcome == Outcome("succeeded", exit_code=0), text
+    replicas = seen(text)
+    assert replicas[0]["met"] == ["1", "2", "3"], text
+    # Replicas 0 and 1 on the first node, 2 and 3 on the second: each node says so once.
+    assert {rank: entry["node"] for rank, entry in replicas.items()} == {
+        0: "0", 1: "0", 2: "1", 3: "1"}, text
+    said = [line for line in text.splitlines() if line.startswith("==> on ")]
+    assert len(said) == 2, text
+
+
+def test_an_interface_the_task_sets_is_kept(launcher: SlurmLauncher) -> None:
+    outcome, text = run(launcher, env={"GLOO_SOCKET_IFNAME": "ib0"}, replicas=2, nodes=2)
+
+    # ib0 is not an interface here: gloo would fail, the socket rendezvous does not care.
+    assert outcome == Outcome("succeeded", exit_code=0), text
+    for entry in seen(text).values():
+        assert entry["gloo"] == "ib0" and str(entry["nccl"]).startswith("tj"), entry
+
+
+def test_nothing_of_the_jobs_network_outlives_it(launcher: SlurmLauncher,
+                                                 slurm_nodes: SlurmCluster) -> None:
+    outcome, text = run(launcher, replicas=2, nodes=2)
+    assert outcome.state == "succeeded", text
+
+    for name in slurm_nodes.names:
+        links = subprocess.run(["ip", "-n", name, "-o", "link"], capture_output=True,
+                               text=True, check=True).stdout
+        assert " tj" not in links, (name, links)
