@@ -122,8 +122,16 @@ def test_an_interface_the_task_sets_is_kept(launcher: SlurmLauncher) -> None:
 
 def test_nothing_of_the_jobs_network_outlives_it(launcher: SlurmLauncher,
                                                  slurm_nodes: SlurmCluster) -> None:
-    outcome, text = run(launcher, replicas=2, nodes=2)
-    assert outcome.state == "succeeded", text
+    workload = build_workload([STEP], replicas=2, nodes=2)
+    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
+    run_dir = launcher.run_dir(workload)
+    outcome = finish(launcher, workload, timeout=120)
+    assert outcome.state == "succeeded", output(launcher, workload)
+
+    # The values were read by both nodes' holders, then the file went; no home seed either.
+    assert sorted(p.name for p in run_dir.glob("holder-*.json")) == sorted(
+        f"holder-{n}.json" for n in slurm_nodes.names)
+    assert not (run_dir / "env").exists() and not (run_dir / "home").exists()
 
     for name in slurm_nodes.names:
         links = subprocess.run(["ip", "-n", name, "-o", "link"], capture_output=True,
