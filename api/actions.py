@@ -484,12 +484,26 @@ def container_env(svc: Services, task: Doc, rev: Doc) -> list[Doc] | None:
     job = manifest.job_name(Workload.from_doc({**task, **rev})) if replicas > 1 else ""
     group = Group(replicas, int(task.get("procs_per_replica") or 1),
                   replica_zero(svc, replicas, job, int(task.get("nodes") or 1)))
-    shown = resolution.with_identity(list(resolved), group, 0)
+    shown = with_node_chosen(svc, resolution.with_identity(list(resolved), group, 0), group)
     port = svc.backend.master_port_shown
     if replicas > 1 and port is not None:
         shown = [{**v, "value": port} if v["name"] in (MASTER_PORT, PET_MASTER_PORT)
                  else v for v in shown]
     return [masked(v) for v in shown]
+
+
+# What a variable the backend chooses on the node shows before any node has chosen it.
+NODE_CHOSEN = "(chosen on each node: the interface that routes to MASTER_ADDR)"
+
+
+def with_node_chosen(svc: Services, shown: list[Doc], group: Group) -> list[Doc]:
+    """The env as shown, with the variables the backend sets on the node (source
+    ``node``) for a task of several replicas, where the env does not set them."""
+    if group.replicas == 1:
+        return shown
+    names = {v["name"] for v in shown}
+    return shown + [{"name": name, "value": NODE_CHOSEN, "source": "node"}
+                    for name in svc.backend.node_chosen if name not in names]
 
 
 def refuse_unadmittable(svc: Services, data: Doc, owner: str) -> None:
@@ -528,7 +542,10 @@ def preview(svc: Services, data: Doc, owner: str | None = None, is_admin: bool =
         errors = [Problem(**e) for e in shown["errors"] if e["rule"] != "errors.truncated"]
         shown.update(ok=False, errors=[p.to_dict() for p in
                                        envlist.capped(group + errors + file_problems)])
-    return {**shown, "variables": [masked(v) for v in shown["variables"]]}
+    variables = shown["variables"]
+    if variables:
+        variables = with_node_chosen(svc, variables, preview_group(svc, data))
+    return {**shown, "variables": [masked(v) for v in variables]}
 
 
 def advice(svc: Services, doc: Doc) -> list[dict[str, Any]]:

@@ -40,6 +40,9 @@ class BackendTraits:
     # (``nodes``), each job with a network of its own where replica 0 listens at this
     # address, the same on every node; None: a task's ``nodes`` above 1 is refused.
     nodes_master: str | None = None
+    # Variables the backend sets on the node in each replica of a task of several, unless
+    # the task's env sets them (Slurm: the interface to MASTER_ADDR for gloo and NCCL).
+    node_chosen: tuple[str, ...] = ()
 
     def replica_zero_for(self, replicas: int, job: str, nodes: int = 1) -> str:
         if nodes > 1 and self.nodes_master is not None:

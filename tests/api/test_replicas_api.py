@@ -195,6 +195,18 @@ def test_a_task_over_two_nodes_on_slurm_is_shown_and_meets_in_the_jobs_network(
     assert env["MASTER_ADDR"] == env["PET_MASTER_ADDR"] == "10.254.0.1", got
     one = ann.post(PREVIEW, json={"env": [], "replicas": 2}).get_json()
     assert {v["name"]: v["value"] for v in one["variables"]}["MASTER_ADDR"] == "127.0.0.1"
+    # The interface for gloo and NCCL is chosen on each node, unless the task sets it.
+    chosen = {v["name"]: v for v in got["variables"] if v.get("source") == "node"}
+    assert sorted(chosen) == ["GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"], got
+    assert "chosen on each node" in chosen["GLOO_SOCKET_IFNAME"]["value"]
+    own = ann.post(PREVIEW, json={"env": [{"name": "NCCL_SOCKET_IFNAME", "value": "ib0"}],
+                                  "replicas": 2, "nodes": 2}).get_json()
+    assert [(v["name"], v["value"], v["source"]) for v in own["variables"]
+            if "SOCKET_IFNAME" in v["name"]] == [
+        ("NCCL_SOCKET_IFNAME", "ib0", "user"), ("GLOO_SOCKET_IFNAME", chosen[
+            "GLOO_SOCKET_IFNAME"]["value"], "node")], own
+    alone = ann.post(PREVIEW, json={"env": [], "replicas": 1}).get_json()
+    assert not [v for v in alone["variables"] if v.get("source") == "node"], alone
 
 
 def test_nodes_that_cannot_hold_the_replicas_evenly_are_refused_every_reason_at_once(

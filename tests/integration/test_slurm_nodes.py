@@ -63,6 +63,10 @@ def test_torchrun_across_two_nodes_makes_a_world_of_four(stack: Stack) -> None:
     done = stack.wait(task["id"], timeout=TIMEOUT)
     logs = replica_log(stack, task["id"])
     assert (done["status"], done.get("nodes")) == ("succeeded", 2), (done, logs)
+    shown = {v["name"]: v for v in done["resolved_env"]}
+    assert shown["MASTER_ADDR"]["value"] == JOB_NET_MASTER
+    assert shown["GLOO_SOCKET_IFNAME"]["source"] == shown["NCCL_SOCKET_IFNAME"]["source"] == \
+        "node"
     for k in range(2):
         text = replica_log(stack, task["id"], k)
         assert f"TOLD {JOB_NET_MASTER} tj" in text and text.rstrip().count("TOLD") == 1, text
