@@ -212,6 +212,10 @@ class Problem(ma.Schema):
     variable = fields.String()
     field = fields.String()
     limit = fields.Integer()
+    replica = fields.Integer(allow_none=True, metadata={
+        "description": "The replica it concerns (env.received); null: every replica."})
+    names = fields.List(fields.String(), metadata={
+        "description": "The variables it names (env.received): names, never values."})
 
 
 class Error(ma.Schema):
@@ -305,6 +309,13 @@ class TaskOut(ma.Schema):
     replicas = fields.Integer()
     procs_per_replica = fields.Integer()
     nodes = fields.Integer()
+    received = fields.Dict(allow_none=True, metadata={
+        "description": "What each replica's process received of its env, looked at where "
+                       "the step cannot alter it, once the revision ended: same (every "
+                       "replica got the same resolved values), added (names the runtime "
+                       "gave every replica beyond the task's env), the replicas that differ "
+                       "(names only, keyed digests, never a value); its warnings join "
+                       "the task's. Null where the launcher does not look."})
     replica_exit_codes = fields.List(
         fields.Integer(allow_none=True), allow_none=True,
         metadata={"description": "Each replica's exit code, by index, once the revision "

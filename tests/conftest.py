@@ -81,14 +81,21 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         cluster.stop()
 
 
+# The second node's environment adds these to every task it runs (a site's TaskProlog):
+# one under Slurm's own prefix, which reaches the step, and one that must not.
+LAST_NODE_ADDS = {"SLURM_SITE_SCRATCH": "/local/scratch", "NODE_ONLY_HINT": "from-the-node"}
+
+
 @pytest.fixture(scope="session")
 def slurm_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A private Slurm cluster of two nodes, each slurmd in a network namespace of its own
-    (tests/support/slurm.py), for the tests of tasks spread over nodes."""
+    (tests/support/slurm.py), for the tests of tasks spread over nodes; the second node's
+    environment adds LAST_NODE_ADDS to the tasks it runs."""
     if not slurm_available():
         pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
                     "them); deselect them with -m 'not slurm'")
-    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-nodes"), nodes=2).start()
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-nodes"), nodes=2,
+                           last_node_adds=LAST_NODE_ADDS).start()
     try:
         yield cluster
     finally:

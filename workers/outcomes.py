@@ -55,15 +55,19 @@ def fail(tasks: TaskStore, task_id: str, revision: int, reason: str) -> None:
 
 def record_outcome(tasks: TaskStore, task_id: str, revision: int, state: str,
                    exit_code: int | None, reason: str | None,
-                   replica_exit_codes: Sequence[int | None] | None = None) -> bool:
+                   replica_exit_codes: Sequence[int | None] | None = None,
+                   received: dict[str, object] | None = None) -> bool:
     """What a launcher or the backend reported: a final state ends the revision; ``running``
     moves it on from ``launching`` (a start the launch worker did not live to record).
-    ``replica_exit_codes``: each replica's, for a task of several (kept with the revision).
+    ``replica_exit_codes``: each replica's, for a task of several (kept with the revision);
+    ``received``: what each replica received of its env, compared (kept with it too).
     False if the revision was elsewhere (cancelled, say) or the task gone."""
     if state == states.RUNNING:
         return started(tasks, task_id, revision)
-    codes = {} if replica_exit_codes is None else {
+    codes: dict[str, Any] = {} if replica_exit_codes is None else {
         "replica_exit_codes": list(replica_exit_codes)}
+    if received is not None:
+        codes["received"] = received
     moved = move(tasks, task_id, revision, {states.LAUNCHING, states.RUNNING}, state,
                  exit_code=exit_code, reason=reason, **codes)
     if moved:

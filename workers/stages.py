@@ -28,6 +28,7 @@ from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
 from workers.launchers.base import Hooks, Launcher, WaitForSlot
 from workers.outcomes import fail, insist, move, record_outcome, started
+from workers.sync import received_env
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +128,10 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
             _append_log(tasks, task_id, revision, redactor.flush())
         if outcome.state != states.RUNNING:
             # The outcome cannot be had again (the local steps ran once): hold on to it.
+            received = received_env(launcher, workload)
             insist(lambda: moved.append(record_outcome(
                 tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
-                outcome.replica_exit_codes)))
+                outcome.replica_exit_codes, received)))
         if not (moved and all(moved)):  # a move refused (or none made): cancelled?
             _cancelled_meanwhile(tasks, launcher, workload)
 

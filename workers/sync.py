@@ -17,7 +17,7 @@ from shared.secrets import redact
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.workload import Workload
-from workers.launchers.base import Launcher, Outcome, StreamsOutput
+from workers.launchers.base import Launcher, LooksAtEnv, Outcome, StreamsOutput
 from workers.outcomes import record_outcome
 
 WATCHED = (states.RUNNING, states.LAUNCHING)
@@ -28,14 +28,25 @@ def record_observed(tasks: TaskStore, launcher: Launcher, workload: Workload,
                     outcome: Outcome) -> bool:
     """Record what the backend said of a workload; True if it has finished."""
     task_id, revision = workload.task_id, workload.revision
+    received = None
     if outcome.state != states.RUNNING and _claim_logs(tasks, task_id, revision):
         text = launcher.logs(workload)
         if text:
             secrets = [v.value for v in workload.env if v.secret]
             tasks.append_log(task_id, revision, redact(text, secrets))
+        received = received_env(launcher, workload)
     record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
-                   outcome.replica_exit_codes)
+                   outcome.replica_exit_codes, received)
     return outcome.state != states.RUNNING
+
+
+def received_env(launcher: Launcher, workload: Workload) -> dict[str, object] | None:
+    """What each replica received of its env, compared (``shared.env.received``), where
+    the launcher looks; None where it does not, or the look is gone."""
+    if not isinstance(launcher, LooksAtEnv):
+        return None
+    looks = launcher.received(workload)
+    return None if looks is None else looks.summary(workload.env_dict())
 
 
 def _claim_logs(tasks: TaskStore, task_id: str, revision: int) -> bool:

@@ -23,7 +23,7 @@ NOTE = ("A running container's env cannot change: a change to the env makes a ne
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
 _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason",
-                  "doctor", "replica_exit_codes")
+                  "doctor", "replica_exit_codes", "received")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
                  "cancelled_at", "apply", "policy_versions", "replaces", "pinned_defaults",
@@ -132,7 +132,8 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "resolved_env": [masked(v) for v in resolved] if resolved is not None else None,
         "policy_version": doc.get("policy_version"), "errors": doc.get("errors", []),
         "policy_versions": doc.get("policy_versions"), "project": doc.get("project"),
-        "warnings": doc.get("warnings", []), "exit_code": doc.get("exit_code"),
+        "warnings": [*doc.get("warnings", []), *(doc.get("received") or {}).get("warnings", [])],
+        "exit_code": doc.get("exit_code"),
         "reason": doc.get("reason"), "created_at": doc["created_at"],
         "updated_at": doc["updated_at"], "events": doc.get("events", []), "note": NOTE,
         "drift": doc.get("drift"), "pinned_from": doc.get("pinned_from"),
@@ -142,6 +143,7 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "procs_per_replica": doc.get("procs_per_replica") or 1,
         "nodes": doc.get("nodes") or 1,
         "replica_exit_codes": doc.get("replica_exit_codes"),
+        "received": doc.get("received"),
     }
 
 

@@ -67,6 +67,13 @@ def test_torchrun_across_two_nodes_makes_a_world_of_four(stack: Stack) -> None:
     assert shown["MASTER_ADDR"]["value"] == JOB_NET_MASTER
     assert shown["GLOO_SOCKET_IFNAME"]["source"] == shown["NCCL_SOCKET_IFNAME"]["source"] == \
         "node"
+    # Both replicas received the resolved env as resolved; the second node added a name of
+    # its own (its TaskProlog, tests/conftest.py), which the task's warnings name.
+    received = done["received"]
+    assert received["same"] is True, received
+    assert [(w["replica"], w["names"]) for w in received["warnings"]] == [
+        (1, ["SLURM_SITE_SCRATCH"])], received
+    assert any(w["rule"] == "env.received" and w["replica"] == 1 for w in done["warnings"])
     for k in range(2):
         text = replica_log(stack, task["id"], k)
         assert f"TOLD {JOB_NET_MASTER} tj" in text and text.rstrip().count("TOLD") == 1, text

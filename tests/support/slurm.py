@@ -71,7 +71,8 @@ CGROUP_CONF = "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainSwapSpace
 
 def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: int,
                cgroups: bool, min_job_age: int = 60,
-               nodes: dict[str, str] | None = None, ctld_addr: str | None = None) -> str:
+               nodes: dict[str, str] | None = None, ctld_addr: str | None = None,
+               task_prolog: Path | None = None) -> str:
     """The cluster's ``slurm.conf``: one node ``node`` on loopback, or ``nodes`` (name ->
     address, each in its own network namespace) with the controller at ``ctld_addr``."""
     placed = nodes or {node: "127.0.0.1"}
@@ -105,6 +106,7 @@ def slurm_conf(root: Path, host: str, node: str, ctld_port: int, slurmd_port: in
         "KillWait=2",
         "MpiDefault=none",
         "MpiParams=ports=12000-12999",  # srun --resv-ports: a MASTER_PORT per step
+        *([f"TaskProlog={task_prolog}"] if task_prolog else []),
         *(f"NodeName={name} NodeHostname={host} NodeAddr={addr} CPUs={NODE_CPUS} "
           f"RealMemory={NODE_MEMORY_MB} State=UNKNOWN" for name, addr in placed.items()),
         f"PartitionName=debug Nodes={','.join(placed)} Default=YES MaxTime=INFINITE State=UP",
@@ -152,8 +154,12 @@ def _ip(*argv: str, check: bool = True) -> None:
 
 
 class SlurmCluster:
-    def __init__(self, root: Path, nodes: int = 1) -> None:
+    def __init__(self, root: Path, nodes: int = 1, last_node_adds: dict[str, str] | None = None
+                 ) -> None:
         self.root = root
+        # What the last node's environment adds to every task it runs (a TaskProlog's
+        # ``export`` lines, as a site's prolog would), where the others add nothing.
+        self.last_node_adds = dict(last_node_adds or {})
         self.host = socket.gethostname().split(".")[0]
         self.node = f"te{secrets.token_hex(4)}"
         self.names = [self.node] if nodes == 1 else [f"{self.node}n{k}" for k in range(nodes)]
@@ -173,9 +179,11 @@ class SlurmCluster:
         net = self.network
         if net is not None:
             net.create()
+        prolog = self._task_prolog()
         self.conf.write_text(slurm_conf(
             self.root, self.host, self.node, free_port(), free_port(), self.cgroups,
-            nodes=net.addresses if net else None, ctld_addr=net.gateway if net else None))
+            nodes=net.addresses if net else None, ctld_addr=net.gateway if net else None,
+            task_prolog=prolog))
         if self.cgroups:
             (self.root / "cgroup.conf").write_text(CGROUP_CONF)
         munge = self.root / "munge"
@@ -191,6 +199,17 @@ class SlurmCluster:
             self._spawn(self._slurmd(name), [*enter, "slurmd", "-D", "-N", name])
         self.wait_idle()
         return self
+
+    def _task_prolog(self) -> Path | None:
+        if not self.last_node_adds:
+            return None
+        lines = "".join(f"    echo 'export {name}={value}'\n"
+                        for name, value in self.last_node_adds.items())
+        script = self.root / "task-prolog.sh"
+        script.write_text(f'#!/bin/sh\nif [ "$SLURMD_NODENAME" = "{self.names[-1]}" ]; then\n'
+                          f"{lines}fi\n")
+        script.chmod(0o755)
+        return script
 
     def _slurmd(self, name: str) -> str:
         return "slurmd" if self.network is None else f"slurmd-{name}"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: a local runner imports Outcome before anything heavy
     from shared.config import Settings
+    from shared.env.received import Looks
     from shared.store.tasks import TaskStore
     from shared.task.workload import Workload
 
@@ -115,6 +116,16 @@ class HostsRunSlots(Protocol):
     def rescue_stranded(self, tasks: TaskStore, send: Send, older_than: float) -> int:
         """Launch again each ``queued`` revision left neither waiting nor holding a slot
         for ``older_than`` seconds (its worker died between the two writes); how many."""
+        ...
+
+
+@runtime_checkable
+class LooksAtEnv(Protocol):
+    """A launcher that looks at each replica's environment where the step cannot alter it
+    (``shared.env.received``): read once, when the revision's end is recorded."""
+
+    def received(self, workload: Workload) -> Looks | None:
+        """Each replica's look at its env; None when there is none to take (any more)."""
         ...
 
 

@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import hashlib
+import hmac
 import json
 import os
 import resource
@@ -70,6 +72,7 @@ HOLD_WAIT_SECONDS = 120  # for every node's holder to answer
 HOLD_LOG = "hold.log"  # what srun says of the holders' step
 VXLAN_PORT = 4789
 EXITS = "exits"  # one record per replica and step, written outside the sandbox
+RECEIVED = "received"  # each replica's env as its first step gets it: name -> keyed hash
 STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
 # A job running as root runs its sandboxes as a user of its own, so the kernel counts its
 # processes (RLIMIT_NPROC) apart from every other job's: TASK_UID_BASE + job id mod SPAN.
@@ -386,6 +389,8 @@ def run_task(spec: dict[str, Any], number: int) -> int:
     if chosen and number == 0 and rank % (spec["replicas"] // spec.get("nodes", 1)) == 0:
         print(f"==> on {node or os.uname().nodename}: " +
               " ".join(f"{k}={v}" for k, v in chosen.items()), flush=True)
+    if number == 0 and spec.get("look_key"):
+        record_received(spec, rank, env)
     args = os.memfd_create("taskenv-step-env", 0)  # not CLOEXEC: bwrap reads it
     os.write(args, setenv_args(env))
     os.lseek(args, 0, os.SEEK_SET)
@@ -418,6 +423,20 @@ def run_task(spec: dict[str, Any], number: int) -> int:
         code = code if code >= 0 else 128 - code
     record_exit(spec["run_dir"], number, rank, code, oom_kills() > before)
     return code
+
+
+def value_hash(key: bytes, value: str) -> str:
+    """As shared.env.received.value_hash (a test holds the two equal)."""
+    data = value.encode("utf-8", "surrogateescape")
+    return hmac.new(key, data, hashlib.sha256).hexdigest()[:24]
+
+
+def record_received(spec: dict[str, Any], rank: int, env: Mapping[str, str]) -> None:
+    """What this replica's sandbox is started with, each value as a keyed hash: the last
+    look before exec, outside the sandbox, where the step cannot alter it."""
+    key = bytes.fromhex(spec["look_key"])
+    path = os.path.join(spec["run_dir"], RECEIVED, f"{rank}.json")
+    write_json(path, {name: value_hash(key, value) for name, value in env.items()})
 
 
 def relay(source: int, rank: int) -> None:
@@ -717,7 +736,8 @@ def run_batch(spec: dict[str, Any]) -> int:
                                 "reason": "the job's values were gone: No such file or "
                                           "directory"})
         return 1
-    os.makedirs(os.path.join(run_dir, EXITS), mode=0o700, exist_ok=True)
+    for name in (EXITS, RECEIVED):
+        os.makedirs(os.path.join(run_dir, name), mode=0o700, exist_ok=True)
     if spec.get("nodes", 1) > 1:
         return run_on_nodes(spec)
     try:

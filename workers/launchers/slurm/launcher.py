@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.config import Settings
+from shared.env.received import Look, Looks
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import PLATFORM_SCOPE, Resolved
 from shared.task.limits import Limits, Maxima, limits_for
@@ -79,6 +81,7 @@ Key = tuple[str, int]
 CLAIM = ".job"  # r<rev>.job beside the revision's directory: the job id, once submitted
 COLLECTED = "collected"  # the outcome and the log were read: remove at the next pass
 SECCOMP = "seccomp.bpf"
+LOOK_KEY = "received.key"  # the key of this launch's hashes of what each replica got
 OFFSET = "output.offset"
 TRANSIENT = re.compile(r"unable to contact|timed? ?out|connection refused|try again|"
                        r"temporarily|socket|slurm_load|communications? (connection )?failure|"
@@ -177,6 +180,27 @@ class SlurmLauncher:
             (run_dir / name).unlink(missing_ok=True)
         self._collect(run_dir)
         return text
+
+    def received(self, workload: Workload) -> Looks | None:
+        """Each replica's env as its first step was started with it (``job.record_received``,
+        outside the sandbox); None once the revision's directory is gone."""
+        run_dir = self.run_dir(workload)
+        try:
+            key = (run_dir / LOOK_KEY).read_bytes()
+        except OSError:
+            return None
+        looks = []
+        for path in sorted((run_dir / slurm_job.RECEIVED).glob("*.json")):
+            try:
+                hashes = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            looks.append(Look(int(path.stem), hashes))
+        if not looks:
+            return None
+        # The launcher's own PATH and HOME (when the env sets none), and Slurm's SLURM_*.
+        return Looks(key, tuple(looks), backend_names=("PATH", "HOME"),
+                     backend_prefixes=SLURM_OWN)
 
     def _collect(self, run_dir: Path) -> None:
         """Mark a revision's directory for removal at the next pass (after this pass has
@@ -284,6 +308,9 @@ class SlurmLauncher:
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
             spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload))
+            look_key = secrets.token_bytes(32)  # this launch's: the hashes of what each got
+            spec["look_key"] = look_key.hex()
+            write_private(run_dir / LOOK_KEY, look_key)
             if self.seccomp is not None:  # bwrap loads it on the node, right before the step
                 spec["seccomp"] = str(run_dir / SECCOMP)
                 (run_dir / SECCOMP).write_bytes(self.seccomp)

@@ -23,6 +23,7 @@ from tests.workers.launchers.slurm.test_slurm_launcher import finish, output
 from workers.launchers.base import Outcome
 from workers.launchers.slurm.launcher import SlurmLauncher
 from workers.launchers.slurm.traits import JOB_NET_MASTER
+from workers.sync import received_env
 
 pytestmark = pytest.mark.slurm
 
@@ -137,3 +138,33 @@ def test_nothing_of_the_jobs_network_outlives_it(launcher: SlurmLauncher,
         links = subprocess.run(["ip", "-n", name, "-o", "link"], capture_output=True,
                                text=True, check=True).stdout
         assert " tj" not in links, (name, links)
+
+
+NAMES = ["python3", "-c", "import os; print('NAMES=' + ' '.join(sorted(os.environ)))"]
+
+
+def test_each_replicas_env_is_looked_at_outside_the_sandbox_and_a_nodes_addition_named(
+        launcher: SlurmLauncher, slurm_nodes: SlurmCluster) -> None:
+    """The second node's TaskProlog adds SLURM_SITE_SCRATCH (Slurm's prefix: it reaches the
+    step) and NODE_ONLY_HINT (it does not: the step gets Slurm's own names and the task's).
+    The look before exec shows the first, on replica 1 only, by name; the values of the
+    resolved env arrived the same in both."""
+    workload = build_workload([NAMES], env={"LEARNING_RATE": "0.1"},
+                              secrets={"HF_TOKEN": "hf_node-look-secret-1"}, replicas=2, nodes=2)
+    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
+    outcome = finish(launcher, workload, timeout=120)
+    text = output(launcher, workload)
+    assert outcome.state == "succeeded", text
+    names = {line.split("] ", 1)[0]: line.split("NAMES=", 1)[1].split()
+             for line in text.splitlines() if "NAMES=" in line}
+    assert "SLURM_SITE_SCRATCH" in names["[replica 1"] and \
+        "SLURM_SITE_SCRATCH" not in names["[replica 0"], names
+    assert not any("NODE_ONLY_HINT" in found for found in names.values()), names
+
+    received = received_env(launcher, workload)
+
+    assert received is not None and received["same"] is True, received
+    assert received["added"] == [], received  # Slurm's own names, on both: not the task's
+    assert [(w["replica"], w["names"]) for w in received["warnings"]] == [
+        (1, ["SLURM_SITE_SCRATCH"])], received
+    assert "hf_node-look-secret-1" not in json.dumps(received)
