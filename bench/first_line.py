@@ -227,7 +227,7 @@ def measure_podman(rounds: int) -> dict[str, Any]:
         made.append(podman_taskenv(stack, launcher, 1)[1])  # warm: the image, the workers
         remove_pods(launcher, made)
         with tempfile.TemporaryDirectory(prefix="first-line-") as tmp:
-            for i in range(rounds):
+            for _ in range(rounds):
                 for replicas in PODMAN_REPLICAS:
                     seconds, mine = podman_taskenv(stack, launcher, replicas)
                     made.append(mine)
