@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import subprocess
 import tempfile
 import uuid
@@ -53,6 +54,7 @@ from typing import Any
 import yaml
 
 from shared.config import Settings
+from shared.env.received import Look, Looks
 from shared.errors import LaunchFailed, TransientError
 from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
@@ -65,6 +67,8 @@ from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcom
 from workers.launchers.common.group import first_failed, group_outcome
 from workers.launchers.podman import conf
 
+# What podman starts every container with, unless the env sets it (``received``).
+PODMAN_OWN = ("PATH", "HOME", "HOSTNAME", "TERM", "container")
 # podman's messages for trouble that a later attempt can get past.
 TRANSIENT = re.compile(r"timed? ?out|timeout|database is locked|locked|temporarily unavailable|"
                        r"try again|connection refused|cannot connect|no space left", re.I)
@@ -299,6 +303,25 @@ class PodmanLauncher:
         for key, value in (secret.string_data or {}).items():
             data[key] = base64.b64encode(value.encode()).decode()
         return json.dumps(data).encode()
+
+    def received(self, workload: Workload) -> Looks | None:
+        """Each replica's env as its container was started with it: the container's own
+        configuration (the pod spec's env over the image's ``ENV``), seen from outside,
+        in one ``podman container inspect``; each value hashed at once (a secret's too)
+        and never kept.  None when the containers are gone."""
+        names = {self.container_name(workload, k): k for k in range(workload.replicas)}
+        found = self.podman("container", "inspect", *names)
+        if found.returncode != 0:
+            return None
+        key = secrets.token_bytes(32)
+        looks = []
+        for container in json.loads(found.stdout or "[]") or []:
+            replica = names.get(str(container.get("Name", "")))
+            entries = (container.get("Config") or {}).get("Env") or []
+            if replica is not None:
+                env = dict(str(e).partition("=")[::2] for e in entries)
+                looks.append(Look.of(replica, env, key))
+        return Looks(key, tuple(looks), backend_names=PODMAN_OWN) if looks else None
 
     def container_name(self, workload: Workload, replica: int = 0) -> str:
         """kube play's naming: ``<pod>-<container>``; replica k's container is ``task-k``."""

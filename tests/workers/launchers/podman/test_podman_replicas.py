@@ -3,8 +3,10 @@ identity, sharing the pod's network; one failure stops the others at once."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from tests.workers.conftest import RecordingHooks
 from tests.workers.launchers.podman.test_podman_launcher import image, launcher, make_workload
 from workers.launchers.base import Outcome
 from workers.launchers.podman.launcher import PodmanLauncher
+from workers.sync import received_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.podman]
 __all__ = ["image", "launcher", "make_workload"]
@@ -90,3 +93,54 @@ def test_cancel_removes_every_replica(launcher: PodmanLauncher,
     launcher.cancel(workload)
 
     assert containers(workload) == [] and launcher.observe(workload) is None
+
+
+ENV_IMAGE = "localhost/taskenv-runtime-env-added:test"
+
+
+@pytest.fixture(scope="module")
+def env_adding_image(image: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The runtime image with an ``ENV`` of its own: a name the task does not set, and one
+    it does (the pod spec's env wins for that one)."""
+    context = tmp_path_factory.mktemp("env-image")
+    (context / "Containerfile").write_text(
+        "FROM localhost/taskenv-runtime:latest\n"
+        "ENV IMAGE_ADDED=from-the-image LR=9\n")
+    podman("build", "--quiet", "--pull=never", "-t", ENV_IMAGE, str(context))
+    yield ENV_IMAGE
+    podman("rmi", "--force", ENV_IMAGE)
+
+
+def test_each_replicas_env_is_looked_at_from_outside_and_what_the_image_adds_is_named(
+        launcher: PodmanLauncher, make_workload: Callable[..., Workload],
+        env_adding_image: str) -> None:
+    workload = make_workload([["sh", "-c", 'test "$LR" = 0.1 && test -n "$IMAGE_ADDED"']],
+                             {"LR": "0.1"}, {"HF_TOKEN": "hf_podman-look-secret-7"},
+                             replicas=2, image=env_adding_image)
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert until_final(launcher)[-1].state == "succeeded"
+
+    received = received_env(launcher, workload)
+
+    assert received is not None and received["same"] is True, received
+    assert received["added"] == ["IMAGE_ADDED"], received  # LR: the task's value won
+    assert [(w["replica"], w["names"]) for w in received["warnings"]] == [
+        (None, ["IMAGE_ADDED"])], received
+    assert "hf_podman-look-secret-7" not in json.dumps(received)
+
+
+def test_a_replica_whose_value_differs_is_named_with_the_variable(
+        launcher: PodmanLauncher, make_workload: Callable[..., Workload]) -> None:
+    workload = make_workload([["true"]], {"LR": "0.1"}, replicas=2)
+    launcher.launch(workload, RecordingHooks().hooks)
+    assert until_final(launcher)[-1].state == "succeeded"
+    # The record says LR=0.1; had the containers been made from another (LR=0.2), a look
+    # at them says so, naming the replicas and the variable.
+    other = dataclasses.replace(workload, env=tuple(
+        dataclasses.replace(v, value="0.2") for v in workload.env))
+
+    received = received_env(launcher, other)
+
+    assert received is not None and received["same"] is True, received
+    assert [(w["replica"], w["names"]) for w in received["warnings"]] == [
+        (0, ["LR"]), (1, ["LR"])], received
