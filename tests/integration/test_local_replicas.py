@@ -70,6 +70,10 @@ def test_three_replicas_rendezvous_through_the_injected_variables(stack: Stack) 
         "name": "ddp", "replicas": 3, "steps": [["python3", "-c", RENDEZVOUS]]}).json()
     done = stack.wait(task["id"], timeout=60)
     assert (done["status"], done["replica_exit_codes"]) == ("succeeded", [0, 0, 0]), done
+    # Each replica's first step started with the resolved env: one digest, nothing added.
+    received = done["received"]
+    assert (received["same"], received["added"], received["warnings"]) == (True, [], []), done
+    assert [r["replica"] for r in received["replicas"]] == [0]
     for k in range(3):
         own = stack.call("GET", f"/api/v1/tasks/{task['id']}/logs?replica={k}", token=user).text
         assert f"rank {k} of 3: sum of ranks 3 (want 3)" in own, own

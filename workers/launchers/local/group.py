@@ -17,11 +17,13 @@ capped as any task's.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from shared.env.received import Look, Looks
 from shared.secrets import StreamRedactor
 from shared.store.logtail import OutputCap
 from shared.task.replica_logs import LinePrefixer
@@ -45,10 +47,13 @@ class ReplicaRunner(Runner):
                           "cgroup_name": f"{spec.get('cgroup_name')}-{index}"})
         self.index = index
         self.network = network
+        self.started_with: dict[str, str] | None = None  # the env its first step got
         if self.jail is not None:  # the exec helper joins the namespace
             self.jail.netns = str(network.path)
 
     def argv(self, step: tuple[str, ...]) -> tuple[list[str], tuple[int, ...]]:
+        if self.started_with is None:  # the last look before the sandbox, outside it
+            self.started_with = dict(self.env)
         argv, fds = super().argv(step)
         if self.bwrap and self.jail is None:  # no helper: bwrap keeps the runner's network
             argv = without_own_network(argv)
@@ -140,6 +145,17 @@ class GroupRunner:
             return Outcome("cancelled", reason="cancelled")
         return group_outcome(outcomes, first=self.first_failed)
 
+    def received(self) -> dict[str, object] | None:
+        """What each replica's first step was started with, compared
+        (``shared.env.received``); None before any step started."""
+        key = secrets.token_bytes(32)
+        looks = tuple(Look.of(r.index, r.started_with, key) for r in self.runners
+                      if r.started_with is not None)
+        if not looks:
+            return None
+        return Looks(key, looks, backend_names=("PATH", "HOME")).summary(
+            self.workload.env_dict())
+
     @staticmethod
     def _enter_mounts(runner: ReplicaRunner) -> str | None:
         """The replica's private home; why it could not be had, if it could not."""
@@ -210,9 +226,10 @@ def main(spec: dict[str, Any]) -> int:
             except OSError as exc:  # the namespace could not be made: say so in the task
                 outcome = Outcome("failed", reason=f"the replicas could not start: {exc}")
             write_outcome_file(run_dir, outcome)
+            received = group.received()
             recorded = patiently(lambda: record_outcome(
                 tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
-                outcome.replica_exit_codes), OUTCOME_PATIENCE, wanted=run_dir.exists)
+                outcome.replica_exit_codes, received), OUTCOME_PATIENCE, wanted=run_dir.exists)
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")
     return 0 if recorded else 1

@@ -308,9 +308,10 @@ class SlurmLauncher:
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
             spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload))
-            look_key = secrets.token_bytes(32)  # this launch's: the hashes of what each got
-            spec["look_key"] = look_key.hex()
-            write_private(run_dir / LOOK_KEY, look_key)
+            if workload.replicas > 1:  # replicas to compare: a task of one pays nothing
+                look_key = secrets.token_bytes(32)  # this launch's, for what each got
+                spec["look_key"] = look_key.hex()
+                write_private(run_dir / LOOK_KEY, look_key)
             if self.seccomp is not None:  # bwrap loads it on the node, right before the step
                 spec["seccomp"] = str(run_dir / SECCOMP)
                 (run_dir / SECCOMP).write_bytes(self.seccomp)
