@@ -309,6 +309,10 @@ class TaskOut(ma.Schema):
     replicas = fields.Integer()
     procs_per_replica = fields.Integer()
     nodes = fields.Integer()
+    per_node = fields.List(fields.Dict(), allow_none=True, metadata={
+        "description": "The platform's defaults that depend on the node (when.node) and may "
+                       "reach this task: name, value, node glob, policy version; resolved "
+                       "on each node (what each got: received.per_node). Null: none."})
     received = fields.Dict(allow_none=True, metadata={
         "description": "What each replica's process received of its env, looked at where "
                        "the step cannot alter it, once the revision ended: same (every "
@@ -389,6 +393,9 @@ class WhenIn(Strict):
     project = fields.String(metadata={"description": "A glob the task's project must match."})
     replicas = fields.Raw(metadata={"description": "A replica count or comparison: \">1\" "
                                                    "is every distributed task."})
+    node = fields.Raw(metadata={"description": "A glob on the name of the node a replica "
+                                               "runs on: resolved there, by the launcher; "
+                                               "only on the platform's non-secret defaults."})
 
 
 def when_field() -> fields.Nested:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shared.env.identity import IDENTITY_NAMES, SOCKET_IFNAME_NAMES
 
@@ -50,10 +50,15 @@ class Look:
 
     replica: int
     hashes: Mapping[str, str]
+    node: str = ""  # where it ran, as the launcher knows it
+    # The platform's per-node defaults it got there (non-secret: kept in clear).
+    node_values: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, replica: int, env: Mapping[str, str], key: bytes) -> Look:
-        return cls(replica, {name: value_hash(key, value) for name, value in env.items()})
+    def of(cls, replica: int, env: Mapping[str, str], key: bytes, node: str = "",
+           node_values: Mapping[str, str] | None = None) -> Look:
+        return cls(replica, {name: value_hash(key, value) for name, value in env.items()},
+                   node, dict(node_values or {}))
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,8 @@ def summary(resolved: Mapping[str, str], looks: Sequence[Look], key: bytes,
     replicas kept (replica 0 and those that differ), and the warnings."""
     looks = sorted(looks, key=lambda look: look.replica)
     expected = {name: value_hash(key, value) for name, value in resolved.items()}
-    ignored = PLATFORM_PER_REPLICA | set(backend_names) | set(resolved)
+    per_node = {name for look in looks for name in look.node_values}
+    ignored = PLATFORM_PER_REPLICA | set(backend_names) | set(resolved) | per_node
     extras = {look.replica: {n for n in look.hashes if n not in ignored} for look in looks}
     common = set.intersection(*extras.values()) if extras else set()
     shown_common = {n for n in common if not n.startswith(tuple(backend_prefixes))}
@@ -130,5 +136,8 @@ def summary(resolved: Mapping[str, str], looks: Sequence[Look], key: bytes,
                                     "replica: not in the task's env (an image's ENV, a "
                                     "node's environment)"})
     same = len(set(digests.values())) <= 1
+    nodes = [{"replica": look.replica, "node": look.node, "values": dict(look.node_values)}
+             for look in looks if look.node_values][:MAX_REPLICAS_KEPT]
     return {"same": same, "added": _capped(shown_common)[0],
-            "replicas": kept[:MAX_REPLICAS_KEPT], "warnings": warnings}
+            "replicas": kept[:MAX_REPLICAS_KEPT], "warnings": warnings,
+            **({"per_node": nodes} if nodes else {})}

@@ -1,10 +1,16 @@
-"""Conditions on policy entries: ``when: {gpus, replicas, image, project}`` matched against a task.
+"""Conditions on policy entries: ``when: {gpus, replicas, image, project, node}``, against a task.
 
 A default, protected entry or rule that carries ``when`` applies only to the tasks
 it matches; the resolved variable names the condition that matched
 (``when: "gpus>=1"``).  ``gpus`` and ``replicas`` are comparisons (``">=1"``, ``"0"``,
 ``"<2"``; ``replicas: ">1"`` is every distributed task);
 ``image`` and ``project`` are globs (``fnmatch.fnmatchcase``).
+
+``node`` is a glob on the name of the node a replica runs on, which no task knows before
+it runs: an entry with it never applies when the policy stage resolves the env.  Only
+the platform's defaults, never a secret, may carry it (``node_problems``); such a default
+is carried with the revision (``per_node``) and resolved on the node by platform code,
+where the launcher knows the node's name (docs/policy.md, "Per-node defaults").
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 
 from shared.errors import Problem
 
-WHEN_KEYS = ("gpus", "replicas", "image", "project")
+WHEN_KEYS = ("gpus", "replicas", "image", "project", "node")
 COUNT_KEYS = ("gpus", "replicas")
 GPUS_EXPRESSION = re.compile(r"\s*(>=|<=|==|!=|>|<|=)?\s*(\d{1,6})\s*")
 COMPARE: dict[str, Callable[[int, int], bool]] = {
@@ -81,6 +87,7 @@ class When:
     image: str | None = None
     project: str | None = None
     replicas: GpuCondition | None = None
+    node: str | None = None  # a glob on the node's name: resolved on the node
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> When | None:
@@ -91,7 +98,7 @@ class When:
         return cls(gpus=GpuCondition.parse(gpus) if gpus is not None else None,
                    image=data.get("image"), project=data.get("project"),
                    replicas=GpuCondition.parse(replicas, "replicas")
-                   if replicas is not None else None)
+                   if replicas is not None else None, node=data.get("node"))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -103,9 +110,17 @@ class When:
             out["image"] = self.image
         if self.project is not None:
             out["project"] = self.project
+        if self.node is not None:
+            out["node"] = self.node
         return out
 
     def matches(self, task: TaskFacts) -> bool:
+        """Whether the condition holds for the task; one on the node never does here (the
+        node is known only where the replica runs: :meth:`matches_task`, then the node)."""
+        return self.node is None and self.matches_task(task)
+
+    def matches_task(self, task: TaskFacts) -> bool:
+        """The task's part of the condition (all but ``node``)."""
         if self.gpus is not None and not self.gpus.holds(task.gpus):
             return False
         if self.replicas is not None and not self.replicas.holds(task.replicas):
@@ -125,7 +140,8 @@ class When:
         """How provenance names the condition: ``gpus>=1 and image=nvcr.io/*``."""
         parts = [c.text() for c in (self.gpus, self.replicas) if c is not None]
         parts += [f"{key}={glob}" for key, glob in (("image", self.image),
-                                                   ("project", self.project)) if glob is not None]
+                                                   ("project", self.project),
+                                                   ("node", self.node)) if glob is not None]
         return " and ".join(parts)
 
 
@@ -158,7 +174,7 @@ def check_when(data: object, where: str) -> list[Problem]:
                 message=f"{where}.{key}: {str(count)[:40]!r} is not a {what} count condition; "
                         "write a number or a comparison such as \">=1\", \"0\", \"<2\", "
                         "\"!=4\""))
-    for key in ("image", "project"):
+    for key in ("image", "project", "node"):
         if key in data and not isinstance(data[key], str):
             problems.append(Problem(rule="when.invalid", field=f"{where}.{key}",
                                     message=f"{where}.{key} must be a glob string"))
@@ -171,7 +187,7 @@ def may_overlap(a: When | None, b: When | None) -> bool:
         return True
     return (_gpus_overlap(a.gpus, b.gpus) and _gpus_overlap(a.replicas, b.replicas)
             and _globs_overlap(a.image, b.image)
-            and _globs_overlap(a.project, b.project))
+            and _globs_overlap(a.project, b.project) and _globs_overlap(a.node, b.node))
 
 
 def _gpus_overlap(a: GpuCondition | None, b: GpuCondition | None) -> bool:
@@ -192,4 +208,15 @@ def _globs_overlap(a: str | None, b: str | None) -> bool:
     if a_literal or b_literal:
         literal, glob = (a, b) if a_literal else (b, a)
         return fnmatchcase(literal, glob)
-    return True  # two globs: assume some name matches both
+    # Two globs: apart only when their literal heads (or tails) differ, e.g. gpu-* and
+    # cpu-*; otherwise assume some name matches both.
+    heads = [_literal_head(a), _literal_head(b)]
+    tails = [_literal_head(a[::-1], "]"), _literal_head(b[::-1], "]")]  # a set ends in ]
+    return all(x.startswith(y) or y.startswith(x) for x, y in (heads, tails))
+
+
+def _literal_head(glob: str, also: str = "") -> str:
+    """What every name a glob matches starts with: its characters before the first
+    ``*``, ``?`` or ``[`` (or one of ``also``)."""
+    cut = min((glob.index(c) for c in GLOB_CHARS | set(also) if c in glob), default=len(glob))
+    return glob[:cut]

@@ -9,7 +9,7 @@ the policy worker call the same function, so they can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -214,6 +214,7 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                 message=f"{name} is set by the platform for every task; "
                         "a policy cannot default or protect it"))
     problems += _identity_entries(defaults, protected, data.get("rules"))
+    problems += node_problems(defaults, protected, data.get("rules"))
     for entry in protected:
         problems += _check_protected_entry(entry, default_names)
     if data.get("on_conflict", REJECT) not in ON_CONFLICT:
@@ -225,6 +226,38 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
                                 message="strict_env must be true or false"))
     problems += check_rule_entries(data.get("rules"))
     return problems + values_against_rules(data, valid_rules(data.get("rules")), "this policy's")
+
+
+def node_problems(defaults: list[Any], protected: list[Any], rules: Any,
+                  platform: bool = True) -> list[Problem]:
+    """Every entry whose ``when.node`` cannot be: only the platform's non-secret defaults
+    may depend on the node (resolved there by platform code), never a protected value, a
+    rule or a secret, never a project's policy."""
+    problems: list[Problem] = []
+    lists = (("defaults", defaults), ("protected", protected),
+             ("rules", rules if isinstance(rules, list) else []))
+    for where, entries in lists:
+        for index, entry in enumerate(entries):
+            when = entry.get("when") if isinstance(entry, Mapping) else None
+            if not isinstance(when, Mapping) or when.get("node") is None:
+                continue
+            name = entry.get("name") if isinstance(entry.get("name"), str) else None
+            field = f"{where}[{index}].when.node"
+            if where != "defaults":
+                problems.append(Problem(
+                    rule="when.node_kind", variable=name, field=field,
+                    message=f"{field}: only a default may depend on the node (it is resolved "
+                            f"there); a {where.rstrip('s')} entry holds for the whole task"))
+            elif entry.get("secret"):
+                problems.append(Problem(
+                    rule="when.node_secret", variable=name, field=field,
+                    message=f"{field}: a secret default may not depend on the node: per-node "
+                            "values are resolved on the node and recorded in clear"))
+            if not platform:
+                problems.append(Problem(
+                    rule="when.node_scope", variable=name, field=field,
+                    message=f"{field}: only the platform's policy may depend on the node"))
+    return problems
 
 
 def _identity_entries(defaults: list[Any], protected: list[Any], rules: Any) -> list[Problem]:
@@ -327,6 +360,18 @@ def _is_plain_value(entry: Any) -> bool:
 
 
 # --- resolving a task's env through the chain of scopes ---------------------------------
+
+def node_defaults(platform: Policy, task: TaskFacts, resolved: Collection[str]
+                  ) -> list[dict[str, Any]]:
+    """The platform's defaults that depend on the node and may reach this task, for the
+    launcher to resolve on each node: those whose other conditions the task matches, of a
+    name its resolved env does not hold (a default never overrides)."""
+    return [{"name": d.name, "value": d.value, "node": d.when.node,
+             "policy_version": platform.version}
+            for d in platform.defaults
+            if d.when is not None and d.when.node is not None and not d.secret
+            and d.when.matches_task(task) and d.name not in resolved]
+
 
 @dataclass(frozen=True)
 class _Entry:

@@ -25,6 +25,7 @@ from shared.policy.model import (
     Policy,
     Protected,
     check_policy,
+    node_problems,
     values_against_rules,
 )
 from shared.policy.rules import Rule, valid_rules, value_problems
@@ -42,6 +43,8 @@ def check_scope_policy(data: Mapping[str, Any], above: Chain | Policy,
     uppers = list(above) if isinstance(above, Chain) else [above]
     rules = valid_rules(data.get("rules"))
     problems = check_policy(data, limits)
+    problems += [p for p in node_problems(list(data.get("defaults", [])), [], [],
+                                          platform=False) if p.rule == "when.node_scope"]
     problems += injection_problems(data, hooks)
     problems += _scheduler_names(data, reserved)
     for upper in uppers:

@@ -89,7 +89,7 @@ REVISION_FIELDS = frozenset({
     "exit_code", "reason", "events", "made_by", "how", "started_at", "ended_at",
     "drift", "pinned_from", "cancelled_by", "cancelled_at", "apply", "made_at", "rerun_of",
     "next_env", "files", "refs", "doctor", "replica_exit_codes", "replaces",
-    "pinned_defaults", "waits_on", "received",
+    "pinned_defaults", "waits_on", "received", "per_node",
 })
 # Fields both hashes hold: the task's for listings, the revision's for its own history.
 SHARED_FIELDS = frozenset({"state", "updated_at"})

@@ -23,7 +23,7 @@ NOTE = ("A running container's env cannot change: a change to the env makes a ne
         "revision, which is validated, resolved and launched in a new container.")
 # Per-revision fields that a new revision starts without.
 _RESULT_FIELDS = ("errors", "warnings", "resolved", "policy_version", "exit_code", "reason",
-                  "doctor", "replica_exit_codes", "received")
+                  "doctor", "replica_exit_codes", "received", "per_node")
 # Per-revision facts a new revision must not inherit from the one before.
 _PER_REVISION = ("started_at", "ended_at", "drift", "pinned_from", "rerun_of", "cancelled_by",
                  "cancelled_at", "apply", "policy_versions", "replaces", "pinned_defaults",
@@ -144,6 +144,7 @@ def public_view(doc: Mapping[str, Any], url: str) -> dict[str, Any]:
         "nodes": doc.get("nodes") or 1,
         "replica_exit_codes": doc.get("replica_exit_codes"),
         "received": doc.get("received"),
+        "per_node": doc.get("per_node"),
     }
 
 

@@ -18,7 +18,14 @@ from shared.env.identity import Group, differing, replica_env
 from shared.errors import Problem
 from shared.policy.conditions import TaskFacts
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
-from shared.policy.model import Policy, Resolution, Resolved, platform_env, resolve_scopes
+from shared.policy.model import (
+    Policy,
+    Resolution,
+    Resolved,
+    node_defaults,
+    platform_env,
+    resolve_scopes,
+)
 from shared.policy.scopes import Chain
 from shared.task import revisions, states
 
@@ -189,6 +196,9 @@ def _policy_decision(doc: dict[str, Any], policy: Policy, result: Resolution,
     errors = result.errors + found.errors
     if errors:
         return states.REJECTED, {"errors": _stored(errors), **common}
+    per_node = node_defaults(policy, facts_of(doc), {v.name for v in result.variables})
+    if per_node:  # said only when some: a task without pays nothing
+        common["per_node"] = per_node
     return states.RESOLVED, {"resolved": [v.to_dict() for v in result.variables], **common}
 
 

@@ -7,6 +7,7 @@ Built from a task record once the policy stage has resolved it; every launcher
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
 from typing import Any
 
 from shared.config import DEFAULT_IMAGE
@@ -37,6 +38,9 @@ class Workload:
     replicas: int = 1
     procs_per_replica: int = 1
     nodes: int = 1  # the replicas spread over this many nodes, as many on each
+    # The platform's defaults that depend on the node: (name, value, node glob), resolved
+    # where the replica runs, for a name the resolved env does not hold.
+    per_node: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Workload:
@@ -55,7 +59,19 @@ class Workload:
             replicas=int(doc.get("replicas") or 1),
             procs_per_replica=int(doc.get("procs_per_replica") or 1),
             nodes=int(doc.get("nodes") or 1),
+            per_node=tuple((e["name"], e["value"], e["node"]) for e in doc.get("per_node") or ()),
         )
+
+    def node_env(self, node: str) -> dict[str, str]:
+        """The per-node defaults that reach a replica on ``node``: for each name the
+        resolved env does not hold (a default never overrides), the first entry whose glob
+        matches the node's name."""
+        found: dict[str, str] = {}
+        held = {v.name for v in self.env} if self.per_node else set()
+        for name, value, glob in self.per_node:
+            if name not in found and name not in held and fnmatchcase(node, glob):
+                found[name] = value
+        return found
 
     def env_dict(self) -> dict[str, str]:
         """The resolved env every replica shares (its identity is added per replica)."""

@@ -312,3 +312,15 @@ def test_a_maintainer_cannot_put_an_identity_variable_in_the_projects_policy(
     assert named == [("policy.platform_identity", "MASTER_PORT"),
                      ("policy.platform_identity", "PET_NNODES"),
                      ("policy.platform_identity", "WORLD_SIZE")]
+
+
+def test_a_maintainer_cannot_give_the_projects_tasks_per_node_values(
+        users: dict[str, FlaskClient]) -> None:
+    """Only the platform's policy may depend on the node (its values are resolved there by
+    platform code and recorded in clear)."""
+    answer = users["carol"].put("/api/v1/projects/vision/policy", json={
+        "defaults": [{"name": "NCCL_SOCKET_IFNAME", "value": "ib0", "when": {"node": "gpu-*"}}],
+        "protected": []})
+    assert answer.status_code == 422, answer.get_json()
+    assert [(e["rule"], e["field"]) for e in answer.get_json()["errors"]] == [
+        ("when.node_scope", "defaults[0].when.node")]

@@ -150,3 +150,27 @@ def test_only_admins_may_read_or_change_the_policy(
                      user.get(f"{POLICY}/versions"), user.get(f"{POLICY}/versions/0")):
         assert response.status_code == 403
         error_shape(response.get_json(), "forbidden")
+
+
+# --- per-node defaults: when: {node: glob} --------------------------------------------
+
+def test_a_per_node_default_is_saved_and_what_may_not_depend_on_the_node_is_refused(
+        client: FlaskClient) -> None:
+    saved = put(client, {"defaults": [
+        {"name": "NCCL_SOCKET_IFNAME", "value": "ib0", "when": {"node": "gpu-*"}},
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth1", "when": {"node": "cpu-*"}}],
+        "protected": []})
+    assert [d["when"] for d in saved["defaults"]] == [{"node": "gpu-*"}, {"node": "cpu-*"}]
+    refused = client.put(POLICY, json={
+        "defaults": [{"name": "HF_TOKEN", "value": "hf_a-long-secret-value", "secret": True,
+                      "when": {"node": "gpu-*"}},
+                     {"name": "SITE", "value": "a", "when": {"node": 3}}],
+        "protected": [{"name": "NCCL_IB_HCA", "value": "mlx5", "reason": "fabric",
+                       "when": {"node": "gpu-*"}}],
+        "rules": [{"name": "SITE", "pattern": "^[a-z]+$", "when": {"node": "gpu-*"}}]})
+    assert refused.status_code == 422, refused.get_json()
+    found = {(p["rule"], p.get("field")) for p in refused.get_json()["errors"]}
+    assert {("when.node_secret", "defaults[0].when.node"),
+            ("when.invalid", "defaults[1].when.node"),
+            ("when.node_kind", "protected[0].when.node")} <= found, found
+    assert client.get(POLICY).get_json()["version"] == saved["version"]  # nothing saved

@@ -20,8 +20,8 @@ from tests.support.slurm import SlurmCluster
 from workers.launchers.slurm.traits import JOB_NET_MASTER
 from workers.localstack import RedisServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.slurm, pytest.mark.torch,
-              pytest.mark.usefixtures("host_torch")]
+pytestmark = [pytest.mark.integration, pytest.mark.slurm]
+TORCH = [pytest.mark.torch, pytest.mark.usefixtures("host_torch")]
 
 SHOW = ["python3", "-c", "import os; print('TOLD', os.environ['MASTER_ADDR'], "
         "os.environ['GLOO_SOCKET_IFNAME'], os.environ['SLURM_NODEID'])"]
@@ -38,6 +38,8 @@ def stack(redis_server: RedisServer, slurm_nodes: SlurmCluster,
         yield running
 
 
+@TORCH[0]
+@TORCH[1]
 def test_ddp_across_two_nodes_through_the_cli_averages_the_gradients(stack: Stack) -> None:
     from tests.integration.test_cli import taskenv
     user = stack.new_token("torch-nodes")
@@ -55,6 +57,8 @@ def test_ddp_across_two_nodes_through_the_cli_averages_the_gradients(stack: Stac
     assert body["replicas"] == 2
 
 
+@TORCH[0]
+@TORCH[1]
 def test_torchrun_across_two_nodes_makes_a_world_of_four(stack: Stack) -> None:
     # torchrun and its two processes hold three imports of torch on each node: more than
     # the cluster's default of 400 MB per CPU.
@@ -89,3 +93,30 @@ def test_a_task_whose_replicas_do_not_divide_over_its_nodes_is_refused(stack: St
     assert answer.status_code == 400, answer.text
     rules = [p["rule"] for p in answer.json()["errors"]]
     assert rules == ["nodes.divides"], answer.json()
+
+
+def test_an_admins_per_node_default_reaches_only_its_node_and_is_recorded(
+        stack: Stack, slurm_nodes: SlurmCluster) -> None:
+    second = slurm_nodes.names[1]
+    before = stack.call("GET", "/api/v1/policy").json()
+    stack.set_policy({"defaults": [
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth-fast", "when": {"node": second}},
+        {"name": "SCRATCH", "value": "/local", "when": {"node": "*"}}], "protected": []})
+    try:
+        user = stack.new_token("per-node-user")
+        show = ("import os; print('IFNAME', os.environ['NCCL_SOCKET_IFNAME'], "
+                "os.environ['SCRATCH'])")
+        task = stack.create({"name": "per-node", "replicas": 2, "nodes": 2,
+                             "env": [{"name": "SCRATCH", "value": "/mine"}],
+                             "steps": [["python3", "-c", show]]}, token=user)
+        done = stack.wait(task["id"], timeout=120)
+    finally:
+        stack.set_policy({k: before.get(k, []) for k in ("defaults", "protected", "rules")})
+    logs = replica_log(stack, task["id"])
+    assert done["status"] == "succeeded", (done, logs)
+    # The user's SCRATCH wins on both nodes; the second node's interface is the admin's.
+    assert [n["name"] for n in done["per_node"]] == ["NCCL_SOCKET_IFNAME"], done["per_node"]
+    assert "[replica 1] IFNAME eth-fast /mine" in logs, logs
+    assert "[replica 0] IFNAME tj" in logs and "/mine" in logs.split("[replica 0]")[1], logs
+    assert done["received"]["per_node"] == [
+        {"replica": 1, "node": second, "values": {"NCCL_SOCKET_IFNAME": "eth-fast"}}], done

@@ -84,3 +84,17 @@ def test_may_overlap(a: dict[str, str], b: dict[str, str], overlap: bool) -> Non
     assert may_overlap(When.from_dict(a), When.from_dict(b)) is overlap
     assert may_overlap(When.from_dict(b), When.from_dict(a)) is overlap
     assert may_overlap(None, When.from_dict(a))
+
+
+def test_node_globs_with_other_literal_heads_or_tails_never_overlap() -> None:
+    from shared.policy.conditions import When, may_overlap
+
+    def node(glob: str) -> When:
+        return When(node=glob)
+
+    assert not may_overlap(node("gpu-*"), node("cpu-*"))
+    assert not may_overlap(node("*-a"), node("*-b"))
+    assert not may_overlap(node("n[01]-x"), node("n[01]-y"))
+    assert may_overlap(node("gpu-*"), node("gpu-a*"))
+    assert may_overlap(node("*"), node("cpu-1"))
+    assert may_overlap(node("g*"), None)

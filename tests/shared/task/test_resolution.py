@@ -67,7 +67,7 @@ def test_a_preview_names_every_problem_the_policy_s_included() -> None:
 
 def test_every_problem_is_capped_with_the_policy_s_counted() -> None:
     env = [{"name": "1BAD", "value": "x"}] * 120 + [{"name": "NCCL_P2P_DISABLE", "value": "0"}]
-    doc = {"id": "t1", "name": "train", "revision": 1, "env": env}
+    doc = {"id": "t1", "name": "train", "revision": 1, "env": env, "steps": [["true"]]}
     _, checked = decide_validation(doc, LIMITS, Chain.of(POLICY))
     assert len(checked["errors"]) == 101 and checked["errors"][-1]["rule"] == "errors.truncated"
 
@@ -77,3 +77,34 @@ def test_the_policy_judges_a_name_s_first_entry_only() -> None:
     env = [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}, {"name": "B", "value": 3},
            {"name": "2X", "value": "1"}, {"name": "C", "value": "1", "secret": "yes"}]
     assert judgeable(env, LIMITS) == [{"name": "A", "value": "1"}]
+
+
+def test_per_node_defaults_travel_with_the_revision_and_never_override() -> None:
+    from shared.policy.conditions import When
+    from shared.policy.model import Default
+    from shared.task.workload import Workload
+
+    gpu, cpu = When(node="gpu-*"), When(node="cpu-*")
+    policy = Policy(version=4, defaults=(
+        Default("NCCL_SOCKET_IFNAME", "ib0", False, gpu),
+        Default("NCCL_SOCKET_IFNAME", "eth1", False, cpu),
+        Default("LR", "0.5", False, When(node="*")),
+        Default("BIG", "1", False, When.from_dict({"node": "*", "gpus": ">=8"}))))
+    env = [{"name": "LR", "value": "0.1"}]
+    doc = {"id": "t1", "name": "train", "revision": 1, "env": env, "steps": [["true"]]}
+    _, checked = decide_validation(doc, LIMITS)
+    state, decided = decide_policy({**doc, **checked}, Chain.of(policy))
+
+    assert state == states.RESOLVED
+    # Not resolved here: no task knows its node before it runs.
+    assert "NCCL_SOCKET_IFNAME" not in {v["name"] for v in decided["resolved"]}
+    # The user's LR wins everywhere; BIG is for tasks of 8 GPUs and more.
+    assert decided["per_node"] == [
+        {"name": "NCCL_SOCKET_IFNAME", "value": "ib0", "node": "gpu-*", "policy_version": 4},
+        {"name": "NCCL_SOCKET_IFNAME", "value": "eth1", "node": "cpu-*", "policy_version": 4}]
+    workload = Workload.from_doc({**doc, **checked, **decided})
+    assert workload.node_env("gpu-07") == {"NCCL_SOCKET_IFNAME": "ib0"}
+    assert workload.node_env("cpu-1") == {"NCCL_SOCKET_IFNAME": "eth1"}
+    assert workload.node_env("login") == {}
+    plain = decide_policy({**doc, **checked}, Chain.of(POLICY))[1]
+    assert "per_node" not in plain  # a task without pays nothing

@@ -136,6 +136,10 @@ class KubernetesLauncher:
     # -- the Launcher interface ---------------------------------------------------------
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
+        if workload.per_node:  # the scheduler picks the node once the Job exists
+            names = ", ".join(dict.fromkeys(name for name, _, _ in workload.per_node))
+            hooks.log(f"kubernetes: the platform's per-node defaults ({names}) are not "
+                      "applied: the node is chosen by the scheduler after the Job is made\n")
         manifests = build(workload, self.manifest_settings)
         name = job_name(workload)
         if manifests.secret is not None:

@@ -17,13 +17,11 @@ capped as any task's.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.env.received import Look, Looks
 from shared.secrets import StreamRedactor
 from shared.store.logtail import OutputCap
 from shared.task.replica_logs import LinePrefixer
@@ -148,13 +146,10 @@ class GroupRunner:
     def received(self) -> dict[str, object] | None:
         """What each replica's first step was started with, compared
         (``shared.env.received``); None before any step started."""
-        key = secrets.token_bytes(32)
-        looks = tuple(Look.of(r.index, r.started_with, key) for r in self.runners
-                      if r.started_with is not None)
-        if not looks:
-            return None
-        return Looks(key, looks, backend_names=("PATH", "HOME")).summary(
-            self.workload.env_dict())
+        from workers.launchers.local.report import received
+
+        return received(self.workload, {r.index: r.started_with for r in self.runners
+                                        if r.started_with is not None})
 
     @staticmethod
     def _enter_mounts(runner: ReplicaRunner) -> str | None:

@@ -54,6 +54,8 @@ SANDBOXED = "bwrap"
 UNSAFE = "off-unsafe-dev"
 SANDBOX_MODES = (SANDBOXED, UNSAFE)
 # What the runner needs of the settings; handed over on its stdin, never on argv or env.
+# The node a local task runs on, as a per-node default's glob (``when: {node: ...}``) sees it.
+HOST = socket.gethostname()
 CANCEL_GRACE = 5.0  # seconds a cancelled runner has to end its step before it is killed
 RUNNER_SETTINGS = ("redis_url", "redis_master_name", "redis_sentinel_password",
                    "redis_timeout_seconds", "key_prefix", "secret_keys",
@@ -365,9 +367,12 @@ def resources_doc(workload: Workload) -> dict[str, Any]:
 
 
 def step_env(workload: Workload, home: str, replica: int = 0) -> dict[str, str]:
-    """The resolved env, the replica's identity (a task of one: a world of one), and a
-    minimal ``PATH`` and ``HOME`` when the env does not set them."""
+    """The resolved env, the replica's identity (a task of one: a world of one), the
+    platform's per-node defaults for this host, and a minimal ``PATH`` and ``HOME`` when
+    the env does not set them."""
     env = workload.replica_env(replica)
+    for name, value in workload.node_env(HOST).items():
+        env.setdefault(name, value)
     env.setdefault("PATH", MINIMAL_PATH)
     env.setdefault("HOME", home)
     return env

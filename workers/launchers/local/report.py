@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from shared.config import Settings
+from shared.env.received import Look, Looks
 from shared.redis_conn import connect_for
 from shared.secrets import Cipher, StreamRedactor
 from shared.store.logtail import OutputCap
@@ -110,3 +111,21 @@ def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
             send = sender(config)
             patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
                       OUTCOME_PATIENCE)
+
+
+def received(workload: Workload, started_with: dict[int, dict[str, str]]
+             ) -> dict[str, object] | None:
+    """What each replica's first step was started with (``started_with``: by replica, the
+    env the runner handed its sandbox), compared (``shared.env.received``), with the
+    per-node defaults this host gave it; None when no step started."""
+    import secrets
+
+    from workers.launchers.local.launcher import HOST
+
+    if not started_with:
+        return None
+    key = secrets.token_bytes(32)
+    chosen = workload.node_env(HOST)
+    looks = tuple(Look.of(k, env, key, HOST, {n: env[n] for n in chosen if n in env})
+                  for k, env in sorted(started_with.items()))
+    return Looks(key, looks, backend_names=("PATH", "HOME")).summary(workload.env_dict())

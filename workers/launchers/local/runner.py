@@ -283,8 +283,11 @@ def main(spec: dict[str, Any], sender: Sender | None = None) -> int:
             # its fsync interval), and the reconciler then reads the outcome from here.
             run_dir = runner.home.parent
             write_outcome_file(run_dir, outcome)
+            # A task of one is looked at only where the host gave it per-node defaults.
+            looked = report.received(workload, {0: runner.env}) if workload.per_node else None
             recorded = patiently(lambda: record_outcome(tasks, task_id, revision, outcome.state,
-                                                        outcome.exit_code, outcome.reason),
+                                                        outcome.exit_code, outcome.reason,
+                                                        received=looked),
                                  report.OUTCOME_PATIENCE, wanted=run_dir.exists)
     log.info("task %s r%s %s (%s)", task_id, revision, outcome.state,
              "recorded" if recorded else "NOT recorded: Redis stayed away")

@@ -38,11 +38,13 @@ a shell.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
 import re
 import secrets
+import socket
 import subprocess
 import tempfile
 import uuid
@@ -56,6 +58,7 @@ import yaml
 from shared.config import Settings
 from shared.env.received import Look, Looks
 from shared.errors import LaunchFailed, TransientError
+from shared.policy.model import Resolved
 from shared.secrets import redact, redact_cut
 from shared.store.logtail import head_only_note, log_budget
 from shared.store.tasks import TaskStore
@@ -67,6 +70,9 @@ from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcom
 from workers.launchers.common.group import first_failed, group_outcome
 from workers.launchers.podman import conf
 
+# The node a podman task runs on (this launch worker's host), as a per-node default's glob
+# (``when: {node: ...}``) sees it.
+HOST = socket.gethostname()
 # What podman starts every container with, unless the env sets it (``received``).
 PODMAN_OWN = ("PATH", "HOME", "HOSTNAME", "TERM", "container")
 # podman's messages for trouble that a later attempt can get past.
@@ -108,7 +114,7 @@ class PodmanLauncher:
     # -- the Launcher interface ------------------------------------------------------
 
     def launch(self, workload: Workload, hooks: Hooks) -> Outcome:
-        workload = self.with_image(workload)
+        workload = with_node_values(self.with_image(workload))
         self._play(workload)
         hooks.started()
         return Outcome("running")
@@ -310,8 +316,9 @@ class PodmanLauncher:
         in one ``podman container inspect``; each value hashed at once (a secret's too)
         and never kept.  None when the containers are gone, or for a task of one replica
         (nothing to compare: it pays nothing)."""
-        if workload.replicas == 1:
+        if workload.replicas == 1 and not workload.per_node:
             return None
+        chosen = workload.node_env(HOST)
         names = {self.container_name(workload, k): k for k in range(workload.replicas)}
         found = self.podman("container", "inspect", *names)
         if found.returncode != 0:
@@ -323,7 +330,8 @@ class PodmanLauncher:
             entries = (container.get("Config") or {}).get("Env") or []
             if replica is not None:
                 env = dict(str(e).partition("=")[::2] for e in entries)
-                looks.append(Look.of(replica, env, key))
+                looks.append(Look.of(replica, env, key, HOST,
+                                     {n: env[n] for n in chosen if n in env}))
         return Looks(key, tuple(looks), backend_names=PODMAN_OWN) if looks else None
 
     def container_name(self, workload: Workload, replica: int = 0) -> str:
@@ -556,3 +564,13 @@ def _podman_message(stderr: str, limit: int = 2000) -> str:
     lines = [line.removeprefix("Error: ") for line in stderr.splitlines()
              if line.strip() and not NOISE.search(line)]
     return "; ".join(lines)[-limit:]
+
+
+def with_node_values(workload: Workload) -> Workload:
+    """The workload with the platform's per-node defaults this host gives it (for names its
+    resolved env does not hold), as variables of the pod spec."""
+    chosen = workload.node_env(HOST)
+    if not chosen:
+        return workload
+    return dataclasses.replace(workload, env=(*workload.env, *(
+        Resolved(name, value, "node") for name, value in chosen.items())))

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -58,7 +59,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line
@@ -358,10 +359,22 @@ def route_interface(address: str) -> str | None:
     return interface_addresses().get(source)
 
 
-def node_values(spec: dict[str, Any], identity_env: Mapping[str, str]) -> dict[str, str]:
+def policy_node_values(spec: dict[str, Any], node: str) -> dict[str, str]:
+    """The platform's per-node defaults that reach this node: for each name, the first
+    entry whose glob matches the node's name (as shared.task.workload.Workload.node_env)."""
+    found: dict[str, str] = {}
+    for name, value, glob in spec.get("per_node") or ():
+        if name not in found and fnmatch.fnmatchcase(node, glob):
+            found[name] = value
+    return found
+
+
+def node_values(spec: dict[str, Any], identity_env: Mapping[str, str],
+                already: Collection[str] = ()) -> dict[str, str]:
     """The variables chosen on this node (in the job's network): the interface to
-    MASTER_ADDR for gloo and NCCL, for the names the task's env does not set."""
-    names = spec.get("socket_ifname") or []
+    MASTER_ADDR for gloo and NCCL, for the names neither the task's env nor a per-node
+    default sets."""
+    names = [n for n in spec.get("socket_ifname") or [] if n not in already]
     master = identity_env.get("MASTER_ADDR")
     if not names or not master:
         return {}
@@ -384,13 +397,14 @@ def run_task(spec: dict[str, Any], number: int) -> int:
                   spec["home"], os.path.join(holder["scratch"], f"home-{rank}"))
     own = identity(os.environ, spec["identity"])
     env = step_env(os.environ, task_env, own)
-    chosen = node_values(spec, own)
+    here = node or os.uname().nodename
+    by_policy = policy_node_values(spec, here)
+    chosen = {**by_policy, **node_values(spec, own, by_policy)}
     env.update(chosen)
     if chosen and number == 0 and rank % (spec["replicas"] // spec.get("nodes", 1)) == 0:
-        print(f"==> on {node or os.uname().nodename}: " +
-              " ".join(f"{k}={v}" for k, v in chosen.items()), flush=True)
+        print(f"==> on {here}: " + " ".join(f"{k}={v}" for k, v in chosen.items()), flush=True)
     if number == 0 and spec.get("look_key"):
-        record_received(spec, rank, env)
+        record_received(spec, rank, env, here, by_policy)
     args = os.memfd_create("taskenv-step-env", 0)  # not CLOEXEC: bwrap reads it
     os.write(args, setenv_args(env))
     os.lseek(args, 0, os.SEEK_SET)
@@ -431,12 +445,15 @@ def value_hash(key: bytes, value: str) -> str:
     return hmac.new(key, data, hashlib.sha256).hexdigest()[:24]
 
 
-def record_received(spec: dict[str, Any], rank: int, env: Mapping[str, str]) -> None:
+def record_received(spec: dict[str, Any], rank: int, env: Mapping[str, str], node: str,
+                    by_policy: Mapping[str, str]) -> None:
     """What this replica's sandbox is started with, each value as a keyed hash: the last
-    look before exec, outside the sandbox, where the step cannot alter it."""
+    look before exec, outside the sandbox, where the step cannot alter it; and the node's
+    per-node defaults (non-secret), in clear."""
     key = bytes.fromhex(spec["look_key"])
     path = os.path.join(spec["run_dir"], RECEIVED, f"{rank}.json")
-    write_json(path, {name: value_hash(key, value) for name, value in env.items()})
+    write_json(path, {"node": node, "node_values": dict(by_policy),
+                      "hashes": {name: value_hash(key, value) for name, value in env.items()}})
 
 
 def relay(source: int, rank: int) -> None:

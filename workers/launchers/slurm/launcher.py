@@ -192,10 +192,11 @@ class SlurmLauncher:
         looks = []
         for path in sorted((run_dir / slurm_job.RECEIVED).glob("*.json")):
             try:
-                hashes = json.loads(path.read_text())
+                found = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
-            looks.append(Look(int(path.stem), hashes))
+            looks.append(Look(int(path.stem), found["hashes"], str(found.get("node") or ""),
+                              found.get("node_values") or {}))
         if not looks:
             return None
         # The launcher's own PATH and HOME (when the env sets none), and Slurm's SLURM_*.
@@ -308,7 +309,8 @@ class SlurmLauncher:
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
             spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload))
-            if workload.replicas > 1:  # replicas to compare: a task of one pays nothing
+            # Replicas to compare, or per-node values to record: otherwise nothing to pay.
+            if workload.replicas > 1 or workload.per_node:
                 look_key = secrets.token_bytes(32)  # this launch's, for what each got
                 spec["look_key"] = look_key.hex()
                 write_private(run_dir / LOOK_KEY, look_key)

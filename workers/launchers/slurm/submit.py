@@ -253,6 +253,7 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "socket_ifname": [n for n in SOCKET_IFNAME_NAMES if n not in names] if count > 1
         else [],
         "identity": identity_template(workload),
+        "per_node": [list(entry) for entry in workload.per_node],
         "srun": settings.srun,
         "scontrol": sibling(settings.srun, "scontrol"),
         "bwrap": settings.bwrap,

@@ -168,3 +168,37 @@ def test_each_replicas_env_is_looked_at_outside_the_sandbox_and_a_nodes_addition
     assert [(w["replica"], w["names"]) for w in received["warnings"]] == [
         (1, ["SLURM_SITE_SCRATCH"])], received
     assert "hf_node-look-secret-1" not in json.dumps(received)
+
+
+SHOW_NODE_VALUES = ["python3", "-c", "import os; print('GOT', os.environ.get('SITE_HINT'), "
+                    "os.environ.get('NCCL_SOCKET_IFNAME'), os.environ.get('GLOO_SOCKET_IFNAME'))"]
+
+
+def test_per_node_defaults_are_resolved_on_each_node_and_recorded(
+        launcher: SlurmLauncher) -> None:
+    """The platform's defaults with ``when: {node: ...}``, as the policy stage leaves them
+    on the revision: the first matching glob per name, on each node; one for
+    NCCL_SOCKET_IFNAME wins over the interface the node would choose."""
+    per_node = (("SITE_HINT", "first", "*n0"), ("SITE_HINT", "second", "*n1"),
+                ("NCCL_SOCKET_IFNAME", "eth-fast", "*n1"), ("SITE_HINT", "never", "*"))
+    workload = build_workload([SHOW_NODE_VALUES], replicas=2, nodes=2, per_node=per_node)
+    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
+    outcome = finish(launcher, workload, timeout=120)
+    text = output(launcher, workload)
+    assert outcome.state == "succeeded", text
+    got = {line.split("] ", 1)[0]: line.split("GOT ", 1)[1].split()
+           for line in text.splitlines() if "GOT " in line}
+    assert got["[replica 0"][:2] == ["first", got["[replica 0"][2]], got  # the node's choice
+    assert got["[replica 0"][2].startswith("tj"), got
+    assert got["[replica 1"][:2] == ["second", "eth-fast"], got
+    assert got["[replica 1"][2].startswith("tj"), got  # gloo's: still the node's choice
+
+    received = received_env(launcher, workload)
+
+    assert received is not None and received["same"] is True, received
+    assert [(n["replica"], n["values"]) for n in received["per_node"]] == [
+        (0, {"SITE_HINT": "first"}),
+        (1, {"SITE_HINT": "second", "NCCL_SOCKET_IFNAME": "eth-fast"})], received
+    assert all(n["node"].endswith(f"n{n['replica']}") for n in received["per_node"])
+    # Per-node values are the platform's, left out of what the runtime "added".
+    assert all("SITE_HINT" not in w["names"] for w in received["warnings"]), received
