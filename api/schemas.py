@@ -529,6 +529,9 @@ class NotApplied(ma.Schema):
 
 class PreviewOut(ma.Schema):
     ok = fields.Boolean()
+    per_node = fields.List(fields.Dict(), metadata={
+        "description": "The platform's per-node defaults that may reach the task, resolved "
+                       "on each node: name, value, node glob, policy version."})
     policy_version = fields.Integer()
     policy_versions = fields.Dict(keys=fields.String(), values=fields.Integer(),
                                   metadata={"description": "Each layer's version, by scope."})

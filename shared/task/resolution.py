@@ -118,6 +118,8 @@ def preview(env: list[dict[str, Any]], name: str, chain: Chain, limits: Limits,
            "warnings": decided["warnings"], "errors": decided.get("errors", [])}
     if "doctor" in decided:
         out["doctor"] = decided["doctor"]
+    if "per_node" in decided:  # resolved on each node: which may reach it, and where
+        out["per_node"] = decided["per_node"]
     return out
 
 
@@ -150,7 +152,8 @@ def draft_resolution(doc: dict[str, Any], chain: Chain, limits: Limits,
 
 
 def not_applied(chain: Iterable[Policy], task: TaskFacts) -> list[dict[str, Any]]:
-    """The conditional entries whose ``when`` this task does not match."""
+    """The conditional entries whose ``when`` this task does not match (a per-node one that
+    may reach it on some node is the preview's ``per_node``, not here)."""
     found: list[dict[str, Any]] = []
     for policy in chain:
         kinds = (("default", policy.defaults), ("protected", policy.protected),
@@ -160,6 +163,7 @@ def not_applied(chain: Iterable[Policy], task: TaskFacts) -> list[dict[str, Any]
             found += [{"name": e.name, "kind": kind, "scope": policy.scope,
                        "when": e.when.text()}
                       for e in entries if e.when is not None and not e.when.matches(task)
+                      and not (e.when.node is not None and e.when.matches_task(task))
                       and not e.when.names_another_project(task.project)]
     return found
 

@@ -108,3 +108,16 @@ def test_per_node_defaults_travel_with_the_revision_and_never_override() -> None
     assert workload.node_env("login") == {}
     plain = decide_policy({**doc, **checked}, Chain.of(POLICY))[1]
     assert "per_node" not in plain  # a task without pays nothing
+
+
+def test_a_preview_shows_the_per_node_defaults_that_may_reach_the_task() -> None:
+    from shared.policy.conditions import When
+    from shared.policy.model import Default
+
+    policy = Policy(version=5, defaults=(
+        Default("NCCL_SOCKET_IFNAME", "ib0", False, When(node="gpu-*")),
+        Default("BIG", "1", False, When.from_dict({"node": "*", "gpus": ">=8"}))))
+    got = preview([], "train", Chain.of(policy), LIMITS)
+    assert got["per_node"] == [{"name": "NCCL_SOCKET_IFNAME", "value": "ib0",
+                                "node": "gpu-*", "policy_version": 5}]
+    assert [(e["name"], e["when"]) for e in got["not_applied"]] == [("BIG", "gpus>=8 and node=*")]

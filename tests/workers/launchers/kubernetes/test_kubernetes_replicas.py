@@ -165,3 +165,14 @@ def test_replicas_a_quota_would_not_admit_fail_the_task_visibly_once_stuck(tasks
     assert failed["state"] == states.FAILED and "ReplicasNotAdmitted" in failed["reason"]
     assert store.get(whole.task_id)["state"] == states.RUNNING
     launcher.api.close()
+
+
+def test_per_node_defaults_are_named_as_not_applied(launcher: KubernetesLauncher,
+                                                    api: FakeKubeApi) -> None:
+    hooks = RecordingHooks()
+    launcher.launch(replace(three(), per_node=(("NCCL_SOCKET_IFNAME", "ib0", "gpu-*"),)),
+                    hooks.hooks)
+    assert "per-node defaults (NCCL_SOCKET_IFNAME) are not applied" in hooks.text
+    (job,) = api.stored("job", NS)
+    env = job["spec"]["template"]["spec"]["containers"][0].get("env") or []
+    assert "NCCL_SOCKET_IFNAME" not in {e["name"] for e in env}
