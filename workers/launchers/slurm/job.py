@@ -46,9 +46,6 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import fnmatch
-import hashlib
-import hmac
 import json
 import os
 import resource
@@ -362,9 +359,14 @@ def route_interface(address: str) -> str | None:
 def policy_node_values(spec: dict[str, Any], node: str) -> dict[str, str]:
     """The platform's per-node defaults that reach this node: for each name, the first
     entry whose glob matches the node's name (as shared.task.workload.Workload.node_env)."""
+    entries = spec.get("per_node") or ()
+    if not entries:
+        return {}
+    from fnmatch import fnmatchcase
+
     found: dict[str, str] = {}
-    for name, value, glob in spec.get("per_node") or ():
-        if name not in found and fnmatch.fnmatchcase(node, glob):
+    for name, value, glob in entries:
+        if name not in found and fnmatchcase(node, glob):
             found[name] = value
     return found
 
@@ -440,7 +442,12 @@ def run_task(spec: dict[str, Any], number: int) -> int:
 
 
 def value_hash(key: bytes, value: str) -> str:
-    """As shared.env.received.value_hash (a test holds the two equal)."""
+    """As shared.env.received.value_hash (a test holds the two equal).  Its modules are
+    imported here, for the tasks that are looked at: OpenSSL's library weighs megabytes in
+    every srun task, inside the job's memory limit."""
+    import hashlib
+    import hmac
+
     data = value.encode("utf-8", "surrogateescape")
     return hmac.new(key, data, hashlib.sha256).hexdigest()[:24]
 
