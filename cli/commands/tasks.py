@@ -177,10 +177,11 @@ def with_scripts(files: list[dict[str, Any]], scripts: tuple[Path, ...]) -> list
 @click.option("--strict-env", is_flag=True,
               help="A variable a script reads with no value and no default is an error.")
 @click.option("--replicas", type=click.IntRange(min=1), help="As submit --replicas.")
+@click.option("--nodes", type=click.IntRange(min=1), help="As submit --nodes.")
 @pass_app
 def preview(app: App, task_file: Path, env_file: Path | None,
             policy_version: int | None, scripts: tuple[Path, ...], strict_env: bool,
-            replicas: int | None) -> int:
+            replicas: int | None, nodes: int | None) -> int:
     """Show the env a task from TASK_FILE would get (replica 0's, with what the other
     replicas hold differently); nothing is created.
 
@@ -188,7 +189,7 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     reads that the task does not set, each it sets that no script reads.  Exits 2 when
     validation or the policy would reject the env.
     """
-    body = group_options(taskfile.body(task_file, env_file), replicas, None)
+    body = group_options(taskfile.body(task_file, env_file), replicas, None, nodes)
     asked: dict[str, Any] = {"name": body.get("name") or "preview", "env": body["env"],
                              "policy_version": policy_version}
     asked.update({k: body[k] for k in ("replicas", "procs_per_replica", "nodes") if k in body})

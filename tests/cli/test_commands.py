@@ -464,9 +464,10 @@ def test_preview_with_replicas_asks_for_them_and_says_what_differs(
         "differs": [{"name": "RANK", "values": "the replica's index: 0 in replica 0 ... 2 "
                                                "in replica 2"}]}))
 
-    result = run("preview", str(task_file), "--replicas", "3")
+    result = run("preview", str(task_file), "--replicas", "3", "--nodes", "3")
 
     assert result.code == 0 and api.seen[0].body["replicas"] == 3
+    assert api.seen[0].body["nodes"] == 3
     assert "RANK differs per replica: the replica's index" in result.err
 
 

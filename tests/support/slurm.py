@@ -126,6 +126,14 @@ class NodeNetwork:
         self.addresses = {name: f"{self.subnet}.{k + 2}" for k, name in enumerate(names)}
 
     def create(self) -> None:
+        """The bridge and every node's namespace; none of them left if one step fails."""
+        try:
+            self._create()
+        except BaseException:
+            self.remove()
+            raise
+
+    def _create(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
@@ -170,6 +178,15 @@ class SlurmCluster:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self) -> SlurmCluster:
+        """The cluster, up; if it cannot come up, nothing of it is left running (its
+        daemons, namespaces and bridge: the caller gets no cluster to stop)."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> SlurmCluster:
         for sub in ("munge", "state", "spool", "log"):
             (self.root / sub).mkdir(mode=0o700, parents=True, exist_ok=True)
         (self.root / "munge").chmod(0o711)  # the socket must be reachable; the key is 0600
