@@ -120,6 +120,9 @@ def main() -> int:
     dist.broadcast(first, src=0)
     if not torch.equal(weights, first):
         problems.append(f"weights {weights.tolist()} differ from rank 0's {first.tolist()}")
+    # Every rank past its last collective before any tears the group down: a rank that
+    # destroys it while a peer's broadcast is still on the wire aborts that peer at exit.
+    dist.barrier()
     dist.destroy_process_group()
 
     for problem in problems:

@@ -45,8 +45,9 @@ def test_the_replicas_run_in_the_runtime_the_image_names(launcher: SlurmLauncher
     outcome = finish(launcher, workload)
     text = output(launcher, workload)
     assert (outcome.state, outcome.exit_code) == ("succeeded", 0), text
-    for k in range(2):
-        assert f"[replica {k}] {NAME}\n[replica {k}] no-python3" in text, text
+    for k in range(2):  # each replica's own lines, in order (the replicas' interleave)
+        own = [line for line in text.splitlines() if line.startswith(f"[replica {k}] ")]
+        assert own == [f"[replica {k}] {NAME}", f"[replica {k}] no-python3"], text
 
 
 def test_a_task_naming_no_image_runs_the_node_s_own(launcher: SlurmLauncher) -> None:
