@@ -116,15 +116,14 @@ def summary(resolved: Mapping[str, str], looks: Sequence[Look], key: bytes,
         own = extras[look.replica] - common
         entry: dict[str, object] = {"replica": look.replica, "digest": digests[look.replica]}
         if differs:
-            entry["differs"], _ = _capped(differs)
-            warnings.append({"rule": RULE, "replica": look.replica,
-                             "names": _capped(differs)[0],
+            entry["differs"] = _capped(differs)[0]
+            warnings.append({"rule": RULE, "replica": look.replica, "names": entry["differs"],
                              "message": f"replica {look.replica} did not receive "
                                         f"{_said(differs)} as resolved (another value, or "
                                         "none)"})
         if own:
-            entry["added"], _ = _capped(own)
-            warnings.append({"rule": RULE, "replica": look.replica, "names": _capped(own)[0],
+            entry["added"] = _capped(own)[0]
+            warnings.append({"rule": RULE, "replica": look.replica, "names": entry["added"],
                              "message": f"replica {look.replica} received {_said(own)}, "
                                         "which the task's env does not set and not every "
                                         "replica received"})

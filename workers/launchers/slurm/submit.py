@@ -253,7 +253,8 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "socket_ifname": [n for n in SOCKET_IFNAME_NAMES if n not in names] if count > 1
         else [],
         "identity": identity_template(workload),
-        "per_node": [list(entry) for entry in workload.per_node],
+        # Never over a name the job's env holds, as Workload.node_env (job.py stands alone).
+        "per_node": [list(entry) for entry in workload.per_node if entry[0] not in names],
         "srun": settings.srun,
         "scontrol": sibling(settings.srun, "scontrol"),
         "bwrap": settings.bwrap,

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from shared.config import Settings
+from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
 from tests.workers.launchers.slurm.test_slurm_launcher import finish, output
@@ -73,7 +74,11 @@ def seen(text: str) -> dict[int, dict[str, object]]:
 
 def run(launcher: SlurmLauncher, env: dict[str, str] | None = None,
         **fields: object) -> tuple[Outcome, str]:
-    workload = build_workload([STEP], env=env, **fields)
+    return launched(launcher, build_workload([STEP], env=env, **fields))
+
+
+def launched(launcher: SlurmLauncher, workload: Workload) -> tuple[Outcome, str]:
+    """The workload launched and followed to its end: its outcome and what it printed."""
     assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
     outcome = finish(launcher, workload, timeout=120)
     return outcome, output(launcher, workload)
@@ -154,9 +159,7 @@ def test_each_replicas_env_is_looked_at_outside_the_sandbox_and_a_nodes_addition
     resolved env arrived the same in both."""
     workload = build_workload([NAMES], env={"LEARNING_RATE": "0.1"},
                               secrets={"HF_TOKEN": "hf_node-look-secret-1"}, replicas=2, nodes=2)
-    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
-    outcome = finish(launcher, workload, timeout=120)
-    text = output(launcher, workload)
+    outcome, text = launched(launcher, workload)
     assert outcome.state == "succeeded", text
     names = {line.split("] ", 1)[0]: line.split("NAMES=", 1)[1].split()
              for line in text.splitlines() if "NAMES=" in line}
@@ -185,9 +188,7 @@ def test_per_node_defaults_are_resolved_on_each_node_and_recorded(
     per_node = (("SITE_HINT", "first", "*n0"), ("SITE_HINT", "second", "*n1"),
                 ("NCCL_SOCKET_IFNAME", "eth-fast", "*n1"), ("SITE_HINT", "never", "*"))
     workload = build_workload([SHOW_NODE_VALUES], replicas=2, nodes=2, per_node=per_node)
-    assert launcher.launch(workload, RecordingHooks().hooks) == Outcome("running")
-    outcome = finish(launcher, workload, timeout=120)
-    text = output(launcher, workload)
+    outcome, text = launched(launcher, workload)
     assert outcome.state == "succeeded", text
     got = {line.split("] ", 1)[0]: line.split("GOT ", 1)[1].split()
            for line in text.splitlines() if "GOT " in line}
