@@ -9,8 +9,9 @@ sentinels' own, if they require one, is ``TASKENV_REDIS_SENTINEL_PASSWORD``.
 
 After a failover every call finds the new primary by itself: a connection that
 fails is dropped, and the retry connects again, asking the sentinels where the
-primary is now; a ``READONLY`` reply (a connection still on the demoted primary)
-drops the connection the same way.  Every call is bounded
+primary is now; a ``READONLY`` reply (a connection still on the demoted primary), or a
+``NOREPLICAS`` one (a primary the sentinels replaced while it lived on, which refuses
+writes once no replica follows it), drops the connection the same way.  Every call is bounded
 (``TASKENV_REDIS_TIMEOUT_SECONDS``, a few retries): an error, never a hang.
 
 :func:`pinned` and :func:`acknowledged` are how the API makes "accepted" mean
@@ -30,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -77,6 +78,27 @@ def _settled_master(sentinel: Sentinel, state: dict[str, Any], service_name: str
 # For every Sentinel of this process, kombu's (the workers' broker) as well as ours.
 _redis_check_master_state = Sentinel.check_master_state
 Sentinel.check_master_state = _settled_master  # type: ignore[method-assign]
+
+
+def _follow_the_primary(self: SentinelManagedConnection, *args: Any, **kwargs: Any) -> Any:
+    """redis-py's read, and a ``NOREPLICAS`` refusal taken as its ``READONLY`` is: a primary
+    that no replica follows any more (``min-replicas-to-write``: the sentinels promoted one
+    and moved the others while it lived on) refuses writes that a failover would drop.  The
+    connection is dropped and the call tried again, through the sentinels, on the new
+    primary.  Nothing of the refused command ran (a script is refused at its first write,
+    a transaction as a whole), so the retry cannot apply it twice."""
+    try:
+        return _redis_read_response(self, *args, **kwargs)
+    except redis.ResponseError as exc:
+        if not (self.connection_pool.is_master and str(exc).startswith("NOREPLICAS")):
+            raise
+        self.disconnect()
+        raise redis.ConnectionError("the primary has no replica that follows it") from exc
+
+
+# kombu's connections (the workers' broker) are redis-py's SentinelManagedConnection too.
+_redis_read_response = SentinelManagedConnection.read_response
+SentinelManagedConnection.read_response = _follow_the_primary  # type: ignore[method-assign]
 
 
 class _Pin(threading.local):

@@ -41,6 +41,9 @@ class Workload:
     # The platform's defaults that depend on the node: (name, value, node glob), resolved
     # where the replica runs, for a name the resolved env does not hold.
     per_node: tuple[tuple[str, str, str], ...] = ()
+    # When the revision was made: what tells it from a revision whose number a failover lost
+    # and the next change made again.
+    made_at: float = 0.0
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> Workload:
@@ -60,6 +63,7 @@ class Workload:
             procs_per_replica=int(doc.get("procs_per_replica") or 1),
             nodes=int(doc.get("nodes") or 1),
             per_node=tuple((e["name"], e["value"], e["node"]) for e in doc.get("per_node") or ()),
+            made_at=float(doc.get("made_at") or 0.0),
         )
 
     def node_env(self, node: str) -> dict[str, str]:

@@ -33,12 +33,16 @@ class Report:
     lost: int = 0
     launched_twice: int = 0
     unfinished: list[str] = field(default_factory=list)  # where each one stands
+    failed: list[str] = field(default_factory=list)  # where each failed one ended, and why
+    output_lost: int = 0  # succeeded, its step's line lost with a failover's last writes
 
     def line(self, name: str) -> str:
         return (f"{name}: submitted={self.submitted} accepted={len(self.accepted)} "
                 f"finished={sum(self.states.values())} {dict(self.states)} "
                 f"lost={self.lost} launched_twice={self.launched_twice}"
-                + "".join(f"\n  not final: {where}" for where in self.unfinished))
+                f" output_lost={self.output_lost}"
+                + "".join(f"\n  not final: {where}" for where in self.unfinished)
+                + "".join(f"\n  failed: {where}" for where in self.failed))
 
 
 class FaultStack:
@@ -191,17 +195,26 @@ class FaultStack:
                         for task_id, log in zip(ids, logs, strict=True)})
 
     def report(self, submitted: int, ids: list[str], timeout: float = 180.0,
-               launches: Counter[str] | None = None) -> Report:
-        """Wait for the tasks, then count; ``launches`` defaults to the counting task's."""
+               launches: Counter[str] | None = None, output_may_be_lost: bool = False
+               ) -> Report:
+        """Wait for the tasks, then count; ``launches`` defaults to the counting task's.
+
+        ``output_may_be_lost``: a succeeded task whose log lacks its step's line is counted
+        (``output_lost``) rather than refused: a failover that loses the old primary's last
+        writes may take a step's output with them (README "When Redis goes away")."""
         states = self.wait_final(ids, timeout)
         launches = self.launches(ids) if launches is None else launches
         report = Report(submitted=submitted, accepted=ids)
         report.states = Counter(s for s in states.values() if s in FINAL)
         report.lost = sum(1 for s in states.values() if s not in FINAL)
         report.unfinished = [self.where(t) for t, s in states.items() if s not in FINAL]
+        report.failed = [self.where(t) for t, s in states.items() if s == "failed"]
         report.launched_twice = sum(1 for task_id in ids if launches[task_id] > 1)
-        succeeded_without_run = [t for t, s in states.items()
-                                 if s == "succeeded" and launches[t] != 1]
+        silent = [t for t, s in states.items() if s == "succeeded" and launches[t] == 0]
+        report.output_lost = len(silent) if output_may_be_lost else 0
+        succeeded_without_run = {t: launches[t] for t, s in states.items()
+                                 if s == "succeeded" and launches[t] != 1
+                                 and not (output_may_be_lost and launches[t] == 0)}
         assert not succeeded_without_run, succeeded_without_run
         return report
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from api import create_app
 from shared.access.tokens import PREFIX
@@ -57,6 +58,26 @@ def test_pinned_calls_share_one_connection_and_wait_sees_their_writes(group: Sen
         other.join()
     assert len(ids) == 1
     assert group.client(group.nodes["replica1"]).get("counted") == "2"
+
+
+def test_a_primary_no_replica_follows_is_left_like_a_demoted_one(group: SentinelGroup):
+    """``NOREPLICAS`` (``min-replicas-to-write``) is taken as ``READONLY`` is: the connection
+    is dropped and the call tried again through the sentinels, then a ConnectionError the
+    stages retry, never a ResponseError that would fail the task.  Nothing was written."""
+    client = connect(group.sentinel_url, sentinel_password=group.sentinel_password)
+    primary = group.client(group.primary())
+    primary.config_set("min-replicas-to-write", 2)  # more than follow it: as if demoted
+    try:
+        with pytest.raises(redis.ConnectionError, match="no replica that follows it"):
+            client.set("refused", "1")
+        pipe = client.pipeline()
+        pipe.incr("refused-too").incr("refused-too")
+        with pytest.raises(redis.ConnectionError):
+            pipe.execute()
+    finally:
+        primary.config_set("min-replicas-to-write", 1)
+    assert primary.get("refused") is None and primary.get("refused-too") is None
+    assert client.set("taken", "1") and primary.get("taken") == "1"
 
 
 def test_a_stopped_replica_is_not_acknowledged_within_the_timeout(group: SentinelGroup):

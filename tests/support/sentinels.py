@@ -110,7 +110,10 @@ class SentinelGroup:
                  f"requirepass {self.password}", f"masterauth {self.password}",
                  'save ""', "appendonly no", "maxmemory 512mb",
                  "maxmemory-policy noeviction", "repl-diskless-sync yes",
-                 "repl-diskless-sync-delay 0"]
+                 "repl-diskless-sync-delay 0",
+                 # As README "When Redis goes away" says to: a primary the sentinels
+                 # replaced while it lived on refuses writes once no replica follows it.
+                 "min-replicas-to-write 1", "min-replicas-max-lag 10"]
         if replica_of is not None:
             lines.append(f"replicaof 127.0.0.1 {replica_of}")
         (self.root / f"n{port}").mkdir(parents=True, exist_ok=True)

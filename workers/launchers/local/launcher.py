@@ -45,7 +45,7 @@ from workers.launchers.common.run_dir import (
     write_files,
 )
 from workers.launchers.common.sandbox import MINIMAL_PATH, TASK_HOME, BadWorkdir, workdir_inside
-from workers.launchers.local import spare
+from workers.launchers.local import ended, spare
 from workers.launchers.local.slots import admit_waiting, rescue_stranded
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,11 @@ class LocalLauncher:
         if runner_alive(run_dir):  # a redelivered launch: the task already runs
             hooks.started()
             return Outcome("running")
+        ran = self.ended(workload)
+        if ran is not None:  # its end was recorded, and a Redis failover lost the record
+            hooks.log("local: this revision already ran on this host; its outcome is "
+                      "recorded again, and its steps are not run a second time\n")
+            return ran
         try:
             workdir_inside(workload.workdir)
         except BadWorkdir as exc:
@@ -122,6 +127,7 @@ class LocalLauncher:
         runner = "single"
         if workload.replicas > 1:
             spec, runner = with_replicas(spec, workload, run_dir, self.bwrap), "group"
+        (run_dir / MADE_AT_FILE).write_text(repr(workload.made_at))
         pid = self._start_runner(run_dir, spec, runner)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
@@ -182,10 +188,15 @@ class LocalLauncher:
         reconciler goes by when that write was lost (Redis crashed within its fsync).
         """
         self.reap()
-        run_dir = self.run_dir(workload)
-        if runner_alive(run_dir):
+        if runner_alive(self.run_dir(workload)):
             return Outcome("running")
-        return read_outcome_file(run_dir)
+        return self.ended(workload)
+
+    def ended(self, workload: Workload) -> Outcome | None:
+        """How the revision ended on this host: its run directory's outcome file, or, once
+        the directory is gone, the record :mod:`ended` keeps of it a while."""
+        return read_outcome_file(self.run_dir(workload)) or ended.find(
+            self.root, workload.task_id, workload.revision, workload.made_at, time.time())
 
     def cancel(self, workload: Workload) -> None:
         """Stop the runner: it kills its step's process group, then it is killed with its own.
@@ -219,6 +230,7 @@ class LocalLauncher:
         goes before its outcome is recorded.  Costs what finished since, never what runs.
         """
         now = time.time()
+        ended.expire(self.root, now)
         for run_dir in list(self._applied):
             if now - finished_at(run_dir) >= self.settings.stuck_after_seconds:
                 self.forget(run_dir)
@@ -254,8 +266,13 @@ class LocalLauncher:
         self._applied.add(self.root / change.task_id / f"r{change.revision}")
 
     def forget(self, run_dir: Path) -> None:
-        """Remove a finished revision's directory and whatever its runner left behind."""
+        """Remove a finished revision's directory and whatever its runner left behind,
+        keeping how it ended (:mod:`ended`)."""
         revision = run_dir.name[1:]
+        outcome = read_outcome_file(run_dir) or self.lost(run_dir, time.time())
+        if outcome is not None:
+            ended.keep(self.root, run_dir.parent.name, int(revision), made_at(run_dir),
+                       outcome, time.time())
         containment.remove_leftovers(self.settings, f"taskenv-{run_dir.parent.name}-r{revision}")
         shutil.rmtree(run_dir, ignore_errors=True)
         try:
@@ -285,6 +302,16 @@ class LocalLauncher:
         self.reap()
         _RUNNERS.append(proc)
         return proc.pid
+
+
+MADE_AT_FILE = "made_at"  # when the revision was made (Workload.made_at), for ended.keep
+
+
+def made_at(run_dir: Path) -> float:
+    try:
+        return float((run_dir / MADE_AT_FILE).read_text())
+    except (OSError, ValueError):
+        return 0.0
 
 
 def sandbox_binary(mode: str) -> str | None:

@@ -147,7 +147,7 @@ def test_tmp_and_home_are_capped_and_nothing_written_outlives_the_revision(
     assert "33554432 bytes" in log and "50331648 bytes" in log  # 32 and 48 MiB, no more
     run_dir = Path(settings.work_dir).resolve() / job.task_id / "r1"
     left = sorted(p.name for p in run_dir.rglob("*"))
-    assert left == ["outcome.json", "runner.log", "runner.pid"]  # no home, no rootsh
+    assert left == ["made_at", "outcome.json", "runner.log", "runner.pid"]  # no home, no rootsh
 
 
 def test_nested_user_namespaces_and_the_riskiest_calls_are_refused(
