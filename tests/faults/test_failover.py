@@ -1,6 +1,7 @@
 """Redis fails over under load, twice, and nothing accepted is lost or run twice.
 
-A primary, two replicas and three sentinels (``down-after-milliseconds`` 1000) on ports
+A primary, two replicas and three sentinels (``down-after-milliseconds`` 2000: a shorter
+one took a primary stalled by a loaded host for a dead one, and failed it over) on ports
 of this test's own (46300-46399), the whole stack behind them
 (``TASKENV_REDIS_MIN_REPLICAS=1``), 200 tasks from 8 clients with Idempotency-Keys on
 the local launcher.  The primary is SIGKILLed while they flow; the old primary is
@@ -134,7 +135,7 @@ class Readiness:
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[SentinelGroup]:
-    group = SentinelGroup(tmp_path / "sentinels", free_ports(6, *PORTS))
+    group = SentinelGroup(tmp_path / "sentinels", free_ports(6, *PORTS), down_after_ms=2000)
     try:
         yield group
     finally:
