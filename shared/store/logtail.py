@@ -75,9 +75,18 @@ class LogTail:
     def _pair(self, task_id: str, revision: int) -> list[str]:
         return [self.keys.log(task_id, revision), self.keys.log_cut(task_id, revision)]
 
-    def append(self, task_id: str, revision: int, text: str, limit: int) -> None:
-        """Append output; past ``limit`` bytes keep the newest half and count the rest."""
-        self._append(keys=self._pair(task_id, revision), args=[text, limit])
+    def append(self, task_id: str, revision: int, text: str, limit: int) -> int:
+        """Append output; past ``limit`` bytes keep the newest half and count the rest.
+        The bytes the log keeps now."""
+        return int(self._append(keys=self._pair(task_id, revision), args=[text, limit]))
+
+    def replace(self, task_id: str, revision: int, text: str) -> None:
+        """The log is ``text`` from now on, as if it had been written from the start."""
+        log, cut = self._pair(task_id, revision)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.set(log, text)
+        pipe.delete(cut)
+        pipe.execute()
 
     def size(self, task_id: str, revision: int) -> int:
         """The log's end: every byte written to it, dropped ones included."""

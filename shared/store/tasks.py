@@ -804,18 +804,18 @@ class TaskStore:
 
     # --- logs ---------------------------------------------------------------------------
 
-    def append_log(self, task_id: str, revision: int, text: str) -> bool:
-        """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept.
+    def append_log(self, task_id: str, revision: int, text: str) -> int | None:
+        """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept.  The
+        bytes the log keeps now.
 
-        False when Redis is full: the output is dropped (and said so in the worker's
+        None when Redis is full: the output is dropped (and said so in the worker's
         log), so the room left goes to the task's state and outcome, which must land."""
         try:
-            self.logs.append(task_id, revision, text, self.LOG_LIMIT)
+            return self.logs.append(task_id, revision, text, self.LOG_LIMIT)
         except redis.exceptions.OutOfMemoryError:
             log.warning("Redis is full (maxmemory): %d characters of task %s r%s's output "
                         "were not stored", len(text), task_id, revision)
-            return False
-        return True
+            return None
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))

@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import redis
 import requests
 
+from shared.keys import Keys
 from shared.redis_conn import connect
 from tests.faults.conftest import FaultStack, in_background
 from tests.support.sentinels import SentinelGroup, free_ports
 from tests.support.stack import api_url, wait_until_serving
+from workers.launchers.local.report import STORED_AGAIN
 from workers.localstack import start_api, stop_all
 
 pytestmark = pytest.mark.integration
@@ -36,6 +39,9 @@ CLIENTS = 8
 PACE = 0.24  # seconds between two tasks' first attempts (all clients): ~48 s of load
 SETTLED = 15.0  # a request started this long after a kill must succeed
 PORTS = (46300, 46400)
+TICKS = 60  # lines a ticker prints, 0.1 s apart: it runs through a failover
+TICKER = {"name": "ticker", "steps": [[
+    "sh", "-c", f'for n in $(seq 1 {TICKS}); do echo "tick $n"; sleep 0.1; done']]}
 
 
 class FailoverStack(FaultStack):
@@ -270,7 +276,9 @@ def test_forced_failovers_under_load_lose_fail_and_repeat_no_task(tmp_path: Path
     one): the old primary lives on, and takes writes until no replica follows it
     (``min-replicas-to-write``); those writes are lost.  A task found one state back is
     recorded again from what its host kept (workers/launchers/local/ended.py), never run
-    again nor failed as lost.  A step's output in that window may be gone: counted.
+    again nor failed as lost.  Tasks printing through each failover keep every line (the
+    runner stores its output again, ``LogWriter.store_again``); a short task's one line
+    written in the lost second, by a runner that ended in it, may be gone: counted.
 
     Here a replica that acknowledged a write (``WAIT``) may be one the sentinels then
     resynchronise from the promoted one, dropping it: a ``202`` holds only once every
@@ -283,9 +291,14 @@ def forced_failovers_under_load(stack: FailoverStack, group: SentinelGroup) -> N
     load = Load(stack, secrets=(group.password, group.sentinel_password))
     t0 = time.monotonic()
     clients = [in_background(load.run, k, t0) for k in range(CLIENTS)]
-    moves = []
+    moves, tickers = [], []
     for share in (3, 2):
         wait_for(lambda share=share: len(load.ids) >= TASKS // share, 60)
+        # Two tasks that print while the primary changes: their logs must come out whole.
+        ticking = [stack.post(TICKER, key=f"ticker-{share}-{k}") for k in range(2)]
+        assert None not in ticking
+        tickers += ticking
+        wait_for(lambda: set(stack.states_of(ticking).values()) == {"running"}, 30)
         old = group.primary()
         group.sentinel_client(group.sentinels[0]).execute_command(
             "SENTINEL", "FAILOVER", "mymaster")
@@ -301,3 +314,11 @@ def forced_failovers_under_load(stack: FailoverStack, group: SentinelGroup) -> N
     assert len(set(ids)) == len(ids) == TASKS
     assert report.lost == 0 and report.launched_twice == 0
     assert report.states["succeeded"] == TASKS
+    assert set(stack.wait_final(tickers, 60).values()) == {"succeeded"}
+    logs = redis.Redis.from_url(group.url, decode_responses=True).mget(
+        [Keys().log(t, 1) for t in tickers])
+    missing = {t: [n for n in range(1, TICKS + 1) if f"tick {n}\n" not in (log or "")]
+               for t, log in zip(tickers, logs, strict=True)}
+    stored_again = sum(STORED_AGAIN in (log or "") for log in logs)
+    print(f"tickers: {len(tickers)} stored again {stored_again}")
+    assert not any(missing.values()), missing

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
+from redis.sentinel import SentinelConnectionPool
 
 from shared.config import Settings
 from shared.env.received import Look, Looks
@@ -45,11 +46,17 @@ class LogWriter:
     dropped, and the end.
     """
 
-    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0) -> None:
+    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0,
+                 keep_copy: bool = False) -> None:
         self.tasks = tasks
         self.workload = workload
         self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
         self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
+        # Behind sentinels (keep_copy), what was stored, to store again if a failover
+        # lost some of it: no more than the cap lets through.
+        self.copy: list[str] | None = [] if keep_copy else None
+        self.end = 0  # the bytes the log kept after this runner's last append
+        self.lost = False
 
     def __call__(self, text: str) -> None:
         self._store(self.cap.feed(self.redactor.feed(text)))
@@ -63,10 +70,49 @@ class LogWriter:
         return self.cap.dropped
 
     def _store(self, clean: str) -> None:
+        if not clean:
+            return
         task_id, revision = self.workload.task_id, self.workload.revision
-        if clean and not patiently(lambda: self.tasks.append_log(task_id, revision, clean),
-                                   LOG_PATIENCE):
+        if self.copy is not None:
+            self.copy.append(clean)
+        if not patiently(lambda: self._append(task_id, revision, clean), LOG_PATIENCE):
             log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
+
+    def _append(self, task_id: str, revision: int, clean: str) -> None:
+        size = self.tasks.append_log(task_id, revision, clean)
+        if size is None or self.copy is None:
+            return
+        if size < self.end + len(clean.encode()):  # shorter than what it was given
+            self.lost = True
+        self.end = size
+
+    def store_again(self) -> bool:
+        """Once the steps have ended: if a failover lost some of what this runner stored
+        (an append found the log shorter than it left it, or the log is now), the log is
+        its copy again, saying so.  True if it was.  Only with ``keep_copy``."""
+        if self.copy is None:
+            return False
+        task_id, revision = self.workload.task_id, self.workload.revision
+        if not self.lost:
+            # An empty append, not a read: a write is what an old primary refuses
+            # (NOREPLICAS), so the answer is the new primary's.
+            self._append(task_id, revision, "")
+        if not self.lost:
+            return False
+        text = STORED_AGAIN + "".join(self.copy)
+        patiently(lambda: self.tasks.logs.replace(task_id, revision, text), LOG_PATIENCE)
+        log.warning("task %s r%s: a Redis failover lost part of the output; stored again",
+                    task_id, revision)
+        return True
+
+
+STORED_AGAIN = ("taskenv: a Redis failover lost part of this output; it is stored again "
+                "from the runner's copy (the launcher's own lines before it are not)\n")
+
+
+def behind_sentinels(tasks: TaskStore) -> bool:
+    """Whether the store's Redis can fail over (and so lose its last writes)."""
+    return isinstance(tasks.r.connection_pool, SentinelConnectionPool)
 
 
 def store_for(settings: dict[str, Any]) -> TaskStore:

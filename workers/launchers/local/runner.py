@@ -273,11 +273,13 @@ def main(spec: dict[str, Any], sender: Sender | None = None) -> int:
     # The run slot goes back once the outcome is recorded (or given up on).
     with report.holding_slot(tasks, spec["settings"], workload, sender):
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
-            write_log = report.LogWriter(tasks, workload, int(spec["settings"]["log_max_bytes"]))
+            write_log = report.LogWriter(tasks, workload, int(spec["settings"]["log_max_bytes"]),
+                                         keep_copy=report.behind_sentinels(tasks))
             try:
                 outcome = finish(runner, write_log, failed)
             finally:
                 write_log.flush()
+                patiently(write_log.store_again, report.LOG_PATIENCE)
             outcome = with_dropped(outcome, write_log)
             # On the host first: a write Redis acknowledged can still be lost (a crash within
             # its fsync interval), and the reconciler then reads the outcome from here.

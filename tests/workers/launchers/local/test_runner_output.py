@@ -81,3 +81,37 @@ def test_a_secret_is_redacted_in_the_kept_tail_too() -> None:
 def test_under_the_cap_nothing_is_said() -> None:
     cap = OutputCap(1024 * 1024)
     assert cap.feed("short\n") + cap.finish() == "short\n" and cap.dropped == 0
+
+
+def lose_the_log(tasks: TaskStore) -> None:
+    """What a failover does to the last writes the old primary took: gone."""
+    tasks.r.delete(tasks.keys.log("t1", 1))
+
+
+def test_output_a_failover_lost_is_stored_again_from_the_runners_copy() -> None:
+    tasks = TaskStore(fakeredis.FakeRedis(), "t")
+    writer = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT, keep_copy=True)
+    tasks.append_log("t1", 1, "local: started\n")  # the launch worker's line, first
+    writer(f"epoch 1 {SECRET}\n")
+    lose_the_log(tasks)
+    writer("epoch 2\n")  # the append finds the log shorter than it left it
+    writer.flush()
+    assert writer.store_again()
+    log = tasks.read_log("t1", 1)
+    assert log.endswith(f"epoch 1 {REDACTED}\nepoch 2\n") and SECRET not in log
+    assert log.startswith("taskenv: a Redis failover lost part of this output")
+
+
+def test_a_lost_last_append_is_found_at_the_end_and_nothing_is_rewritten_otherwise() -> None:
+    tasks = TaskStore(fakeredis.FakeRedis(), "t")
+    writer = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT, keep_copy=True)
+    writer("only line\n")
+    writer.flush()
+    tasks.append_log("t1", 1, "a line of another writer, after\n")
+    assert not writer.store_again()  # a longer log is not a lost one
+    lose_the_log(tasks)
+    assert writer.store_again()
+    assert tasks.read_log("t1", 1).endswith("\nonly line\n")
+    plain = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)  # one Redis: no copy kept
+    plain("x\n")
+    assert plain.copy is None and not plain.store_again()
