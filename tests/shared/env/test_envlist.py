@@ -390,3 +390,23 @@ def test_the_quick_check_of_an_entry_agrees_with_the_full_one(
         assert (size is not None) == (full == []), (entry, full)
         if size is not None:
             assert size == entry_bytes(str(name), str(value))
+
+
+@given(st.text(min_size=1, max_size=10), st.text(max_size=20), st.booleans())
+def test_parsed_variables_and_plain_user_entries_are_the_ordinary_values(
+        name: str, value: str, secret: bool) -> None:
+    """``parse`` and ``Resolved.of_user`` skip the frozen ``__init__`` for speed: what they
+    make equals, hashes, prints and stays as frozen as what the constructor makes."""
+    from dataclasses import FrozenInstanceError
+
+    from shared.policy.model import Resolved
+
+    [parsed] = envlist.parse([{"name": name, "value": value, "secret": secret}])
+    made = EnvVar(name, value, secret)
+    assert parsed == made and hash(parsed) == hash(made) and repr(parsed) == repr(made)
+    fast, slow = Resolved.of_user(name, value, secret), Resolved(name, value, "user",
+                                                                  secret=secret)
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)
+    assert fast.to_dict() == slow.to_dict()
+    with pytest.raises(FrozenInstanceError):
+        fast.value = "changed"  # type: ignore[misc]
