@@ -194,6 +194,8 @@ def main(spec: dict[str, Any]) -> int:
     from workers.launchers.local.report import (
         LOG_PATIENCE,
         OUTCOME_PATIENCE,
+        KeptOutput,
+        behind_sentinels,
         holding_slot,
         store_for,
     )
@@ -207,10 +209,7 @@ def main(spec: dict[str, Any]) -> int:
     signal.signal(signal.SIGTERM, group.cancel)  # before any replica starts
     tasks = store_for(spec["settings"])
 
-    def store(text: str) -> None:
-        if not patiently(lambda: tasks.append_log(task_id, revision, text), LOG_PATIENCE):
-            log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
-
+    store = KeptOutput(tasks, task_id, revision, keep_copy=behind_sentinels(tasks))
     limit = int(spec["settings"].get("log_max_bytes") or 0)
     run_dir = Path(spec["home"]).parent
     with holding_slot(tasks, spec["settings"], workload, None):
@@ -220,6 +219,7 @@ def main(spec: dict[str, Any]) -> int:
                                               else tasks.LOG_LIMIT))
             except OSError as exc:  # the namespace could not be made: say so in the task
                 outcome = Outcome("failed", reason=f"the replicas could not start: {exc}")
+            patiently(store.store_again, LOG_PATIENCE)
             write_outcome_file(run_dir, outcome)
             received = group.received()
             recorded = patiently(lambda: record_outcome(

@@ -36,50 +36,29 @@ OUTCOME_PATIENCE = 600.0
 LOG_PATIENCE = 300.0
 
 
-class LogWriter:
-    """Stores a task's output in its log with secret values redacted on the stream.
+class KeptOutput:
+    """A runner's appends to its revision's log, and, behind sentinels (``keep_copy``), a
+    copy of them to store again if a failover lost some: no more than the cap lets through
+    (the runner's writer caps what it stores before it gets here)."""
 
-    A secret cut by a line break or a pipe's chunk is still hidden whole: the text that
-    could begin one is kept back until the next write shows what follows, or until
-    :meth:`flush`, once the steps have ended.  What the log keeps is capped
-    (:class:`~shared.store.logtail.OutputCap`): the start, a line saying how much was
-    dropped, and the end.
-    """
-
-    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0,
+    def __init__(self, tasks: TaskStore, task_id: str, revision: int,
                  keep_copy: bool = False) -> None:
-        self.tasks = tasks
-        self.workload = workload
-        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
-        self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
-        # Behind sentinels (keep_copy), what was stored, to store again if a failover
-        # lost some of it: no more than the cap lets through.
+        self.tasks, self.task_id, self.revision = tasks, task_id, revision
         self.copy: list[str] | None = [] if keep_copy else None
         self.end = 0  # the bytes the log kept after this runner's last append
         self.lost = False
 
-    def __call__(self, text: str) -> None:
-        self._store(self.cap.feed(self.redactor.feed(text)))
-
-    def flush(self) -> None:
-        self._store(self.cap.feed(self.redactor.flush()))
-        self._store(self.cap.finish())
-
-    @property
-    def dropped(self) -> int:
-        return self.cap.dropped
-
-    def _store(self, clean: str) -> None:
+    def __call__(self, clean: str) -> None:
         if not clean:
             return
-        task_id, revision = self.workload.task_id, self.workload.revision
         if self.copy is not None:
             self.copy.append(clean)
-        if not patiently(lambda: self._append(task_id, revision, clean), LOG_PATIENCE):
-            log.error("task %s r%s: output lost, Redis stayed away", task_id, revision)
+        if not patiently(lambda: self._append(clean), LOG_PATIENCE):
+            log.error("task %s r%s: output lost, Redis stayed away", self.task_id,
+                      self.revision)
 
-    def _append(self, task_id: str, revision: int, clean: str) -> None:
-        size = self.tasks.append_log(task_id, revision, clean)
+    def _append(self, clean: str) -> None:
+        size = self.tasks.append_log(self.task_id, self.revision, clean)
         if size is None or self.copy is None:
             return
         if size < self.end + len(clean.encode()):  # shorter than what it was given
@@ -92,18 +71,53 @@ class LogWriter:
         its copy again, saying so.  True if it was.  Only with ``keep_copy``."""
         if self.copy is None:
             return False
-        task_id, revision = self.workload.task_id, self.workload.revision
         if not self.lost:
             # An empty append, not a read: a write is what an old primary refuses
             # (NOREPLICAS), so the answer is the new primary's.
-            self._append(task_id, revision, "")
+            self._append("")
         if not self.lost:
             return False
         text = STORED_AGAIN + "".join(self.copy)
-        patiently(lambda: self.tasks.logs.replace(task_id, revision, text), LOG_PATIENCE)
+        patiently(lambda: self.tasks.logs.replace(self.task_id, self.revision, text),
+                  LOG_PATIENCE)
         log.warning("task %s r%s: a Redis failover lost part of the output; stored again",
-                    task_id, revision)
+                    self.task_id, self.revision)
         return True
+
+
+class LogWriter:
+    """Stores a task's output in its log with secret values redacted on the stream.
+
+    A secret cut by a line break or a pipe's chunk is still hidden whole: the text that
+    could begin one is kept back until the next write shows what follows, or until
+    :meth:`flush`, once the steps have ended.  What the log keeps is capped
+    (:class:`~shared.store.logtail.OutputCap`): the start, a line saying how much was
+    dropped, and the end.  ``keep_copy``: see :class:`KeptOutput`.
+    """
+
+    def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0,
+                 keep_copy: bool = False) -> None:
+        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
+        self.output = KeptOutput(tasks, workload.task_id, workload.revision, keep_copy)
+
+    def __call__(self, text: str) -> None:
+        self.output(self.cap.feed(self.redactor.feed(text)))
+
+    def flush(self) -> None:
+        self.output(self.cap.feed(self.redactor.flush()))
+        self.output(self.cap.finish())
+
+    def store_again(self) -> bool:
+        return self.output.store_again()
+
+    @property
+    def copy(self) -> list[str] | None:
+        return self.output.copy
+
+    @property
+    def dropped(self) -> int:
+        return self.cap.dropped
 
 
 STORED_AGAIN = ("taskenv: a Redis failover lost part of this output; it is stored again "

@@ -115,3 +115,25 @@ def test_a_lost_last_append_is_found_at_the_end_and_nothing_is_rewritten_otherwi
     plain = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)  # one Redis: no copy kept
     plain("x\n")
     assert plain.copy is None and not plain.store_again()
+
+
+def test_a_group_of_replicas_keeps_its_copy_through_the_shared_log() -> None:
+    """The group runner's one log (every replica's prefixed lines, capped) goes through the
+    same KeptOutput: lost lines come back, prefixes and all."""
+    from workers.launchers.local.group import CappedLog, ReplicaLog
+    from workers.launchers.local.report import KeptOutput
+
+    tasks = TaskStore(fakeredis.FakeRedis(), "t")
+    output = KeptOutput(tasks, "t1", 1, keep_copy=True)
+    shared = CappedLog(output, TaskStore.LOG_LIMIT)
+    replicas = [ReplicaLog(k, [SECRET], shared) for k in range(2)]
+    replicas[0]("step one\n")
+    replicas[1](f"step one {SECRET}\n")
+    lose_the_log(tasks)
+    for replica in replicas:
+        replica.flush()
+    shared.finish()
+    assert output.store_again()
+    log = tasks.read_log("t1", 1)
+    assert "step one\n" in log and REDACTED in log and SECRET not in log
+    assert log.count("step one") == 2
