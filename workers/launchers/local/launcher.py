@@ -194,9 +194,16 @@ class LocalLauncher:
 
     def ended(self, workload: Workload) -> Outcome | None:
         """How the revision ended on this host: its run directory's outcome file, or, once
-        the directory is gone, the record :mod:`ended` keeps of it a while."""
-        return read_outcome_file(self.run_dir(workload)) or ended.find(
-            self.root, workload.task_id, workload.revision, workload.made_at, time.time())
+        the directory is gone, the record :mod:`ended` keeps of it a while.  Either is that
+        of another revision when its revision was made at another time (the number made
+        again after a failover lost the first); a run directory that does not say when
+        (made before it was kept) is taken as this revision's."""
+        run_dir = self.run_dir(workload)
+        found = read_outcome_file(run_dir)
+        if found is not None:
+            return found if made_at(run_dir) in (None, workload.made_at) else None
+        return ended.find(self.root, workload.task_id, workload.revision, workload.made_at,
+                          time.time())
 
     def cancel(self, workload: Workload) -> None:
         """Stop the runner: it kills its step's process group, then it is killed with its own.
@@ -271,8 +278,8 @@ class LocalLauncher:
         revision = run_dir.name[1:]
         outcome = read_outcome_file(run_dir) or self.lost(run_dir, time.time())
         if outcome is not None:
-            ended.keep(self.root, run_dir.parent.name, int(revision), made_at(run_dir),
-                       outcome, time.time())
+            ended.keep(self.root, run_dir.parent.name, int(revision),
+                       made_at(run_dir) or 0.0, outcome, time.time())
         containment.remove_leftovers(self.settings, f"taskenv-{run_dir.parent.name}-r{revision}")
         shutil.rmtree(run_dir, ignore_errors=True)
         try:
@@ -307,11 +314,12 @@ class LocalLauncher:
 MADE_AT_FILE = "made_at"  # when the revision was made (Workload.made_at), for ended.keep
 
 
-def made_at(run_dir: Path) -> float:
+def made_at(run_dir: Path) -> float | None:
+    """When the revision run in ``run_dir`` was made; None if the directory does not say."""
     try:
         return float((run_dir / MADE_AT_FILE).read_text())
     except (OSError, ValueError):
-        return 0.0
+        return None
 
 
 def sandbox_binary(mode: str) -> str | None:

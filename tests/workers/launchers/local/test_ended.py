@@ -57,6 +57,8 @@ def test_a_forgotten_run_is_recorded_again_and_not_run_twice(tasks: TaskStore,
     while runner_alive(run_dir):
         time.sleep(0.05)
     launcher = LocalLauncher(Settings(**{**settings.__dict__, "stuck_after_seconds": 0}))
+    remade = dataclasses.replace(job, made_at=job.made_at + 1)  # the number made again
+    assert launcher.observe(job) == DONE and launcher.observe(remade) is None
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)  # applied
     reconcile_once(tasks, launcher, lambda *a: None, stuck_after=60)  # and forgotten
     assert not run_dir.exists()
@@ -67,5 +69,5 @@ def test_a_forgotten_run_is_recorded_again_and_not_run_twice(tasks: TaskStore,
     assert outcome == DONE and not run_dir.exists()  # nothing started
     assert "already ran on this host" in "".join(said) and "started" not in said
     assert launcher.observe(job) == DONE  # what the reconciler's look finds too
-    assert launcher.observe(dataclasses.replace(job, made_at=job.made_at + 1)) is None
+    assert launcher.observe(remade) is None
     assert tasks.read_log(job.task_id, 1).count("RAN-ONCE") == 1
