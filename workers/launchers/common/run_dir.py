@@ -11,6 +11,7 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from shared.errors import LaunchFailed
 from shared.task.files import TaskFile, path_problem
@@ -47,11 +48,22 @@ def write_files(workdir: Path, files: Iterable[TaskFile]) -> None:
             out.write(file.content)
 
 
+def outcome_doc(outcome: Outcome) -> dict[str, Any]:
+    """An outcome as its file holds it (and the local launcher's record of it, once the
+    run directory is gone)."""
+    return {"state": outcome.state, "exit_code": outcome.exit_code, "reason": outcome.reason,
+            "replica_exit_codes": outcome.replica_exit_codes}
+
+
+def outcome_from_doc(found: dict[str, Any]) -> Outcome:
+    codes = found.get("replica_exit_codes")
+    return Outcome(found["state"], found.get("exit_code"), found.get("reason"),
+                   tuple(codes) if codes is not None else None)
+
+
 def write_outcome_file(run_dir: Path, outcome: Outcome) -> None:
     tmp = run_dir / f"{OUTCOME_FILE}.tmp"
-    tmp.write_text(json.dumps({"state": outcome.state, "exit_code": outcome.exit_code,
-                               "reason": outcome.reason,
-                               "replica_exit_codes": outcome.replica_exit_codes}))
+    tmp.write_text(json.dumps(outcome_doc(outcome)))
     tmp.replace(run_dir / OUTCOME_FILE)  # whole or absent
 
 
@@ -69,6 +81,4 @@ def read_outcome_file(run_dir: Path) -> Outcome | None:
         found = json.loads((run_dir / OUTCOME_FILE).read_text())
     except (OSError, ValueError):
         return None
-    codes = found.get("replica_exit_codes")
-    return Outcome(found["state"], found.get("exit_code"), found.get("reason"),
-                   tuple(codes) if codes is not None else None)
+    return outcome_from_doc(found)

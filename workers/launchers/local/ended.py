@@ -24,6 +24,7 @@ import shutil
 from pathlib import Path
 
 from workers.launchers.base import Outcome
+from workers.launchers.common.run_dir import outcome_doc, outcome_from_doc
 
 BUCKET_SECONDS = 600
 LEDGER = ".ended"  # under the launcher's work directory, beside the tasks' directories
@@ -43,9 +44,7 @@ def keep(root: Path, task_id: str, revision: int, made_at: float, outcome: Outco
     path = _path(root, _bucket(now), task_id, revision)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({
-        "made_at": made_at, "state": outcome.state, "exit_code": outcome.exit_code,
-        "reason": outcome.reason, "replica_exit_codes": outcome.replica_exit_codes}))
+    tmp.write_text(json.dumps({"made_at": made_at, **outcome_doc(outcome)}))
     tmp.replace(path)
 
 
@@ -59,9 +58,7 @@ def find(root: Path, task_id: str, revision: int, made_at: float, now: float) ->
             continue
         if found.get("made_at") != made_at:
             return None  # the number made again: another revision
-        codes = found.get("replica_exit_codes")
-        return Outcome(found["state"], found.get("exit_code"), found.get("reason"),
-                       tuple(codes) if codes is not None else None)
+        return outcome_from_doc(found)
     return None
 
 

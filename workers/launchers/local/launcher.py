@@ -275,11 +275,11 @@ class LocalLauncher:
     def forget(self, run_dir: Path) -> None:
         """Remove a finished revision's directory and whatever its runner left behind,
         keeping how it ended (:mod:`ended`)."""
-        revision = run_dir.name[1:]
-        outcome = read_outcome_file(run_dir) or self.lost(run_dir, time.time())
+        revision, now = run_dir.name[1:], time.time()
+        outcome = read_outcome_file(run_dir) or self.lost(run_dir, now)
         if outcome is not None:
             ended.keep(self.root, run_dir.parent.name, int(revision),
-                       made_at(run_dir) or 0.0, outcome, time.time())
+                       made_at(run_dir) or 0.0, outcome, now)
         containment.remove_leftovers(self.settings, f"taskenv-{run_dir.parent.name}-r{revision}")
         shutil.rmtree(run_dir, ignore_errors=True)
         try:

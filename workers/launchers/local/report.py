@@ -112,10 +112,6 @@ class LogWriter:
         return self.output.store_again()
 
     @property
-    def copy(self) -> list[str] | None:
-        return self.output.copy
-
-    @property
     def dropped(self) -> int:
         return self.cap.dropped
 

@@ -114,7 +114,7 @@ def test_a_lost_last_append_is_found_at_the_end_and_nothing_is_rewritten_otherwi
     assert tasks.read_log("t1", 1).endswith("\nonly line\n")
     plain = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)  # one Redis: no copy kept
     plain("x\n")
-    assert plain.copy is None and not plain.store_again()
+    assert plain.output.copy is None and not plain.store_again()
 
 
 def test_a_group_of_replicas_keeps_its_copy_through_the_shared_log() -> None:
