@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shared.doctor.catalog import HF_FALSE, HF_TRUE, Catalog, Entry
+from shared.doctor.catalog import HF_FALSE, HF_TRUE, Catalog, Entry, family, one_word
 from shared.errors import Problem
 from shared.policy.rules import Valued
 
@@ -50,14 +50,9 @@ def allowed_edits(name: str) -> int:
     return 0 if len(name) <= 3 else 2 if len(name) >= 8 else 1
 
 
-def family(name: str) -> str:
-    """The family prefix of a name: ``NCCL`` of ``NCCL_DEBUG``; the name itself without one."""
-    return name.split("_", 1)[0]
-
-
 def of_one_family(a: str, b: str) -> bool:
     """Both of one library's prefix; two one-word names (``PRECISION``) are of one family."""
-    if "_" not in a.strip("_") and "_" not in b.strip("_"):
+    if one_word(a) and one_word(b):
         return True
     return family(a).upper() == family(b).upper()
 
@@ -100,12 +95,11 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
 
 def near_misses(names: Iterable[str], catalog: Catalog) -> list[Problem]:
     """A warning for each name the catalog does not document but is close to one it does."""
-    known = catalog.names()
     problems: list[Problem] = []
     for name in dict.fromkeys(names):
         if name in catalog:
             continue
-        guesses = likely(name, known)
+        guesses = likely(name, catalog.kin(name))
         if guesses:
             problems.append(near_miss(name, guesses, catalog))
     return problems

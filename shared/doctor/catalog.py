@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -103,11 +103,36 @@ class Entry:
         return out
 
 
+def family(name: str) -> str:
+    """The family prefix of a name: ``NCCL`` of ``NCCL_DEBUG``; the name itself without one."""
+    return name.split("_", 1)[0]
+
+
+def one_word(name: str) -> bool:
+    """``PRECISION``, not ``NCCL_DEBUG``: two one-word names count as one family."""
+    return "_" not in name.strip("_")
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The entries that apply to one task, by name."""
 
     entries: Mapping[str, Entry] = field(default_factory=dict)
+
+    def kin(self, name: str) -> list[str]:
+        """The documented names of ``name``'s family (see ``advice.of_one_family``): the
+        only ones a typo of ``name`` can be.  A name of no documented family (most of a
+        task's own) costs a lookup, not a pass over the catalog."""
+        by_family, one_words = self._families
+        found = by_family.get(family(name).upper(), [])
+        return list(dict.fromkeys(found + one_words)) if one_word(name) else found
+
+    @cached_property
+    def _families(self) -> tuple[dict[str, list[str]], list[str]]:
+        by_family: dict[str, list[str]] = {}
+        for name in self.entries:
+            by_family.setdefault(family(name).upper(), []).append(name)
+        return by_family, [n for n in self.entries if one_word(n)]
 
     def get(self, name: str) -> Entry | None:
         return self.entries.get(name)

@@ -80,7 +80,7 @@ def _undocumented(variables: Sequence[advice.Valued], rule: Any, layer: Policy,
     for var in variables:
         if not rule.covers(var.name) or var.name in catalog:
             continue
-        guesses = advice.likely(var.name, catalog.names())
+        guesses = advice.likely(var.name, catalog.kin(var.name))
         note = f" (rule {rule.name} of {where}: names it covers must be documented)"
         if guesses:
             problems.append(advice.near_miss(var.name, guesses, catalog, DOCUMENTED, note))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.doctor import advice
 from shared.doctor.catalog import Entry, applying, layered
@@ -98,3 +100,18 @@ def test_abbreviations_only_where_asked() -> None:
 ])
 def test_distance(a: str, b: str, edits: int) -> None:
     assert advice.distance(a, b, limit=5) == edits
+
+
+_NAMES = st.from_regex(r"_?[A-Za-z]{1,5}(_[A-Za-z]{0,5}){0,2}", fullmatch=True)
+
+
+@given(name=_NAMES, documented=st.lists(_NAMES, max_size=30))
+def test_a_catalog_guesses_from_a_names_family_what_a_pass_over_all_of_it_would(
+        name: str, documented: list[str]) -> None:
+    """``Catalog.kin`` only narrows where the guesses come from: the same guesses as
+    comparing the name with every documented one, for names of one word, of a family,
+    of another case, with leading or trailing underscores."""
+    catalog = layered([Entry(n) for n in documented] + [Entry(name.upper())])
+    assert set(catalog.kin(name)) == {n for n in catalog.names()
+                                      if advice.of_one_family(name, n)}
+    assert advice.likely(name, catalog.kin(name)) == advice.likely(name, catalog.names())
