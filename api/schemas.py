@@ -92,6 +92,33 @@ class FileEntry(Strict):
                        "0o755.", "example": 493})
 
 
+class EnvList(fields.List):
+    """A list of :class:`EnvEntry`: what a task's env is in every request.
+
+    Most lists are plain (each entry a name, a value and maybe a secret flag, as
+    strings and a boolean): those are taken as they are, without a nested schema per
+    entry, which made a task's POST pay once per variable.  Any other list goes through
+    ``EnvEntry`` entry by entry, so every error is the schema's own (a property test holds
+    the two ways to the same result: ``tests/api/test_schemas.py``)."""
+
+    _KEYS = frozenset(("name", "value", "secret"))
+
+    def __init__(self, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(fields.Nested(EnvEntry), **kwargs)
+
+    def _deserialize(self, value, attr, data, **kwargs):  # type: ignore[no-untyped-def]
+        if isinstance(value, list) and all(_plain_entry(e, self._KEYS) for e in value):
+            return [{"name": e["name"], "value": e["value"], "secret": e.get("secret", False)}
+                    for e in value]
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
+def _plain_entry(entry: object, keys: frozenset[str]) -> bool:
+    return (type(entry) is dict and keys.issuperset(entry)
+            and type(entry.get("name")) is str and type(entry.get("value")) is str
+            and type(entry.get("secret", False)) is bool)
+
+
 def files_field(description: str, **options: object) -> fields.List:
     return fields.List(fields.Nested(FileEntry), metadata={"description": description},
                        **options)  # type: ignore[arg-type]
@@ -167,7 +194,7 @@ class TaskCreate(Strict):
                                  "executed without a shell; at most "
                                  f"{MAX_STEPS_BYTES} bytes of arguments in all.",
                   "example": [["sh", "prepare.sh"], ["python3", "train.py"]]})
-    env = fields.List(fields.Nested(EnvEntry), load_default=list)
+    env = EnvList(load_default=list)
     resources = fields.Nested(ResourcesSchema, load_default=None)
     project = fields.String(
         load_default=None, validate=validate.Length(min=1, max=63),
@@ -187,8 +214,7 @@ class TaskCreate(Strict):
 
 
 class EnvPatch(Strict):
-    set = fields.List(fields.Nested(EnvEntry), load_default=list,
-                      metadata={"description": "Variables to add or modify."})
+    set = EnvList(load_default=list, metadata={"description": "Variables to add or modify."})
     unset = fields.List(fields.String(), load_default=list,
                         metadata={"description": "Names of variables to delete."})
     env_file = env_file_field(shared_with="set")
@@ -495,7 +521,7 @@ class PolicyVersions(ma.Schema):
 
 class PreviewIn(Strict):
     name = fields.String(load_default="preview", validate=validate.Length(min=1, max=200))
-    env = fields.List(fields.Nested(EnvEntry), required=True)
+    env = EnvList(required=True)
     policy_version = fields.Integer(strict=True, load_default=None, validate=validate.Range(min=0))
     project = fields.String(load_default=None, validate=validate.Length(min=1, max=63),
                             metadata={"description": "As for a new task: its policy applies."})

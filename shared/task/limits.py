@@ -10,6 +10,7 @@ waiting.  Every launcher builds its limits from :func:`limits_for`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -220,10 +221,15 @@ def limits_for(resources: Mapping[str, Any] | None, maxima: Maxima) -> Limits:
 def host_capacity(settings: Any) -> tuple[int, int]:
     """Cores (in millicpu) and memory one host of the local launcher has: the settings,
     or this machine."""
-    cpu = parse_millicpu(settings.local_host_cpu) if settings.local_host_cpu \
-        else (os.cpu_count() or 1) * 1000
-    if settings.local_host_memory:
-        return cpu, parse_bytes(settings.local_host_memory)
+    return _host_capacity(settings.local_host_cpu, settings.local_host_memory)
+
+
+@functools.lru_cache(maxsize=8)
+def _host_capacity(cpu_setting: str | None, memory_setting: str | None) -> tuple[int, int]:
+    # Read once per process: every POST asks, and a host's cores and memory stay put.
+    cpu = parse_millicpu(cpu_setting) if cpu_setting else (os.cpu_count() or 1) * 1000
+    if memory_setting:
+        return cpu, parse_bytes(memory_setting)
     with open("/proc/meminfo") as meminfo:
         total_kib = int(meminfo.readline().split()[1])  # MemTotal is the first line
     return cpu, total_kib * 1024
