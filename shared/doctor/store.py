@@ -8,6 +8,7 @@ size (``catalog.check_entry``): a maintainer cannot make the platform hold more.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,10 +18,12 @@ import redis
 from shared.doctor.catalog import Catalog, Entry, applying, check_entry, edited
 from shared.errors import EnvInvalid, NotFound, Problem
 from shared.keys import Keys
+from shared.policy.model import Policy
 from shared.policy.scopes import Chain
 from shared.redis_conn import as_text
 
 MAX_ENTRIES = 500
+BUILT_KEPT = 32  # catalogs a process keeps built (each a few hundred entries at most)
 PLATFORM = "platform"
 
 _PUT = """
@@ -46,6 +49,8 @@ class CatalogStore:
         self.keys = Keys(prefix)
         self.max_entries = max_entries
         self._put = client.register_script(_PUT)
+        # Catalogs built for tasks, by what they were built from (see ``applying``).
+        self._built: dict[tuple[Any, ...], tuple[tuple[Policy, ...], Catalog]] = {}
 
     # --- settings ----------------------------------------------------------------------
 
@@ -82,14 +87,16 @@ class CatalogStore:
     def layers(self, scopes: Sequence[str]) -> tuple[bool, list[list[Entry]]]:
         """Whether the built-in catalog is on, and each scope's edited entries, in one
         round trip."""
+        on, raws = self._read(scopes)
+        return on, [self._entries(raw, scope) for raw, scope in zip(raws, scopes, strict=True)]
+
+    def _read(self, scopes: Sequence[str]) -> tuple[bool, list[dict[Any, Any]]]:
         pipe = self.r.pipeline(transaction=False)
         pipe.hget(self.keys.catalog_settings(), "builtin")
         for scope in scopes:
             pipe.hgetall(self.keys.catalog(scope))
         found = pipe.execute()
-        on = as_text(found[0] or "on") != "off"
-        return on, [self._entries(raw, scope) for raw, scope in zip(found[1:], scopes,
-                                                                     strict=True)]
+        return as_text(found[0] or "on") != "off", found[1:]
 
     @staticmethod
     def _entries(raw: Any, scope: str) -> list[Entry]:
@@ -98,6 +105,35 @@ class CatalogStore:
 
     def applying(self, chain: Chain) -> Catalog:
         """The catalog that applies to a task whose scopes are ``chain``'s, under their
-        policies (each scope's edited layer, outermost first)."""
-        on, edited_layers = self.layers(chain.scopes())
-        return applying(on, edited_layers, list(chain), chain.project)
+        policies (each scope's edited layer, outermost first).
+
+        The layers are read for every task (one round trip); the catalog is built again
+        only when what it is built from changed: the same layers (by digest) under the
+        same policy objects (a policy store hands out one object per version) give the
+        catalog built before, which keeps those objects alive, so that no other policy
+        can come to stand in their place."""
+        scopes = chain.scopes()
+        on, raws = self._read(scopes)
+        policies = tuple(chain)
+        key = (on, tuple(_digest(raw) for raw in raws), tuple(map(id, policies)),
+               chain.project)
+        kept = self._built.get(key)
+        if kept is not None and all(a is b for a, b in zip(kept[0], policies, strict=True)):
+            return kept[1]
+        catalog = applying(on, [self._entries(raw, scope) for raw, scope in
+                                zip(raws, scopes, strict=True)], list(policies), chain.project)
+        if len(self._built) >= BUILT_KEPT:
+            self._built.pop(next(iter(self._built)))
+        self._built[key] = (policies, catalog)
+        return catalog
+
+
+def _digest(raw: Mapping[Any, Any]) -> bytes:
+    """One layer's stored entries, by content (names and their JSON, in name order)."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, value in sorted(raw.items()):
+        for part in (name, value):
+            data = part if isinstance(part, bytes) else str(part).encode()
+            h.update(len(data).to_bytes(4, "big"))
+            h.update(data)
+    return h.digest()

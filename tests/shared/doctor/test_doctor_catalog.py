@@ -127,3 +127,26 @@ def test_store_round_trip_bounds_and_settings() -> None:
     store.delete("platform", "A")
     with pytest.raises(NotFound):
         store.delete("platform", "A")
+
+
+def test_a_catalog_is_built_again_only_when_what_it_is_built_from_changed() -> None:
+    """The layers are read for each task; an unchanged read under the same policies gives
+    the catalog built before, and any change (an entry, the built-in switch, a policy
+    version, another project) one built anew."""
+    client = fakeredis.FakeRedis(decode_responses=True)
+    store = CatalogStore(client)
+    platform = Policy.from_dict({"defaults": [{"name": "RUN_KIND", "value": "x"}]})
+    chain = Chain.of(platform, Policy(scope="project:vision"))
+    first = store.applying(chain)
+    assert store.applying(chain) is first
+    CatalogStore(client).put("project:vision", {"name": "VISION_SEED", "description": "seed"})
+    edited = store.applying(chain)
+    assert edited is not first and edited.get("VISION_SEED").description == "seed"
+    assert store.applying(chain) is edited
+    newer = Policy.from_dict({"defaults": [{"name": "RUN_MODE", "value": "y"}]})
+    renewed = store.applying(Chain.of(newer, Policy(scope="project:vision")))
+    assert "RUN_MODE" in renewed and "RUN_KIND" not in renewed
+    CatalogStore(client).set_builtin(False)
+    assert "NCCL_DEBUG" in edited and "NCCL_DEBUG" not in store.applying(chain)
+    other = store.applying(Chain.of(platform, Policy(scope="project:audio")))
+    assert "VISION_SEED" not in other
