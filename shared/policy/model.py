@@ -168,12 +168,17 @@ class Resolved:
         ``{source, scope, value}`` objects like ``shadowed``."""
         overrode = list(data.get("overrode") or [])
         detailed = data.get("shadowed") or [o for o in overrode if isinstance(o, Mapping)]
-        return cls(data["name"], data["value"], data["source"],
-                   tuple(o["source"] if isinstance(o, Mapping) else o for o in overrode),
-                   bool(data.get("secret", False)), data.get("scope"),
-                   data.get("policy_version"), data.get("when"),
-                   tuple(Shadowed(s["source"], s.get("scope"), s.get("value", ""))
-                         for s in detailed))
+        # Every launch and every read of a task makes one per variable: filled as
+        # ``of_user`` fills one, without the frozen ``__init__``.
+        made = object.__new__(cls)
+        made.__dict__.update(
+            name=data["name"], value=data["value"], source=data["source"],
+            overrode=tuple(o["source"] if isinstance(o, Mapping) else o for o in overrode),
+            secret=bool(data.get("secret", False)), scope=data.get("scope"),
+            policy_version=data.get("policy_version"), when=data.get("when"),
+            shadowed=tuple(Shadowed(s["source"], s.get("scope"), s.get("value", ""))
+                           for s in detailed))
+        return made
 
     def to_dict(self) -> dict[str, Any]:
         """The keys every record has, then the provenance that says something: a user's

@@ -395,11 +395,12 @@ def test_the_quick_check_of_an_entry_agrees_with_the_full_one(
 @given(st.text(min_size=1, max_size=10), st.text(max_size=20), st.booleans())
 def test_parsed_variables_and_plain_user_entries_are_the_ordinary_values(
         name: str, value: str, secret: bool) -> None:
-    """``parse`` and ``Resolved.of_user`` skip the frozen ``__init__`` for speed: what they
-    make equals, hashes, prints and stays as frozen as what the constructor makes."""
+    """``parse``, ``Resolved.of_user`` and ``Resolved.from_dict`` skip the frozen
+    ``__init__`` for speed: what they make equals, hashes, prints and stays as frozen as
+    what the constructor makes."""
     from dataclasses import FrozenInstanceError
 
-    from shared.policy.model import Resolved
+    from shared.policy.model import Resolved, Shadowed
 
     [parsed] = envlist.parse([{"name": name, "value": value, "secret": secret}])
     made = EnvVar(name, value, secret)
@@ -410,3 +411,10 @@ def test_parsed_variables_and_plain_user_entries_are_the_ordinary_values(
     assert fast.to_dict() == slow.to_dict()
     with pytest.raises(FrozenInstanceError):
         fast.value = "changed"  # type: ignore[misc]
+    layered = Resolved(name, value, "project", ("platform",), secret, "project:p", 3, "w",
+                       (Shadowed("platform", "platform", "x"),))
+    for made in (slow, layered):  # ``from_dict`` fills one the same way
+        read = Resolved.from_dict(made.to_dict())
+        assert read == made and hash(read) == hash(made) and repr(read) == repr(made)
+        with pytest.raises(FrozenInstanceError):
+            read.value = "changed"  # type: ignore[misc]
