@@ -19,6 +19,7 @@ from typing import Any
 
 from shared.access.tokens import PREFIX as TOKEN_PREFIX
 from shared.config import Settings
+from shared.doctor.store import CatalogStore
 from shared.env.envlist import Limits
 from shared.policy.model import Policy
 from shared.policy.store import PolicyStore
@@ -56,6 +57,7 @@ def stage_costs(redis_url: str, body: dict[str, Any], policy: dict[str, Any],
     tasks, validated, resolved, launched = (TaskStore(client, PREFIX) for _ in range(4))
     policies = PolicyStore(client, PREFIX)
     policies.put(Policy.from_dict(policy))
+    catalogs = CatalogStore(client, PREFIX)  # the policy worker's doctor reads the catalog
     limits, launcher = Limits(), DryRunLauncher()
     celery = make_celery(Settings.from_env(redis_url=redis_url, key_prefix=PREFIX))
     token = TOKEN_PREFIX + uuid.uuid4().hex
@@ -75,7 +77,7 @@ def stage_costs(redis_url: str, body: dict[str, Any], policy: dict[str, Any],
             "validate stage": _cpu_per_id(
                 lambda t: stages.validate(validated, limits, t, 1), ids),
             "policy stage": _cpu_per_id(
-                lambda t: stages.apply_policy(resolved, policies, t, 1), ids),
+                lambda t: stages.apply_policy(resolved, policies, t, 1, catalogs=catalogs), ids),
             "launch stage (dryrun)": _cpu_per_id(
                 lambda t: stages.launch(launched, launcher, t, 1, 5), ids),
             "POST /api/v1/tasks view, enqueue stubbed": _cpu_per_call(post, n),
