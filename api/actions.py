@@ -554,7 +554,7 @@ def advice(svc: Services, doc: Doc) -> list[dict[str, Any]]:
     are never looked at."""
     env = [e for e in doc.get("env") or []
            if isinstance(e.get("name"), str) and isinstance(e.get("value"), str)]
-    catalog = svc.catalog.applying(svc.policies.chain(doc))
+    _, catalog = svc.catalog.applying_to(doc, svc.policies)
     return [p.to_dict() for p in envlist.capped(
         doctor_advice.advise(envlist.parse(env), catalog))]
 

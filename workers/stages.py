@@ -63,8 +63,11 @@ def apply_policy(tasks: TaskStore, policies: PolicyStore, task_id: str, revision
     a project's value for a start-up hook name (``hooks``) is withheld.  With
     ``catalogs``, the doctor examines the revision too (advice, scripts)."""
     def decide(doc: Doc) -> tuple[str, dict[str, Any]]:
-        chain = policies.chain(doc)
-        doctor = None if catalogs is None else Doctor(catalogs.applying(chain))
+        if catalogs is None:
+            chain, doctor = policies.chain(doc), None
+        else:  # the chain and the doctor's catalog in one round trip
+            chain, catalog = catalogs.applying_to(doc, policies)
+            doctor = Doctor(catalog)
         return decide_policy(doc, chain, _rerun_of(tasks, doc), hooks, doctor=doctor)
 
     doc = _advance(tasks, task_id, revision, states.VALIDATED, decide)

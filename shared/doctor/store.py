@@ -19,7 +19,8 @@ from shared.doctor.catalog import Catalog, Entry, applying, check_entry, edited
 from shared.errors import EnvInvalid, NotFound, Problem
 from shared.keys import Keys
 from shared.policy.model import Policy
-from shared.policy.scopes import Chain
+from shared.policy.scopes import Chain, scopes_for
+from shared.policy.store import PolicyStore
 from shared.redis_conn import as_text
 
 MAX_ENTRIES = 500
@@ -87,16 +88,21 @@ class CatalogStore:
     def layers(self, scopes: Sequence[str]) -> tuple[bool, list[list[Entry]]]:
         """Whether the built-in catalog is on, and each scope's edited entries, in one
         round trip."""
-        on, raws = self._read(scopes)
+        on, raws, _ = self._read(scopes)
         return on, [self._entries(raw, scope) for raw, scope in zip(raws, scopes, strict=True)]
 
-    def _read(self, scopes: Sequence[str]) -> tuple[bool, list[dict[Any, Any]]]:
+    def _read(self, scopes: Sequence[str], *before: str) -> tuple[bool, list[dict[Any, Any]],
+                                                                   Any]:
+        """The layers; with ``before`` (keys), an ``MGET`` of them in the same round trip."""
         pipe = self.r.pipeline(transaction=False)
+        if before:
+            pipe.mget(before)
         pipe.hget(self.keys.catalog_settings(), "builtin")
         for scope in scopes:
             pipe.hgetall(self.keys.catalog(scope))
         found = pipe.execute()
-        return as_text(found[0] or "on") != "off", found[1:]
+        first, found = (found[0], found[1:]) if before else (None, found)
+        return as_text(found[0] or "on") != "off", found[1:], first
 
     @staticmethod
     def _entries(raw: Any, scope: str) -> list[Entry]:
@@ -112,8 +118,21 @@ class CatalogStore:
         same policy objects (a policy store hands out one object per version) give the
         catalog built before, which keeps those objects alive, so that no other policy
         can come to stand in their place."""
+        on, raws, _ = self._read(chain.scopes())
+        return self._built_from(chain, on, raws)
+
+    def applying_to(self, task: Mapping[str, Any],
+                    policies: PolicyStore) -> tuple[Chain, Catalog]:
+        """The task's chain of current policies and the catalog under it, in one round
+        trip (the chain's version numbers read with the layers): what the doctor needs for
+        a task, where ``chain`` then ``applying`` would take two."""
+        scopes = scopes_for(task)
+        on, raws, numbers = self._read(scopes, *policies.current_keys(scopes))
+        chain = policies.chain_from(scopes, numbers)
+        return chain, self._built_from(chain, on, raws)
+
+    def _built_from(self, chain: Chain, on: bool, raws: list[dict[Any, Any]]) -> Catalog:
         scopes = chain.scopes()
-        on, raws = self._read(scopes)
         policies = tuple(chain)
         key = (on, tuple(_digest(raw) for raw in raws), tuple(map(id, policies)),
                chain.project)

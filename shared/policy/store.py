@@ -65,6 +65,16 @@ class PolicyStore:
         current = self.currents(scopes)
         return Chain(tuple(current[s] for s in scopes))
 
+    def current_keys(self, scopes: Sequence[str]) -> list[str]:
+        """The keys of the scopes' current version numbers, for a caller that reads them in
+        a round trip of its own (``MGET``) and hands them to :meth:`chain_from`."""
+        return [self.keys.policy_current(scope) for scope in scopes]
+
+    def chain_from(self, scopes: Sequence[str], numbers: Sequence[Any]) -> Chain:
+        """The chain of ``scopes`` whose current version numbers were read as ``numbers``."""
+        current = self._policies(scopes, numbers)
+        return Chain(tuple(current[s] for s in scopes))
+
     def put(self, policy: Policy) -> Policy:
         body = replace(policy, scope=self.scope).to_dict()
         body.pop("version")
@@ -85,9 +95,11 @@ class PolicyStore:
         version then read once per process (a version never changes)."""
         if not scopes:
             return {}
-        numbers = self.r.mget([self.keys.policy_current(scope) for scope in scopes])
+        return self._policies(scopes, self.r.mget(self.current_keys(scopes)))  # type: ignore[arg-type]
+
+    def _policies(self, scopes: Sequence[str], numbers: Sequence[Any]) -> dict[str, Policy]:
         return {scope: self.scoped(scope).get(int(n)) if n is not None else Policy(scope=scope)
-                for scope, n in zip(scopes, numbers, strict=True)}  # type: ignore[arg-type]
+                for scope, n in zip(scopes, numbers, strict=True)}
 
     def get(self, version: int) -> Policy:
         if version == 0:

@@ -115,9 +115,14 @@ def _timestamps(doc: Doc, new_state: str) -> Doc:
     return {}
 
 
+# json.dumps makes a new encoder on every call that asks for other separators; every
+# field of every write goes through here.
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _json(value: Any) -> str:
     """A field as stored: JSON without the spaces json.dumps puts after separators."""
-    return json.dumps(value, separators=(",", ":"))
+    return _COMPACT(value)
 
 
 def _encoded(fields: Doc) -> dict[Any, Any]:  # redis-py's mapping types are invariant
