@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,7 @@ class CatalogStore:
         self._put = client.register_script(_PUT)
         # Catalogs built for tasks, by what they were built from (see ``applying``).
         self._built: dict[tuple[Any, ...], tuple[tuple[Policy, ...], Catalog]] = {}
+        self._building = threading.Lock()
 
     # --- settings ----------------------------------------------------------------------
 
@@ -141,9 +143,10 @@ class CatalogStore:
             return kept[1]
         catalog = applying(on, [self._entries(raw, scope) for raw, scope in
                                 zip(raws, scopes, strict=True)], list(policies), chain.project)
-        if len(self._built) >= BUILT_KEPT:
-            self._built.pop(next(iter(self._built)))
-        self._built[key] = (policies, catalog)
+        with self._building:  # the API's threads share the store
+            while len(self._built) >= BUILT_KEPT:
+                self._built.pop(next(iter(self._built)))
+            self._built[key] = (policies, catalog)
         return catalog
 
 

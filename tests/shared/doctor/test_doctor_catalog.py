@@ -150,3 +150,18 @@ def test_a_catalog_is_built_again_only_when_what_it_is_built_from_changed() -> N
     assert "NCCL_DEBUG" in edited and "NCCL_DEBUG" not in store.applying(chain)
     other = store.applying(Chain.of(platform, Policy(scope="project:audio")))
     assert "VISION_SEED" not in other
+
+
+def test_a_process_keeps_a_limited_number_of_built_catalogs() -> None:
+    """Tasks of many projects (each a catalog of its own) leave the process holding
+    ``BUILT_KEPT`` catalogs, the most recent."""
+    from shared.doctor.store import BUILT_KEPT
+
+    store = CatalogStore(fakeredis.FakeRedis(decode_responses=True))
+    platform = Policy()
+    chains = [Chain.of(platform, Policy(scope=f"project:p{i}")) for i in range(BUILT_KEPT + 8)]
+    for chain in chains:
+        store.applying(chain)
+    assert len(store._built) == BUILT_KEPT
+    last = store.applying(chains[-1])
+    assert store.applying(chains[-1]) is last
