@@ -189,6 +189,8 @@ def podman_floor(launcher: Any, workload: Workload, root: Path,
     capped, then started, as the launcher does (kube play takes no pids limit)."""
     import dataclasses
 
+    from workers.launchers.podman.launcher import played_pod_id
+
     same = launcher.with_image(dataclasses.replace(workload, task_id=uuid.uuid4().hex))
     path = root / f"{same.run_name}.yaml"
     path.write_text(launcher.render(same, None))
@@ -198,7 +200,7 @@ def podman_floor(launcher: Any, workload: Workload, root: Path,
     if played.returncode != 0:
         raise RuntimeError(f"podman kube play failed: {played.stderr[-300:]}")
     if capped:
-        launcher.cap_processes(same)
+        launcher.cap_processes(same, played_pod_id(played.stdout))
         launcher.podman("pod", "start", same.run_name)
     return wait_for(lambda: pod_logs(launcher, same.run_name), workload.replicas) - sent, same
 

@@ -1,7 +1,7 @@
 """Run a workload as a pod under podman, from the same Pod spec Kubernetes gets.
 
 ``launch`` renders a Pod manifest (``shared.task.manifest.pod_spec``: one container
-running the steps in order) and hands it to ``podman kube play --start``; it
+running the steps in order) and hands it to ``podman kube play``, then starts it; it
 returns ``running`` at once.  The reconciler learns how containers ended from
 ``changes``: one ``podman ps --all`` of the containers that carry taskenv's label
 per pass, compared with the previous listing (a failed container is inspected
@@ -28,11 +28,12 @@ What podman 4.3 does differently from Kubernetes, and what this module does abou
 The pod is named after the workload's ``run_name``: a second launch of the same
 revision (a redelivery, a retry, a concurrent launch) has its play refused with
 "already exists" and adopts the pod instead, starting it if an earlier launch died
-before it did, so one container runs.  A first launch is therefore one podman
-process, ``kube play``: the pod is not looked up beforehand, and whether a local
-image exists is asked once per worker process (and again after a failed play, so an
-image removed since still gets a plain message).  Every call is an argv list, never
-a shell.
+before it did, so one container runs.  A first launch is therefore two podman
+processes, ``kube play --start=false`` and ``pod start``, between which the pod's pids
+cgroup is capped (found by the id ``kube play`` printed): the pod is not looked up
+beforehand, and whether a local image exists is asked once per worker process (and
+again after a failed play, so an image removed since still gets a plain message).
+Every call is an argv list, never a shell.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ FINISHED = {"exited", "stopped"}
 POD_REMOVED = "the pod was removed while the task ran"
 STOP_SECONDS = 2  # a cancelled container's grace between SIGTERM and SIGKILL
 NOT_STARTED = {"created", "configured", "initialized"}
+# Where a pod's cgroup lies under each of podman's cgroup managers (cgroupfs, systemd),
+# named by the pod's id, and the hierarchies a pids controller is mounted at (cgroup v1,
+# then v2): the pod's limit file is found by a look, not by a podman process.
+POD_CGROUPS = ("/libpod_parent/{id}", "/machine.slice/machine-libpod_pod_{id}.slice")
+PIDS_ROOTS = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup")
+PLAYED_POD = re.compile(r"^Pod:\n([0-9a-f]{64})$", re.M)
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +100,7 @@ class PodmanLauncher:
     name = "podman"
     sweep_every_pass = False
     never_starts: frozenset[str] = CONTAINER_NEVER_STARTS
+    pids_roots: tuple[str, ...] = PIDS_ROOTS
 
     def __init__(self, settings: Settings, binary: str = "podman",
                  timeout: float = 120.0) -> None:
@@ -386,7 +394,7 @@ class PodmanLauncher:
         self._check_image(workload.image)
         result = self._play_with_secret(workload)
         if result.returncode == 0:
-            self._start(workload)
+            self._start(workload, played_pod_id(result.stdout))
             return
         # Asked only now: a first launch needs no lookup, and a play refused because the
         # pod exists names it.
@@ -418,32 +426,47 @@ class PodmanLauncher:
         if state is not None and state["Status"] in NOT_STARTED:
             self._start(workload)
 
-    def _start(self, workload: Workload) -> None:
+    def _start(self, workload: Workload, pod_id: str | None = None) -> None:
         """Start the played pod once its processes are capped (never before: ``kube play``
         takes no pids limit from a manifest, so the pod is made stopped, capped, then
         started)."""
-        self.cap_processes(workload)
+        self.cap_processes(workload, pod_id)
         result = self.podman("pod", "start", workload.run_name)
         if result.returncode != 0:
             self.remove(workload)  # a pod that cannot start never will: leave nothing
             raise self._error("pod start", result)
 
-    def cap_processes(self, workload: Workload) -> None:
+    def cap_processes(self, workload: Workload, pod_id: str | None = None) -> None:
         """The pod's pids cgroup holds its replicas' processes and threads to the task
         limit each (and the pod's pause process): a fork bomb stops there."""
+        limit, path = self._pids_max(workload, pod_id)
+        if limit is None:
+            self.remove(workload)
+            raise LaunchFailed(f"the pod's cgroup ({path or 'none'}) has no pids controller "
+                               "to hold the task to its processes limit "
+                               "(TASKENV_TASK_MAX_PROCESSES): run podman as root with "
+                               "cgroupfs or systemd cgroups")
+        limit.write_text(f"{self.maxima.pids * workload.replicas + 1}\n")
+
+    def _pids_max(self, workload: Workload, pod_id: str | None) -> tuple[Path | None, str]:
+        """The pod's ``pids.max`` and its cgroup's path: where podman's cgroup managers put
+        a pod of that id (a look at the filesystem), else where ``pod inspect`` says (a
+        podman process: a launch that adopted a pod, or a manager placing pods elsewhere)."""
+        for pattern in POD_CGROUPS if pod_id else ():
+            if (limit := self._pids_file(path := pattern.format(id=pod_id))) is not None:
+                return limit, path
         found = self.podman("pod", "inspect", "--format", "{{.CgroupPath}}", workload.run_name)
         if found.returncode != 0:
             raise self._error("pod inspect", found)
         path = found.stdout.strip()
-        for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):  # cgroup v1, then v2
-            limit = Path(f"{root}{path}") / "pids.max"
-            if path.startswith("/") and limit.exists():
-                limit.write_text(f"{self.maxima.pids * workload.replicas + 1}\n")
-                return
-        self.remove(workload)
-        raise LaunchFailed(f"the pod's cgroup ({path or 'none'}) has no pids controller to "
-                           "hold the task to its processes limit (TASKENV_TASK_MAX_PROCESSES): "
-                           "run podman as root with cgroupfs or systemd cgroups")
+        return self._pids_file(path), path
+
+    def _pids_file(self, cgroup: str) -> Path | None:
+        for root in self.pids_roots:
+            limit = Path(f"{root}{cgroup}") / "pids.max"
+            if cgroup.startswith("/") and limit.exists():
+                return limit
+        return None
 
     def play_file(self, path: Path) -> subprocess.CompletedProcess[str]:
         return self.podman("kube", "play", "--start=false", "--quiet", str(path))
@@ -522,6 +545,12 @@ def _exited_at(found: dict[str, Any] | None) -> float | None:
         return None
     at = found.get("ExitedAt")
     return float(at) if isinstance(at, (int, float)) and at > 0 else None
+
+
+def played_pod_id(stdout: str) -> str | None:
+    """The id of the pod ``kube play`` made, from what it printed (``Pod:`` then the id)."""
+    found = PLAYED_POD.search(stdout)
+    return found.group(1) if found else None
 
 
 def run_name(task_id: str, revision: int) -> str:
