@@ -26,6 +26,7 @@ from bench.measure import (
     wait_until,
 )
 from bench.processes import Processes
+from shared import state_scores
 from shared.access.tokens import PREFIX as TOKEN_PREFIX
 from shared.keys import Keys
 from shared.store.tasks import TaskStore
@@ -98,8 +99,8 @@ class Taskenv:
         return http_poster(self.port, "/api/v1/tasks", self.body, self.token, 202)
 
     def finished(self) -> int:
-        return sum(int(self.counter.call("ZCARD", self.keys.index(state=s)))
-                   for s in FINAL_STATES)
+        return sum(int(self.counter.call("ZCOUNT", self.keys.by_state(),
+                                         *state_scores.above(s))) for s in FINAL_STATES)
 
     def warm_up(self, backlog: int = 0) -> None:
         submit(self.poster(), 30, 2)

@@ -36,6 +36,7 @@ from bench.measure import best, in_ms, submit, summarize, wait_until
 from bench.pipeline import Taskenv, first_seen
 from bench.processes import Processes, run_alone
 from bench.report import say
+from shared import state_scores
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.task import states
 from shared.task.workload import Workload
@@ -62,7 +63,8 @@ def body() -> dict[str, Any]:
 
 
 def _running(stack: Taskenv) -> int:
-    return int(stack.counter.call("ZCARD", stack.keys.index(state=states.RUNNING)))
+    low, top = state_scores.above(states.RUNNING)
+    return int(stack.counter.call("ZCOUNT", stack.keys.by_state(), low, top))
 
 
 def taskenv_round(stack: Taskenv, count: int, threads: int) -> tuple[dict[str, Any], list[Any]]:

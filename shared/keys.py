@@ -10,6 +10,7 @@ secret value: tokens appear only as their SHA-256 digest.
 from __future__ import annotations
 
 REVISION_SUFFIX = ":rev:"
+BY_STATE_SUFFIX = ":by-state"
 VALUES_SUFFIX = ":vals"
 
 
@@ -70,14 +71,20 @@ class Keys:
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.prefix}:idem:{owner}:{key}"
 
-    def index(self, owner: str | None = None, state: str | None = None) -> str:
-        """A sorted set of task ids by creation order: all, one owner's, one state's, both."""
-        parts = [f"{self.prefix}:tasks"]
-        if owner is not None:
-            parts.append(f"owner:{owner}")
-        if state is not None:
-            parts.append(f"state:{state}")
-        return ":".join(parts)
+    def index(self, owner: str | None = None) -> str:
+        """A sorted set of task ids by creation order: all, or one owner's."""
+        return f"{self.prefix}:tasks" if owner is None else f"{self.prefix}:tasks:owner:{owner}"
+
+    def by_state(self, owner: str | None = None) -> str:
+        """A sorted set of task ids by state, then creation order (its scores:
+        :mod:`shared.state_scores`): all, or one owner's.  The move script names it
+        from :meth:`index` and :data:`BY_STATE_SUFFIX` the same way."""
+        return f"{self.index(owner)}{BY_STATE_SUFFIX}"
+
+    def old_state_index(self, state: str, owner: str | None = None) -> str:
+        """A sorted set per state, as tasks were indexed before :meth:`by_state` (read
+        only to adopt its members: ``TaskStore.adopt_old_state_indexes``)."""
+        return f"{self.index(owner)}:state:{state}"
 
     def expiry(self) -> str:
         """Finished task ids by the time they expire (retention)."""

@@ -249,8 +249,12 @@ def run_forever(svc: Services) -> None:
         1, round(FULL_SWEEP_SECONDS / max(1, interval)))
     passes = 0
     waiting: set[str] = set()
+    adopted = False  # the indexes of a store written before the by-state ones, once
     while True:
         try:
+            if not adopted:
+                svc.tasks.adopt_old_state_indexes()
+                adopted = True
             if svc.redis.set(lock, "1", nx=True, ex=max(1, interval)):
                 counts = reconcile_once(svc.tasks, svc.launcher, svc.send,
                                         settings.stuck_after_seconds,

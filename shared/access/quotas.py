@@ -9,9 +9,10 @@ Four quotas, each off when set to 0 (``Settings.quota_*``):
 * creations per clock minute: over it the API answers 429 with ``Retry-After``
   (the seconds left in the minute);
 * tasks not yet finished (any state but succeeded, failed, rejected, cancelled),
-  counted replica by replica: one ZCARD per state on the owner's per-state indexes
-  (each task once), O(1) each, plus a counter of the replicas beyond each task's
-  first that the scripts moving tasks between states keep (``Keys.extra_replicas``);
+  counted replica by replica: one ZCOUNT of the unfinished states' range of the owner's
+  by-state index (``shared.state_scores``: each task once), O(log n), plus a counter of
+  the replicas beyond each task's first that the scripts moving tasks between states
+  keep (``Keys.extra_replicas``);
   creations are counted replica by replica too, so one task of 8 replicas takes what
   8 tasks would;
 * revisions per task;
@@ -47,13 +48,13 @@ from typing import Any
 
 import redis
 
+from shared import state_scores
 from shared.config import DEFAULTS
 from shared.errors import Problem, QuotaExceeded, TooManyRequests
 from shared.keys import Keys
 from shared.task import states
 
 WINDOW = 60  # seconds: creations are counted per clock minute
-UNFINISHED = tuple(s for s in states.ALL if s not in states.FINAL)
 
 
 @dataclass(frozen=True)
@@ -160,14 +161,13 @@ def seconds_left(now: float) -> int:
 @dataclass(frozen=True)
 class CreateBudget:
     """What the creation script counts a new task against: the subject's creations this
-    minute (``rate_key``, "" when that quota is off) and its unfinished tasks (the
-    per-state indexes in ``unfinished_keys``, none when off)."""
+    minute (``rate_key``, "" when that quota is off) and, where that quota is on, its
+    unfinished tasks (a range of the owner's by-state index, which the script knows)."""
 
     quotas: Quotas
     subject: str
     now: float
     rate_key: str = ""
-    unfinished_keys: tuple[str, ...] = ()
 
     def refuse_bytes(self, stored: int, adding: int) -> None:
         refuse_bytes(self.quotas, self.subject, stored, adding)
@@ -198,9 +198,7 @@ class QuotaCounter:
         q = self.quotas
         rate_key = self.keys.quota_creates(subject, int(now // WINDOW)) \
             if q.creates_per_minute else ""
-        unfinished = tuple(self.keys.index(owner, state) for state in UNFINISHED) \
-            if q.unfinished_tasks else ()
-        return CreateBudget(q, subject, now, rate_key, unfinished)
+        return CreateBudget(q, subject, now, rate_key)
 
     def stored(self, owner: str) -> int:
         """The bytes ``owner``'s task records take, as the store's scripts count them."""
@@ -221,8 +219,9 @@ class QuotaCounter:
                 raise QuotaExceeded(problem.message, [problem])
 
     def unfinished(self, owner: str) -> int:
+        """Replicas of ``owner``'s unfinished tasks: one score range of the owner's
+        by-state index (each task once) and the counter of replicas beyond the first."""
         pipe = self.r.pipeline(transaction=False)
-        for state in UNFINISHED:
-            pipe.zcard(self.keys.index(owner, state))
+        pipe.zcount(self.keys.by_state(owner), 0, f"({state_scores.UNFINISHED_END}")
         pipe.get(self.keys.extra_replicas(owner))
         return sum(int(n or 0) for n in pipe.execute())

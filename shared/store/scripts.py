@@ -23,6 +23,14 @@ local function count_entry(all_key, project_key, state, ttl)
 end
 """
 
+# A task's score in the by-state indexes (shared.state_scores): its state's base plus its
+# creation number, written as an integer (Lua's own number format keeps 14 digits).
+SCORED = """
+local function scored(state_base, seq)
+  return string.format('%.0f', state_base + tonumber(seq))
+end
+"""
+
 # Stored bytes: what a task's record takes (its hash, its revisions' hashes and its value
 # pool, each field's name and value; not the scripts' counters ``v``, ``seq`` and ``bytes``)
 # is kept in the task's ``bytes`` field and summed per owner under the owner's counter
@@ -92,35 +100,37 @@ end
 """
 
 # KEYS: 1 task, 2 first revision, 3 idem (or ""), 4 all-index, 5 owner-index,
-#       6 state-index, 7 owner-state-index, 8 seq, 9 project-index (or ""), 10 insights key
-#       of every task, 11 insights key of the project (or ""), 12 audit stream (or ""),
-#       13 the task's value pool, 14 the owner's stored-bytes counter, 15 the owner's
-#       creations this minute (or "": not counted), 16 the owner's extra-replicas counter,
-#       then the owner's unfinished-state indexes (none: not counted)
+#       6 by-state index, 7 owner's by-state index, 8 seq, 9 project-index (or ""), 10
+#       insights key of every task, 11 insights key of the project (or ""), 12 audit stream
+#       (or ""), 13 the task's value pool, 14 the owner's stored-bytes counter, 15 the
+#       owner's creations this minute (or "": not counted), 16 the owner's extra-replicas
+#       counter
 # ARGV: 1 id, 2 idem-ttl, 3 number of task fields n, 4 the state, 5 insights TTL, 6 audit
 #       stream length, 7 number of audit fields and values m (twice the pairs), 8
 #       creations per minute allowed, 9 the creations counter's TTL, 10 unfinished
-#       replicas allowed, 11 stored bytes allowed (0: no limit), 12 number of revision
-#       pairs r, 13 the task's replicas, then the audit fields and values (m), n task
-#       pairs, r revision pairs, the pool's id/value pairs
+#       replicas allowed (0: not counted), 11 stored bytes allowed (0: no limit), 12 number
+#       of revision pairs r, 13 the task's replicas, 14 the state's score base in the
+#       by-state indexes, 15 where the scores of final states begin, then the audit fields
+#       and values (m), n task pairs, r revision pairs, the pool's id/value pairs
 # Both count quotas count replicas: a task of k replicas is k creations and k unfinished
-# (the unfinished indexes count each task once, the extra-replicas counter the other k-1).
+# (the by-state index counts each task once, the extra-replicas counter the other k-1).
 # Returns {0, id} for a key used before (nothing counted), {-1, created, unfinished} or
 # {-2, stored, size} when a quota refuses (nothing stored; shared.access.quotas words the
 # refusal), {1, id} once stored.
-CREATE = COUNT_ENTRY + BYTES + """
+CREATE = COUNT_ENTRY + BYTES + SCORED + """
 local task, first_revision, idem = KEYS[1], KEYS[2], KEYS[3]
-local by_time = {KEYS[4], KEYS[5], KEYS[6], KEYS[7]}  -- all, owner, state, owner-state
+local by_time = {KEYS[4], KEYS[5]}  -- all, owner
+local by_state = {KEYS[6], KEYS[7]}  -- all, owner
 local seq_key, project_index = KEYS[8], KEYS[9]
 local insights_all, insights_project, audit_stream = KEYS[10], KEYS[11], KEYS[12]
 local pool, stored_key, created_key, extra_key = KEYS[13], KEYS[14], KEYS[15], KEYS[16]
-local FIRST_UNFINISHED = 17  -- KEYS[17..]: the owner's unfinished-state indexes
 local id, idem_ttl, state, insights_ttl = ARGV[1], ARGV[2], ARGV[4], ARGV[5]
 local n, audit_len, m = tonumber(ARGV[3]), ARGV[6], tonumber(ARGV[7])
 local creations_allowed, creations_ttl = tonumber(ARGV[8]), ARGV[9]
 local unfinished_allowed, bytes_allowed = tonumber(ARGV[10]), tonumber(ARGV[11])
 local r, replicas = tonumber(ARGV[12]), tonumber(ARGV[13])
-local AUDIT_FIRST = 14  -- ARGV[14..]: the audit pairs, then the task's, revision's, pool's
+local state_base, unfinished_end = tonumber(ARGV[14]), ARGV[15]
+local AUDIT_FIRST = 16  -- ARGV[16..]: the audit pairs, then the task's, revision's, pool's
 
 if idem ~= '' then
   local existing = redis.call('GET', idem)
@@ -133,10 +143,10 @@ if created_key ~= '' then
   created = redis.call('INCRBY', created_key, replicas)
   if created == replicas then redis.call('EXPIRE', created_key, creations_ttl) end
 end
-local counts_unfinished = #KEYS >= FIRST_UNFINISHED
+local counts_unfinished = unfinished_allowed > 0
 if counts_unfinished then
   unfinished = tonumber(redis.call('GET', extra_key) or '0')
-  for i = FIRST_UNFINISHED, #KEYS do unfinished = unfinished + redis.call('ZCARD', KEYS[i]) end
+    + redis.call('ZCOUNT', by_state[2], 0, '(' .. unfinished_end)
 end
 if (created_key ~= '' and created > creations_allowed)
     or (counts_unfinished and unfinished + replicas > unfinished_allowed) then
@@ -157,6 +167,7 @@ if r > 0 then redis.call('HSET', first_revision, unpack(ARGV, rf, pf - 1)) end
 if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
 count(stored_key, size)
 for _, index in ipairs(by_time) do redis.call('ZADD', index, seq, id) end
+for _, index in ipairs(by_state) do redis.call('ZADD', index, scored(state_base, seq), id) end
 if project_index ~= '' then redis.call('ZADD', project_index, seq, id) end
 if idem ~= '' then redis.call('SET', idem, id, 'EX', idem_ttl) end
 count_entry(insights_all, insights_project, state, insights_ttl)
@@ -167,30 +178,30 @@ end
 return {1, id}
 """
 
-# KEYS: 1 task, 2 revision, 3 old-state-index, 4 new-state-index, 5 old-owner-state-index,
-#       6 new-owner-state-index, 7 expiry, 8 insights key of every task (or "": not
-#       counted), 9 insights key of the task's project (or ""), 10 the task's value pool,
-#       11 the owner's stored-bytes counter, 12 the owner's extra-replicas counter
+# KEYS: 1 task, 2 revision, 3 by-state index, 4 the owner's by-state index, 5 expiry, 6
+#       insights key of every task (or "": not counted), 7 insights key of the task's
+#       project (or ""), 8 the task's value pool, 9 the owner's stored-bytes counter, 10
+#       the owner's extra-replicas counter
 # ARGV: 1 expected v, 2 id, 3 expires-at (0: leave the expiry index be; "leave": the task
 #       leaves a final state), 4 number of task fields n, 5 the state entered, 6 insights
 #       TTL, 7 stored bytes allowed (0: not judged: a stage's write, which must land), 8
 #       number of revision pairs r, 9 the revision key's suffix, 10 the change to the
-#       extra-replicas counter (a task of several replicas ending or reopening), then the
-#       stored size of each of the n task fields and r revision fields as the caller read
-#       them at v (-1: not read, measured here), n task field/value pairs, r revision
+#       extra-replicas counter (a task of several replicas ending or reopening), 11 the
+#       new state's score base in the by-state indexes ("": the state is unchanged), then
+#       the stored size of each of the n task fields and r revision fields as the caller
+#       read them at v (-1: not read, measured here), n task field/value pairs, r revision
 #       pairs, the pool's id/value pairs
 # Returns 0 if the task moved on meanwhile, {-2, stored, growth} when the owner's stored
 # bytes would pass the limit (nothing written), 1 once written.
-UPDATE = COUNT_ENTRY + BYTES + """
-local task, revision, old_index, new_index = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local old_owner_index, new_owner_index, expiry = KEYS[5], KEYS[6], KEYS[7]
-local insights_all, insights_project, pool = KEYS[8], KEYS[9], KEYS[10]
-local stored_key, extra_key = KEYS[11], KEYS[12]
+UPDATE = COUNT_ENTRY + BYTES + SCORED + """
+local task, revision, by_state, owner_by_state = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local expiry, insights_all, insights_project, pool = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local stored_key, extra_key = KEYS[9], KEYS[10]
 local expected_v, id, expires_at = ARGV[1], ARGV[2], ARGV[3]
 local n, state, insights_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local bytes_allowed, r = tonumber(ARGV[7]), tonumber(ARGV[8])
-local revision_suffix, extra_change = ARGV[9], ARGV[10]
-local SIZES = 11            -- ARGV[11..]: the n + r old sizes
+local revision_suffix, extra_change, state_base = ARGV[9], ARGV[10], ARGV[11]
+local SIZES = 12            -- ARGV[12..]: the n + r old sizes
 local tf = SIZES + n + r     -- the task's pairs
 local rf = tf + 2 * n        -- the revision's pairs
 local pf = rf + 2 * r        -- the pool's id/value pairs
@@ -214,11 +225,10 @@ if r > 0 then redis.call('HSET', revision, unpack(ARGV, rf, pf - 1)) end
 if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
 count(stored_key, adopted + delta)
 if extra_change ~= '0' then redis.call('INCRBY', extra_key, extra_change) end
-if old_index ~= new_index then
-  redis.call('ZREM', old_index, id)
-  redis.call('ZREM', old_owner_index, id)
-  redis.call('ZADD', new_index, seq, id)
-  redis.call('ZADD', new_owner_index, seq, id)
+if state_base ~= '' then
+  local scored_now = scored(tonumber(state_base), seq)
+  redis.call('ZADD', by_state, scored_now, id)
+  redis.call('ZADD', owner_by_state, scored_now, id)
 end
 if expires_at == 'leave' then redis.call('ZREM', expiry, id)
 elseif expires_at ~= '0' then redis.call('ZADD', expiry, expires_at, id) end
@@ -234,17 +244,19 @@ return 1
 #       revision key's suffix, 8 the index key prefix, 9 the insights key prefix of a
 #       project, 10 insights TTL, 11 the event (JSON), 12 id, 13 "1" to return the record
 #       as moved (or "0"), 14 what an owner's stored-bytes counter key begins with, 15 the
-#       value pool's suffix, then revision field/value pairs
+#       value pool's suffix, 16 the new state's score base in the by-state indexes, 17 the
+#       by-state indexes' suffix, then revision field/value pairs
 # Returns false if the task is gone, {0} if it is elsewhere, {2} if it is stored in the
 # layout of before revisions had their own keys, {1, project} once moved, or
 # {1, project, task fields, revision fields, pool values} when asked for the record.
-MOVE = COUNT_ENTRY + BYTES + """
+MOVE = COUNT_ENTRY + BYTES + SCORED + """
 local task, expiry, insights_all = KEYS[1], KEYS[2], KEYS[3]
 local revision_json, new, allowed, final = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now, expires_at, revision_suffix, index_prefix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local project_insights_prefix, insights_ttl, event, id = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
 local answer_record, stored_prefix, pool_suffix = ARGV[13], ARGV[14], ARGV[15]
-local CHANGES = 16  -- ARGV[16..]: the revision's field/value pairs
+local state_base, by_state_suffix = tonumber(ARGV[16]), ARGV[17]
+local CHANGES = 18  -- ARGV[18..]: the revision's field/value pairs
 
 local t = redis.call('HMGET', task, 'v', 'state', 'revision', 'owner', 'seq', 'project',
                      'bytes', 'replicas', 'updated_at')
@@ -299,14 +311,9 @@ if old ~= new then
   if extra > 0 and member(final, new) and not member(final, old) then
     redis.call('DECRBY', index_prefix .. ':owner:' .. owner .. ':extra-replicas', extra)
   end
-  for _, pair in ipairs({{'ZREM', old}, {'ZADD', new}}) do
-    local by_state = index_prefix .. ':state:' .. pair[2]
-    local by_owner = index_prefix .. ':owner:' .. owner .. ':state:' .. pair[2]
-    for _, key in ipairs({by_state, by_owner}) do
-      if pair[1] == 'ZREM' then redis.call('ZREM', key, id)
-      else redis.call('ZADD', key, seq, id) end
-    end
-  end
+  local scored_now = scored(state_base, seq)
+  redis.call('ZADD', index_prefix .. by_state_suffix, scored_now, id)
+  redis.call('ZADD', index_prefix .. ':owner:' .. owner .. by_state_suffix, scored_now, id)
 end
 if expires_at ~= '0' then redis.call('ZADD', expiry, expires_at, id)
 elseif member(final, old) then redis.call('ZREM', expiry, id) end
@@ -382,4 +389,19 @@ if redis.call('HEXISTS', task, 'bytes') == 1 then
   count(stored_key, delta)
 end
 return delta
+"""
+
+# Up to ARGV[2] members of an index of one state, as tasks were indexed before the by-state
+# indexes, moved into the by-state index of the same scope, each scored by its state's base
+# (ARGV[1]) plus its old score (its creation number).  Popped and added in one call, so no
+# member is ever in neither.  KEYS: the old index, the by-state index.  Returns how many
+# are left in the old index (0: it is gone).
+ADOPT_STATE_INDEX = SCORED + """
+local old, by_state = KEYS[1], KEYS[2]
+local state_base, most = tonumber(ARGV[1]), tonumber(ARGV[2])
+local popped = redis.call('ZPOPMIN', old, most)
+for i = 1, #popped, 2 do
+  redis.call('ZADD', by_state, scored(state_base, popped[i + 1]), popped[i])
+end
+return redis.call('ZCARD', old)
 """

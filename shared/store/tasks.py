@@ -24,11 +24,11 @@ from typing import Any
 
 import redis
 
-from shared import metrics
+from shared import metrics, state_scores
 from shared.access.quotas import WINDOW as QUOTA_WINDOW
 from shared.access.quotas import CreateBudget, Quotas, refuse_bytes, user
 from shared.errors import NotFound
-from shared.keys import REVISION_SUFFIX, VALUES_SUFFIX, Keys
+from shared.keys import BY_STATE_SUFFIX, REVISION_SUFFIX, VALUES_SUFFIX, Keys
 from shared.redis_conn import as_text
 from shared.secrets import Cipher, open_entries, seal_entries
 from shared.store import pool, scripts
@@ -216,6 +216,7 @@ class TaskStore:
         self._delete = client.register_script(scripts.DELETE)
         self._move = client.register_script(scripts.MOVE)
         self._write = client.register_script(scripts.WRITE)
+        self._adopt_state_index = client.register_script(scripts.ADOPT_STATE_INDEX)
         self.logs = LogTail(client, prefix)
         self.liveness = Liveness(client, prefix)
         self.insights = Insights(client, prefix)
@@ -270,17 +271,17 @@ class TaskStore:
         project = doc.get("project")
         stream, entry, stream_length = audit if audit else ("", {}, 0)
         keys = [k.task(task_id), k.revision(task_id, doc["revision"]), idem, k.index(),
-                k.index(owner), k.index(state=state), k.index(owner, state), k.task_seq(),
+                k.index(owner), k.by_state(), k.by_state(owner), k.task_seq(),
                 k.project_index(project) if project else "", *self._insights_keys(project),
                 stream, k.values(task_id), k.quota_bytes(user(owner)),
-                budget.rate_key if budget else "", k.extra_replicas(owner),
-                *(budget.unfinished_keys if budget else ())]
+                budget.rate_key if budget else "", k.extra_replicas(owner)]
         q = budget.quotas if budget else Quotas(0, 0, 0, 0)
         revision_pairs = _pairs(rev_fields)
         args = [task_id, self.IDEMPOTENCY_TTL, len(task_fields), state, KEEP_SECONDS,
                 stream_length, 2 * len(entry), q.creates_per_minute, 2 * QUOTA_WINDOW,
                 q.unfinished_tasks, q.stored_bytes, len(revision_pairs) // 2,
-                replicas_of(doc), *(x for pair in entry.items() for x in pair),
+                replicas_of(doc), state_scores.base(state), state_scores.UNFINISHED_END,
+                *(x for pair in entry.items() for x in pair),
                 *_pairs(task_fields), *revision_pairs, *_flat(pool)]
         return keys, args
 
@@ -351,7 +352,8 @@ class TaskStore:
                   ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
                   k.index(), k.insights_project_stem(day_of(now)),
                   KEEP_SECONDS, _json(event), task_id, "1" if read else "0",
-                  k.quota_bytes(), VALUES_SUFFIX, *_pairs(changes)]),
+                  k.quota_bytes(), VALUES_SUFFIX, state_scores.base(new_state), BY_STATE_SUFFIX,
+                  *_pairs(changes)]),
             self.patience, f"task {task_id} r{revision} -> {new_state}")
         if not found:
             raise NotFound(f"no task {task_id}")
@@ -409,14 +411,14 @@ class TaskStore:
         insights = self._insights_keys(new.get("project")) if counted else ["", ""]
         revision_pairs = _pairs(rev_fields)
         answer = patiently(lambda: self._update(
-            keys=[k.task(task_id), k.revision(task_id, new["revision"]),
-                  k.index(state=old_state), k.index(state=state), k.index(owner, old_state),
-                  k.index(owner, state), k.expiry(), *insights, k.values(task_id),
+            keys=[k.task(task_id), k.revision(task_id, new["revision"]), k.by_state(),
+                  k.by_state(owner), k.expiry(), *insights, k.values(task_id),
                   k.quota_bytes(user(owner)), k.extra_replicas(owner)],
             args=[read.v, task_id, self._expiry_change(old_state, new), len(task_fields), state,
                   KEEP_SECONDS, budget.stored_bytes if budget else 0,
                   len(revision_pairs) // 2, REVISION_SUFFIX,
                   _extra_replicas_change(old_state, new),
+                  state_scores.base(state) if state != old_state else "",
                   *read.sizes(task_fields, rev_fields, new["revision"]), *_pairs(task_fields),
                   *revision_pairs, *_flat(pool)]),
             self.patience, f"task {task_id} r{new['revision']} -> {state}")
@@ -600,9 +602,14 @@ class TaskStore:
 
         With ``project``, that project's tasks (its index), in every state and of every owner.
         """
-        top = f"({cursor}" if cursor is not None else "+inf"
-        pairs: Any = self.r.zrevrangebyscore(self._listed(owner, state, project), top, "-inf",
+        if state is None:
+            low, top = "-inf", f"({cursor}" if cursor is not None else "+inf"
+        else:
+            low, top = state_scores.below(state, cursor)
+        pairs: Any = self.r.zrevrangebyscore(self._listed(owner, state, project), top, low,
                                              start=0, num=limit + 1, withscores=True)
+        if state is not None:
+            pairs = [(t, state_scores.seq_of(state, score)) for t, score in pairs]
         more = len(pairs) > limit
         pairs = pairs[:limit]
         pipe = self.r.pipeline(transaction=False)
@@ -620,7 +627,7 @@ class TaskStore:
     def _listed(self, owner: str | None, state: str | None, project: str | None) -> str:
         """The index a listing pages through."""
         if project is None:
-            return self.keys.index(owner, state)
+            return self.keys.index(owner) if state is None else self.keys.by_state(owner)
         if owner is not None or state is not None:  # the project's index has no such split
             raise ValueError("a project's tasks are listed in every state, of every owner")
         return self.keys.project_index(project)
@@ -711,6 +718,34 @@ class TaskStore:
         found: Any = self.r.hgetall(key)
         return {as_text(k): as_text(v) for k, v in found.items()}
 
+    def adopt_old_state_indexes(self, chunk: int = 1000) -> int:
+        """Move the members of the indexes of one state each (the layout before
+        :meth:`Keys.by_state`) into the by-state indexes; how many were moved.
+
+        Run once where a deployment starts (the reconciler does, before its first pass);
+        a store with no such index costs a look per state.  ``chunk`` members per call,
+        so Redis is never held long; several processes may run it at once."""
+        old = [(self.keys.old_state_index(state), self.keys.by_state(), state)
+               for state in states.ALL]
+        for state in states.ALL:  # the owners' are found by their names
+            pattern = self.keys.old_state_index(state, "*")
+            old += [(as_text(key), self._owner_by_state(as_text(key), state), state)
+                     for key in self.r.scan_iter(match=pattern, count=1000)]
+        moved = 0
+        for key, target, state in old:
+            left = before = int(self.r.zcard(key))
+            while left:
+                left = int(self._adopt_state_index(keys=[key, target],
+                                                   args=[state_scores.base(state), chunk]))
+            moved += before
+        if moved:
+            log.info("moved %d index entries of the layout before the by-state indexes", moved)
+        return moved
+
+    def _owner_by_state(self, old_key: str, state: str) -> str:
+        owner = old_key.removeprefix(self.keys.index("")).removesuffix(f":state:{state}")
+        return self.keys.by_state(owner)
+
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""
         self.r.ping()
@@ -719,19 +754,21 @@ class TaskStore:
         return [as_text(t) for t in self.r.zrange(self.keys.index(), 0, -1)]
 
     def ids_in_state(self, state: str, limit: int = 1000) -> list[str]:
-        return [as_text(t) for t in self.r.zrange(self.keys.index(state=state), 0, limit - 1)]
+        return [as_text(t) for t in self.r.zrangebyscore(
+            self.keys.by_state(), *state_scores.above(state), start=0, num=limit)]
 
     def iter_ids_in_state(self, state: str, page: int = 1000) -> Iterator[str]:
         """Every id in ``state``, ``page`` per round trip, by creation order (the index's
         score): an id leaving the state meanwhile shifts no later page, so none is skipped."""
-        key, low = self.keys.index(state=state), "-inf"
+        after = None
         while True:
-            batch: Any = self.r.zrangebyscore(key, low, "+inf", start=0, num=page,
-                                              withscores=True)
+            batch: Any = self.r.zrangebyscore(self.keys.by_state(),
+                                              *state_scores.above(state, after), start=0,
+                                              num=page, withscores=True)
             yield from (as_text(member) for member, _ in batch)
             if len(batch) < page:
                 return
-            low = f"({int(batch[-1][1])}"
+            after = state_scores.seq_of(state, batch[-1][1])
 
     def latest_ids(self, project: str | None = None, final_limit: int = 1000
                    ) -> list[str]:
@@ -741,8 +778,8 @@ class TaskStore:
         Costs the tasks in flight plus, for a project, its newest tasks until enough final
         ones are found; never the whole history.
         """
-        active = [as_text(t) for state in states.ALL if state not in states.FINAL
-                  for t in self.r.zrange(self.keys.index(state=state), 0, -1)]
+        active = [as_text(t) for t in self.r.zrangebyscore(
+            self.keys.by_state(), 0, f"({state_scores.UNFINISHED_END}")]
         if project is not None:
             active = [t for t, p in zip(active, self._fields(active, "project"), strict=True)
                       if p == project]
@@ -759,9 +796,10 @@ class TaskStore:
     def _recent_final(self, limit: int) -> list[str]:
         found: list[tuple[float, str]] = []
         for state in sorted(states.FINAL):
-            pairs: Any = self.r.zrevrange(self.keys.index(state=state), 0, limit - 1,
-                                          withscores=True)
-            found += [(score, as_text(t)) for t, score in pairs]
+            low, top = state_scores.below(state)
+            pairs: Any = self.r.zrevrangebyscore(self.keys.by_state(), top, low, start=0,
+                                                 num=limit, withscores=True)
+            found += [(state_scores.seq_of(state, score), as_text(t)) for t, score in pairs]
         return [t for _, t in sorted(found, reverse=True)[:limit]]
 
     def _recent_final_of(self, project: str, limit: int, page: int = 500
@@ -798,7 +836,7 @@ class TaskStore:
         v = as_text(fields[0])
         owner, state, last = (json.loads(x) for x in fields[1:4])
         project = json.loads(fields[4]) if fields[4] is not None else None
-        indexes = [k.index(), k.index(owner), k.index(state=state), k.index(owner, state)]
+        indexes = [k.index(), k.index(owner), k.by_state(), k.by_state(owner)]
         indexes += [k.project_index(project)] if project else []
         own = [key for n in range(1, last + 1) for key in (
             k.revision(task_id, n), k.log(task_id, n), k.log_cut(task_id, n),
