@@ -86,6 +86,10 @@ class Keys:
         only to adopt its members: ``TaskStore.adopt_old_state_indexes``)."""
         return f"{self.index(owner)}:state:{state}"
 
+    def state_indexes_adopted(self) -> str:
+        """Set once the indexes of one state each have been moved into the by-state ones."""
+        return f"{self.prefix}:adopted:by-state"
+
     def expiry(self) -> str:
         """Finished task ids by the time they expire (retention)."""
         return f"{self.prefix}:expiry"

@@ -722,15 +722,20 @@ class TaskStore:
         """Move the members of the indexes of one state each (the layout before
         :meth:`Keys.by_state`) into the by-state indexes; how many were moved.
 
-        Run once where a deployment starts (the reconciler does, before its first pass);
-        a store with no such index costs a look per state.  ``chunk`` members per call,
-        so Redis is never held long; several processes may run it at once."""
+        Run where a deployment starts (the reconciler does, before its first pass): once
+        done, it leaves a mark, and a start costs one look at it; until then, one ``SCAN``
+        of the keys finds the owners' indexes.  ``chunk`` members per call, so Redis is
+        never held long; several processes may run it at once."""
+        done = self.keys.state_indexes_adopted()
+        if self.r.exists(done):
+            return 0
         old = [(self.keys.old_state_index(state), self.keys.by_state(), state)
                for state in states.ALL]
-        for state in states.ALL:  # the owners' are found by their names
-            pattern = self.keys.old_state_index(state, "*")
-            old += [(as_text(key), self._owner_by_state(as_text(key), state), state)
-                     for key in self.r.scan_iter(match=pattern, count=1000)]
+        owners = self.keys.index("")  # an owner's index, without the owner's name
+        for key in map(as_text, self.r.scan_iter(match=f"{owners}*:state:*", count=1000)):
+            head, _, state = key.rpartition(":state:")
+            if state in state_scores.RANK:
+                old.append((key, self.keys.by_state(head.removeprefix(owners)), state))
         moved = 0
         for key, target, state in old:
             left = before = int(self.r.zcard(key))
@@ -738,13 +743,10 @@ class TaskStore:
                 left = int(self._adopt_state_index(keys=[key, target],
                                                    args=[state_scores.base(state), chunk]))
             moved += before
+        self.r.set(done, "1")
         if moved:
             log.info("moved %d index entries of the layout before the by-state indexes", moved)
         return moved
-
-    def _owner_by_state(self, old_key: str, state: str) -> str:
-        owner = old_key.removeprefix(self.keys.index("")).removesuffix(f":state:{state}")
-        return self.keys.by_state(owner)
 
     def ping(self) -> None:
         """Raise when Redis cannot be reached."""

@@ -22,6 +22,7 @@ def every_key(keys: Keys) -> dict[str, str]:
         "by_state_owner": keys.by_state(OWNER),
         "old_state_index": keys.old_state_index(STATE),
         "old_state_index_owner": keys.old_state_index(STATE, OWNER),
+        "state_indexes_adopted": keys.state_indexes_adopted(),
         "task_seq": keys.task_seq(),
         "policy_seq": keys.policy_seq(),
         "policy_version": keys.policy_version(REVISION),

@@ -121,6 +121,7 @@ def test_a_store_indexed_per_state_is_adopted_whole(
             for owner in (None, "alice", "bob") for state in states.ALL} == before
     assert redis_client.keys("*:state:*") == []
     assert tasks.adopt_old_state_indexes() == 0  # once adopted, nothing to do
+    assert redis_client.exists(tasks.keys.state_indexes_adopted())
     # and a task created afterwards moves as any other
     walk(tasks, made[5], states.PENDING, states.VALIDATED)
     assert made[5] in listing(tasks, owner="alice" if 5 % 3 else "bob",
