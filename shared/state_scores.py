@@ -44,6 +44,11 @@ def below(state: str, seq: int | None = None) -> tuple[str, str]:
     return str(base(state)), f"({top}"
 
 
+def unfinished() -> tuple[int, str]:
+    """``(min, max)`` of the scores of every state not final (they rank first)."""
+    return 0, f"({UNFINISHED_END}"
+
+
 def above(state: str, seq: int | None = None) -> tuple[str, str]:
     """``(min, max)`` of a ``ZRANGEBYSCORE`` over ``state``'s tasks created after ``seq``
     (all of them without one), oldest first."""

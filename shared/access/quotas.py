@@ -222,6 +222,6 @@ class QuotaCounter:
         """Replicas of ``owner``'s unfinished tasks: one score range of the owner's
         by-state index (each task once) and the counter of replicas beyond the first."""
         pipe = self.r.pipeline(transaction=False)
-        pipe.zcount(self.keys.by_state(owner), 0, f"({state_scores.UNFINISHED_END}")
+        pipe.zcount(self.keys.by_state(owner), *state_scores.unfinished())
         pipe.get(self.keys.extra_replicas(owner))
         return sum(int(n or 0) for n in pipe.execute())

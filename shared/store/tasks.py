@@ -781,7 +781,7 @@ class TaskStore:
         ones are found; never the whole history.
         """
         active = [as_text(t) for t in self.r.zrangebyscore(
-            self.keys.by_state(), 0, f"({state_scores.UNFINISHED_END}")]
+            self.keys.by_state(), *state_scores.unfinished())]
         if project is not None:
             active = [t for t, p in zip(active, self._fields(active, "project"), strict=True)
                       if p == project]
