@@ -16,12 +16,18 @@ Four quotas, each off when set to 0 (``Settings.quota_*``):
   creations are counted replica by replica too, so one task of 8 replicas takes what
   8 tasks would;
 * revisions per task;
-* stored bytes: what the subject's task records take in Redis (every revision's env,
-  resolved env and outcome, and the values they share), kept as a counter by the
-  store's Lua scripts (``shared.store.scripts``), which measure every write they make:
-  it always equals a recount (:meth:`shared.store.tasks.TaskStore.recount_bytes`), and
-  drops to 0 once the subject's tasks have expired.  Logs are bounded on their own
-  (1 MiB per revision) and not counted here.
+* stored bytes: what the subject's tasks take in Redis: their records (every revision's
+  env, resolved env and outcome, and the values they share) and their logs (the bytes
+  each revision's log keeps), kept as a counter by the store's Lua scripts
+  (``shared.store.scripts``, and ``shared.store.logtail``'s append), which measure every
+  write they make: it always equals a recount
+  (:meth:`shared.store.tasks.TaskStore.recount_bytes`), and drops to 0 once the
+  subject's tasks have expired (a task's log goes with it).  A full quota refuses new
+  tasks (409) and stops the output of the running ones where it is reached
+  (:data:`LOG_FULL_NOTE` says so in the log, once, which may take the count past the
+  limit by that line): an append is never refused, and never another owner's.  A log
+  is judged against the limit its task was created under (the task's
+  ``bytes_allowed``).
 
 The last three answer 409.  Each refusal is a :class:`Problem` naming the rule
 (``quota.creates_per_minute``, ``quota.unfinished_tasks``,
@@ -55,6 +61,11 @@ from shared.keys import Keys
 from shared.task import states
 
 WINDOW = 60  # seconds: creations are counted per clock minute
+# Written in a log where its owner's stored bytes stopped the output (a fixed text: the
+# store writes it once, and not again while the log still ends with it).
+LOG_FULL_NOTE = ("\ntaskenv: output dropped from here: the owner's tasks and logs take "
+                 "all of their stored-bytes quota (quota.stored_bytes); output is kept "
+                 "again once finished tasks expire\n")
 
 
 @dataclass(frozen=True)
@@ -137,9 +148,10 @@ def over_bytes(quotas: Quotas, subject: str, stored: int, adding: int) -> Proble
     if not limit or adding <= 0 or stored + adding <= limit:
         return None
     return Problem(rule="quota.stored_bytes", limit=limit,
-                   message=f"{subject}'s tasks take {stored} bytes in the task store and this "
-                           f"would add {adding}, over the limit of {limit} bytes: use smaller "
-                           "values, or wait for finished tasks to expire")
+                   message=f"quota.stored_bytes: {subject}'s tasks and their logs take "
+                           f"{stored} bytes in the task store and this would add {adding}, "
+                           f"over the limit of {limit} bytes: use smaller values, print "
+                           "less, or wait for finished tasks to expire")
 
 
 def refuse_bytes(quotas: Quotas, subject: str, stored: int, adding: int) -> None:

@@ -9,12 +9,15 @@ dropped is told how many bytes it missed (``skipped``) and goes on from the olde
 byte, instead of being sent text again or losing its place.
 
 Appending and trimming are one Lua script, and so is reading the count with the bytes:
-a reader never sees a log trimmed but not yet counted.
+a reader never sees a log trimmed but not yet counted.  The same script counts what the
+log takes in its owner's stored bytes (``shared.access.quotas``): a log is part of its
+task's size, given back when the task expires, and an owner whose quota is full sees
+their logs stop, with a line saying so, while everyone else's go on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,23 +25,71 @@ import redis
 from redis.client import NEVER_DECODE
 from redis.commands.core import Script
 
+from shared.access.quotas import LOG_FULL_NOTE
 from shared.keys import Keys
+from shared.store import scripts
+
+# The cap of what a log keeps is in a module of the standard library alone (the Slurm job
+# program runs the same code on its node); its users import it from here.
+from shared.store.outputcap import RESERVED, TAIL_KEPT, OutputCap  # noqa: F401
 
 MAX_CHUNK = 256 * 1024  # one answer's worth; the reader asks again for the rest
 
-# KEYS: log, cut.  ARGV: text, limit.  Keeps the newest half past the limit, from the
-# start of a character (a UTF-8 character has at most 3 continuation bytes), and adds
-# what it dropped to the cut.
-APPEND = r"""
-local log, cut, text, limit = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local size = redis.call('APPEND', log, text)
-if size <= limit then return size end
-local tail = redis.call('GETRANGE', log, -math.max(1, math.floor(limit / 2)), -1)
-local partial = string.match(tail, '^[\128-\191]?[\128-\191]?[\128-\191]?')
-tail = string.sub(tail, #partial + 1)
-redis.call('SET', log, tail)
-redis.call('INCRBY', cut, size - #tail)
-return #tail
+# KEYS: log, cut, the task.  ARGV: text, limit, what an owner's stored-bytes counter key
+# begins with, the note said where the owner's quota stopped the output, "1" to replace the
+# log (else append).  Past the limit it keeps the newest half, from the start of a
+# character (a UTF-8 character has at most 3 continuation bytes), and adds what it dropped
+# to the cut.  A counted task's log counts in its ``bytes`` and its owner's stored bytes
+# (shared.access.quotas), by what the log's size changed; within the limit the task was
+# created under (``bytes_allowed``) what fits is kept, then the note, once.
+APPEND = scripts.BYTES + r"""
+local log, cut, task = KEYS[1], KEYS[2], KEYS[3]
+local text, limit, stored_prefix, note = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local replace = ARGV[5] == '1'
+local old = redis.call('STRLEN', log)
+local t = redis.call('HMGET', task, 'owner', 'bytes', 'bytes_allowed')
+local counter, allowed = '', 0
+if t[1] and t[2] then
+  counter = stored_prefix .. cjson.decode(t[1])
+  allowed = tonumber(t[3] or '0')
+end
+local base = old
+if replace then base = 0 end
+if allowed > 0 then
+  local stored = tonumber(redis.call('GET', counter) or '0')
+  local after = base + #text
+  if not replace and after > limit then after = math.floor(limit / 2) end  -- a trim's most
+  if after > old and stored + after - old > allowed then
+    local n = math.max(0, math.min(#text, allowed - stored + old - base - #note))
+    while n > 0 and n < #text and string.byte(text, n + 1) >= 128
+        and string.byte(text, n + 1) < 192 do n = n - 1 end
+    local noted = not replace and n == 0 and old >= #note
+      and redis.call('GETRANGE', log, -#note, -1) == note
+    text = string.sub(text, 1, n)
+    if not noted then text = text .. note end
+  end
+end
+local size
+if replace then
+  redis.call('SET', log, text)
+  redis.call('DEL', cut)
+  size = #text
+else
+  size = redis.call('APPEND', log, text)
+  if size > limit then
+    local tail = redis.call('GETRANGE', log, -math.max(1, math.floor(limit / 2)), -1)
+    local partial = string.match(tail, '^[\128-\191]?[\128-\191]?[\128-\191]?')
+    tail = string.sub(tail, #partial + 1)
+    redis.call('SET', log, tail)
+    redis.call('INCRBY', cut, size - #tail)
+    size = #tail
+  end
+end
+if counter ~= '' and size ~= old then
+  redis.call('HINCRBY', task, 'bytes', size - old)
+  count(counter, size - old)
+end
+return size
 """
 
 # KEYS: log, cut.  ARGV: offset, most bytes.  Returns where the bytes start (the offset,
@@ -75,18 +126,23 @@ class LogTail:
     def _pair(self, task_id: str, revision: int) -> list[str]:
         return [self.keys.log(task_id, revision), self.keys.log_cut(task_id, revision)]
 
-    def append(self, task_id: str, revision: int, text: str, limit: int) -> int:
+    def _counted(self, task_id: str, revision: int, text: str | bytes, limit: int,
+                 replace: bool) -> int:
+        keys = [*self._pair(task_id, revision), self.keys.task(task_id)]
+        args = [text, limit, self.keys.quota_bytes(), LOG_FULL_NOTE, "1" if replace else "0"]
+        return int(self._append(keys=keys, args=args))
+
+    def append(self, task_id: str, revision: int, text: str | bytes, limit: int) -> int:
         """Append output; past ``limit`` bytes keep the newest half and count the rest.
-        The bytes the log keeps now."""
-        return int(self._append(keys=self._pair(task_id, revision), args=[text, limit]))
+        The bytes the log keeps now.  The owner's stored bytes count what the log grew
+        by; past their quota only what fits is kept, then a line says output was dropped.
+        One command: the caller sends at most a chunk (:func:`pieces`)."""
+        return self._counted(task_id, revision, text, limit, replace=False)
 
     def replace(self, task_id: str, revision: int, text: str) -> None:
-        """The log is ``text`` from now on, as if it had been written from the start."""
-        log, cut = self._pair(task_id, revision)
-        pipe = self.r.pipeline(transaction=True)
-        pipe.set(log, text)
-        pipe.delete(cut)
-        pipe.execute()
+        """The log is ``text`` from now on, as if it had been written from the start
+        (counted, and held to the owner's quota, as :meth:`append`)."""
+        self._counted(task_id, revision, text, 0, replace=True)
 
     def size(self, task_id: str, revision: int) -> int:
         """The log's end: every byte written to it, dropped ones included."""
@@ -117,6 +173,19 @@ class LogTail:
                                           **{NEVER_DECODE: True})
 
 
+def pieces(text: str, most: int = MAX_CHUNK) -> Iterator[bytes]:
+    """``text`` as UTF-8, in pieces of at most ``most`` bytes (``most`` at least 4), each
+    ending on a character's end: what one command to Redis carries."""
+    data = text.encode()
+    start = 0
+    while start < len(data):
+        end = min(len(data), start + most)
+        while end < len(data) and data[end] & 0xC0 == 0x80:  # inside a character
+            end -= 1
+        yield data[start:end]
+        start = end
+
+
 def whole_characters(data: bytes) -> tuple[str, int]:
     """The text of ``data`` up to a character cut at its end, and the bytes it used."""
     for cut in range(4):  # a UTF-8 character is at most 4 bytes: at most 3 left over
@@ -126,70 +195,6 @@ def whole_characters(data: bytes) -> tuple[str, int]:
         except UnicodeDecodeError:
             continue
     return data.decode(errors="replace"), len(data)
-
-
-TAIL_KEPT = 64 * 1024  # of output past the cap, the last this many bytes are kept
-# Room left in the budget for the note and the launcher's own lines (written around the
-# output), so the whole stays under the store's limit and is never trimmed there.
-RESERVED = 4 * 1024
-
-
-class OutputCap:
-    """What of a revision's output its log keeps: the head up to a budget, then the last
-    :data:`TAIL_KEPT` bytes, and between them a line saying how much was dropped.
-
-    Fed text in pieces of any size (already redacted); holds at most the tail's budget
-    whatever the output's size or line structure.  ``limit`` is the whole log's budget;
-    0 keeps everything.
-    """
-
-    def __init__(self, limit: int, tail: int = TAIL_KEPT) -> None:
-        self.limit = limit
-        self.tail_budget = min(tail, limit // 4)
-        self.head_room = max(0, limit - self.tail_budget - RESERVED)
-        self.tail: list[bytes] = []
-        self.tail_size = 0
-        self.dropped = 0
-
-    def feed(self, text: str) -> str:
-        """The part of ``text`` to store now; the rest is held as the tail or dropped."""
-        if not self.limit:
-            return text
-        data = text.encode(errors="surrogatepass")
-        now, later = data[:self.head_room], data[self.head_room:]
-        self.head_room -= len(now)
-        if later:
-            self._hold(later)
-        return now.decode(errors="ignore") if later else text
-
-    def _hold(self, data: bytes) -> None:
-        self.tail.append(data)
-        self.tail_size += len(data)
-        while self.tail_size - len(self.tail[0]) >= self.tail_budget:
-            self.tail_size -= len(self.tail[0])
-            self.dropped += len(self.tail.pop(0))
-        if self.tail_size > self.tail_budget:  # trim the oldest piece to the budget
-            extra = self.tail_size - self.tail_budget
-            self.tail[0] = self.tail[0][extra:]
-            self.tail_size -= extra
-            self.dropped += extra
-
-    def finish(self) -> str:
-        """What is left to store once the output has ended: the note and the tail."""
-        tail = b"".join(self.tail).decode(errors="ignore")  # cut characters at its edges
-        self.tail, self.tail_size = [], 0
-        if not self.dropped:
-            return tail
-        return f"\n{self.note()}\n{tail}"
-
-    def note(self) -> str:
-        """The line the log shows where output was dropped."""
-        return f"taskenv: {self.reason()} here (the log keeps its start and its end)"
-
-    def reason(self) -> str:
-        """What the task's record says."""
-        return (f"output cut: {self.dropped} bytes were dropped, past the log's limit of "
-                f"{self.limit} bytes")
 
 
 def log_budget(limit: int, store_limit: int) -> int:

@@ -32,17 +32,19 @@ end
 """
 
 # Stored bytes: what a task's record takes (its hash, its revisions' hashes and its value
-# pool, each field's name and value; not the scripts' counters ``v``, ``seq`` and ``bytes``)
-# is kept in the task's ``bytes`` field and summed per owner under the owner's counter
-# (shared.access.quotas).  Every script that writes a record knows the size of what it
-# replaces before writing, so the counter is always what a recount would find: from the
-# values it read itself (MOVE), from the sizes its caller read at the write counter ``v``
-# the script checks (UPDATE: every writer of a task's hashes moves ``v``, so an unchanged
-# ``v`` means unchanged sizes), or else measured (HSTRLEN, O(1) per field).  A record
-# written before counting began has no ``bytes``: the first script that touches it
-# measures it whole, once (``adopt``), and counts it from then on.
+# pool, each field's name and value; not the scripts' own fields ``v``, ``seq``, ``bytes``
+# and ``bytes_allowed``) and the bytes its revisions' logs keep (counted by the log's
+# append, shared.store.logtail) is kept in the task's ``bytes`` field and summed per owner
+# under the owner's counter (shared.access.quotas): deleting the task takes it all off.
+# Every script that writes a record knows the size of what it replaces before writing, so
+# the counter is always what a recount would find: from the values it read itself (MOVE),
+# from the sizes its caller read at the write counter ``v`` the script checks (UPDATE:
+# every writer of a task's hashes moves ``v``, so an unchanged ``v`` means unchanged
+# sizes), or else measured (HSTRLEN, O(1) per field).  A record written before counting
+# began has no ``bytes``: the first script that touches it measures it whole, once
+# (``adopt``), and counts it from then on.
 BYTES = """
-local UNCOUNTED = {v = true, seq = true, bytes = true}
+local UNCOUNTED = {v = true, seq = true, bytes = true, bytes_allowed = true}
 local function grow(key, list, from, to)
   local delta = 0
   for i = from, to, 2 do
@@ -163,6 +165,8 @@ end
 if replicas > 1 then redis.call('INCRBY', extra_key, replicas - 1) end
 local seq = redis.call('INCR', seq_key)
 redis.call('HSET', task, 'v', 1, 'seq', seq, 'bytes', size, unpack(ARGV, tf, rf - 1))
+-- The limit the task's logs are held to as they grow (shared.store.logtail).
+if bytes_allowed > 0 then redis.call('HSET', task, 'bytes_allowed', bytes_allowed) end
 if r > 0 then redis.call('HSET', first_revision, unpack(ARGV, rf, pf - 1)) end
 if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
 count(stored_key, size)

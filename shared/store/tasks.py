@@ -35,7 +35,7 @@ from shared.store import pool, scripts
 from shared.store.insights import KEEP_SECONDS, Insights, day_of
 from shared.store.legacy import legacy_env_lists, legacy_split
 from shared.store.liveness import Liveness
-from shared.store.logtail import LogTail
+from shared.store.logtail import LogTail, pieces
 from shared.store.pool import Known
 from shared.store.room import patiently
 from shared.task import records, states
@@ -101,6 +101,8 @@ REVISION_SUMMARY = ("state", "policy_version", "policy_versions", "made_by", "ho
                     "made_at", "started_at", "ended_at", "exit_code", "reason", "pinned_from",
                     "rerun_of", "replica_exit_codes")
 COUNTERS = ("v", "seq")
+# The scripts' own fields of a task's hash, not part of its stored size.
+UNCOUNTED = frozenset({"v", "seq", "bytes", "bytes_allowed"})
 # Per-revision lists stored deflated once their JSON is this long (bytes).
 PACKED_FIELDS = frozenset({"env", "resolved", "next_env", "files"})
 PACK_OVER = 256
@@ -537,8 +539,8 @@ class TaskStore:
         fields and the pool's values as read."""
         task, rev = _decoded(task_fields), _decoded(rev_fields)
         read = Read(task.pop("v"), task.get("revision"), _sizes(task_fields), _sizes(rev_fields))
-        task.pop("seq", None)
-        task.pop("bytes", None)
+        for own in ("seq", "bytes", "bytes_allowed"):  # the scripts' own fields
+            task.pop(own, None)
         known = self._opened(rev, [as_text(x) if x is not None else None
                                    for x in values or []])
         return read, {**rev, **task}, known
@@ -699,8 +701,9 @@ class TaskStore:
         return int(self.r.get(self.keys.quota_bytes(user(owner))) or 0)
 
     def recount_bytes(self, owner: str) -> int:
-        """What ``owner``'s counted task records take, measured field by field: what
-        :meth:`stored_bytes` must always equal.  Costs every record: for checks only."""
+        """What ``owner``'s counted task records and their logs take, measured field by
+        field and log by log: what :meth:`stored_bytes` must always equal.  Costs every
+        record: for checks only."""
         total = 0
         for task_id in (as_text(t) for t in self.r.zrange(self.keys.index(owner), 0, -1)):
             task: Any = self.r.hgetall(self.keys.task(task_id))
@@ -711,7 +714,9 @@ class TaskStore:
             hashes = [fields, self._strings(self.keys.values(task_id))]
             hashes += [self._strings(self.keys.revision(task_id, n)) for n in range(1, last + 1)]
             total += sum(len(k.encode()) + len(v.encode()) for h in hashes
-                         for k, v in h.items() if k not in ("v", "seq", "bytes"))
+                         for k, v in h.items() if k not in UNCOUNTED)
+            total += sum(int(self.r.strlen(self.keys.log(task_id, n)))
+                         for n in range(1, last + 1))
         return total
 
     def _strings(self, key: str) -> dict[str, str]:
@@ -853,14 +858,23 @@ class TaskStore:
         """Append output; past ``LOG_LIMIT`` bytes only the newest half is kept.  The
         bytes the log keeps now.
 
+        Sent a chunk (``logtail.MAX_CHUNK``) per command, however long the text: Redis
+        never holds more of it at once.  Counted in the owner's stored bytes; past their
+        quota the output is dropped where it was reached, with a line saying so
+        (``shared.access.quotas``): never refused, so no other owner's output waits.
+
         None when Redis is full: the output is dropped (and said so in the worker's
         log), so the room left goes to the task's state and outcome, which must land."""
+        size = None
         try:
-            return self.logs.append(task_id, revision, text, self.LOG_LIMIT)
+            for piece in pieces(text):
+                size = self.logs.append(task_id, revision, piece, self.LOG_LIMIT)
         except redis.exceptions.OutOfMemoryError:
             log.warning("Redis is full (maxmemory): %d characters of task %s r%s's output "
                         "were not stored", len(text), task_id, revision)
             return None
+        return self.logs.append(task_id, revision, "", self.LOG_LIMIT) if size is None \
+            else size
 
     def read_log(self, task_id: str, revision: int) -> str:
         raw = self.r.get(self.keys.log(task_id, revision))
