@@ -68,6 +68,26 @@ class Keys:
         """A hash: how many slots each holding or waiting revision takes (its replicas)."""
         return f"{self.prefix}:slots:{host}:weights"
 
+    def task_uid_leases(self) -> str:
+        """A sorted set: the revisions holding a task uid, by lease end."""
+        return f"{self.prefix}:uids:leases"
+
+    def task_uid_held(self) -> str:
+        """A hash: each holding revision's uid."""
+        return f"{self.prefix}:uids:held"
+
+    def task_uid_owner(self) -> str:
+        """A hash: each held uid's revision."""
+        return f"{self.prefix}:uids:owner"
+
+    def task_uid_free(self) -> str:
+        """A list: uids given back, the longest unused first."""
+        return f"{self.prefix}:uids:free"
+
+    def task_uid_next(self) -> str:
+        """A counter: the uids of the range given out at least once."""
+        return f"{self.prefix}:uids:next"
+
     def idempotency(self, owner: str, key: str) -> str:
         return f"{self.prefix}:idem:{owner}:{key}"
 
