@@ -9,6 +9,9 @@ place decides whether an env list is acceptable.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+from typing import Any
+
 import marshmallow as ma
 from marshmallow import fields, validate
 
@@ -19,8 +22,95 @@ from shared.types import APPLY_MODES, ON_CONFLICT, REJECT, RESTART
 
 
 class Strict(ma.Schema):
+    """Every request's schema: no unknown field, and no text that cannot be encoded.
+
+    JSON's ``"\\ud800"`` decodes to a lone surrogate, which no process, file name or
+    page can hold (UTF-8 cannot encode it): every string of a request (values, list items,
+    dict keys, in every field, ``Raw`` and ``Dict`` ones included) is checked here once,
+    as the whole request is loaded, and each that cannot be encoded is named with the
+    field's own errors, all in one answer."""
+
     class Meta:
         unknown = ma.RAISE
+
+    def load(self, data: Any, *, many: bool | None = None, partial: Any = None,
+             unknown: Any = None) -> Any:
+        if _CHECKING.get():  # a nested schema of a request already checked whole
+            return super().load(data, many=many, partial=partial, unknown=unknown)
+        token = _CHECKING.set(True)
+        try:
+            unencodable = unencodable_text(data)
+            try:
+                loaded = super().load(data, many=many, partial=partial, unknown=unknown)
+            except ma.ValidationError as error:
+                raise ma.ValidationError(_merged(error.messages, unencodable),
+                                         data=data) from None
+            if unencodable:
+                raise ma.ValidationError(unencodable, data=data)
+            return loaded
+        finally:
+            _CHECKING.reset(token)
+
+
+_CHECKING: ContextVar[bool] = ContextVar("taskenv_checking_text", default=False)
+
+
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can encode ``text`` (it holds no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped(text: str) -> str:
+    """``text`` with what cannot be encoded written as a Python escape (``\\ud800``)."""
+    return text.encode("utf-8", "backslashreplace").decode()
+
+
+def unencodable_message(text: str) -> str:
+    at = next(i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff")
+    return (f"is not text UTF-8 can encode: character {at} is a lone surrogate "
+            f"(U+{ord(text[at]):04X}, half of a UTF-16 pair); send whole characters")
+
+
+def unencodable_text(data: Any) -> Any:
+    """Each string in ``data`` (a decoded JSON document) that cannot be encoded, as
+    marshmallow's errors are shaped (``{"env": {0: {"value": [message]}}}``); empty if
+    none."""
+    if isinstance(data, str):
+        return [] if encodable(data) else [unencodable_message(data)]
+    found: dict[Any, Any] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and not encodable(key):
+                found[escaped(key)] = [f"this field's name {unencodable_message(key)}"]
+            elif (sub := unencodable_text(value)):
+                found[key] = sub
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            if (sub := unencodable_text(value)):
+                found[index] = sub
+    return found
+
+
+def _merged(first: Any, second: Any) -> Any:
+    """Two sets of marshmallow errors as one."""
+    if not second:
+        return first
+    if isinstance(first, dict) and isinstance(second, dict):
+        merged = dict(first)
+        for key, value in second.items():
+            merged[key] = _merged(merged[key], value) if key in merged else value
+        return merged
+    if isinstance(first, list) and isinstance(second, list):
+        return first + [m for m in second if m not in first]
+    if isinstance(first, dict):  # the field's own type error beside text within it
+        return _merged(first, {"_schema": second})
+    return _merged({"_schema": first}, second)
 
 
 class Timestamp(fields.DateTime):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import marshmallow as ma
 from marshmallow import fields, validate
@@ -31,6 +32,28 @@ Errors = dict[str, Any]
 ROW_FIELD = re.compile(r"(?P<prefix>[a-z]+)-(?P<index>\d{1,4})-(?P<field>[a-z]+)")
 # Fields whose text makes a row worth reading; a row with none of them was left empty.
 TYPED = ("name", "value", "reason")
+
+
+def undecodable_fields(body: bytes) -> list[str]:
+    """The fields of a URL-encoded form whose value (or name) is not UTF-8.
+
+    A browser sends a form in UTF-8 (and a lone surrogate typed into it as U+FFFD), but
+    anyone may send ``name=%ED%A0%80``, a surrogate's bytes, which Werkzeug keeps as
+    the six characters ``%ED%A0%80``: read so, the form would store what was not sent.
+    A multipart form's parts are read by Werkzeug with U+FFFD for such bytes."""
+    found = []
+    for pair in body.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        try:
+            field = unquote_to_bytes(name.replace(b"+", b" ")).decode()
+        except UnicodeDecodeError:
+            found.append(unquote_to_bytes(name).decode(errors="backslashreplace"))
+            continue
+        try:
+            unquote_to_bytes(value.replace(b"+", b" ")).decode()
+        except UnicodeDecodeError:
+            found.append(field)
+    return found
 
 
 def rows(form: MultiDict[str, str], prefix: str, typed: tuple[str, ...] = TYPED) -> list[Row]:

@@ -41,7 +41,7 @@ from api.console import forms, sessions
 from api.console.blueprint import bp
 from api.context import svc
 from api.errors import status_for
-from api.schemas import TaskQuery
+from api.schemas import TaskQuery, escaped
 from shared.access.projects import CHANGE
 from shared.access.tokens import Identity, digest
 from shared.errors import (
@@ -68,7 +68,10 @@ ANY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def page(template: str, status: int = 200, **context: Any) -> tuple[str, int]:
-    return render_template(template, **context), status
+    """A rendered page.  Text the API refuses now (a lone surrogate, which UTF-8 cannot
+    encode) may be held by a record stored before it did: such text is shown escaped
+    (``\\ud800``, as the JSON API shows it), and the page still renders."""
+    return escaped(render_template(template, **context)), status
 
 
 # --- session, CSRF and headers -----------------------------------------------------------
@@ -87,16 +90,29 @@ def session_identity() -> Identity | None:
     return found if found is not None and found.id == who.get("id") else None
 
 
+def undecodable_fields() -> list[str]:
+    """The fields of a URL-encoded form sent now that are not UTF-8 (``forms``)."""
+    if request.mimetype != "application/x-www-form-urlencoded":
+        return []
+    return forms.undecodable_fields(request.get_data(cache=True))
+
+
 @bp.before_request
 def guard() -> Any:
     if request.endpoint == "pages.not_found":  # changes nothing: no session or CSRF needed
         g.identity = session_identity()  # the navigation, for whoever is signed in
         return None
     if request.method not in ("GET", "HEAD"):
+        undecodable = undecodable_fields()  # before the form is read: its bytes are kept
         sent, expected = request.form.get("csrf", ""), str(session.get("csrf", ""))
         if not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
             abort(400, "This form is out of date or was not sent from this site: "
                        "reload the page and try again.")
+        if undecodable:
+            raise EnvInvalid("The form cannot be read: it is not UTF-8 text.", [Problem(
+                rule="form.encoding", field=name, message=f"{name}: its bytes are not "
+                "UTF-8 text (a lone surrogate's, or another encoding's); send UTF-8")
+                for name in undecodable])
     if request.endpoint == "pages.login":
         return None
     g.identity = session_identity()  # api.auth.scope() and actor() read it, as for the API

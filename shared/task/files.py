@@ -11,7 +11,8 @@ the rule and the limit:
 
 * a path is relative, inside the working directory: no absolute path, no ``..`` or
   ``.`` component, no empty component (``a//b``, a trailing ``/``), no NUL, at most
-  :data:`MAX_PATH_CHARS` characters; no two files at one path, and no file where
+  :data:`MAX_PATH_CHARS` characters, no component over ``NAME_MAX`` (255) bytes of
+  UTF-8 (``shared.task.paths``); no two files at one path, and no file where
   another needs a directory (``a`` and ``a/b``);
 * content is text without NUL (a ConfigMap's ``data`` holds UTF-8 strings);
 * ``mode`` is a permission number 0..0o777 (JSON has no octal: 493 is ``0o755``);
@@ -36,6 +37,7 @@ from typing import Any
 from shared.errors import Problem
 from shared.file_limits import FileLimits as FileLimits
 from shared.file_limits import size as size
+from shared.task.paths import NAME_MAX, component_problem
 
 DEFAULT_MODE = 0o644
 MAX_PATH_CHARS = 1024
@@ -119,6 +121,9 @@ def _entry_problems(where: str, path: str, entry: Mapping[str, Any],
     problems: list[Problem] = []
     if (why := path_problem(path)) is not None:
         problems.append(_problem("file.path", f"{where}.path", path, f"path {why}"))
+    elif (why := component_problem(path)) is not None:
+        problems.append(Problem(rule="file.path", field=f"{where}.path", limit=NAME_MAX,
+                                message=f"file {_show(path)}: path {why}"))
     content = str(entry.get("content", ""))
     try:
         content.encode()
