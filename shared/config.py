@@ -119,6 +119,10 @@ class Settings:
     # policy may give a value: "default" is the documented list in shared.policy.hooks;
     # add names or FAMILY* after a comma, take a default one out with -NAME.
     startup_hooks: str = "default"
+    # Endpoint variables (HF_ENDPOINT, WANDB_BASE_URL, HTTPS_PROXY, PATH, CC, ...) only the
+    # platform's policy may give a value, or allow one project in its endpoint_allowances:
+    # "default" is the documented list in shared.policy.endpoints; same grammar as above.
+    endpoint_variables: str = "default"
     # What one task may use (shared.task.limits): a task without "resources" gets the
     # defaults; one asking above a maximum is refused at creation, naming it.
     task_default_cpu: str = "1"
@@ -138,6 +142,12 @@ class Settings:
     # The unprivileged host user and group every local step runs as (see docs/launchers.md).
     local_task_uid: int = 65534
     local_task_gid: int = 65534
+    # The host uids tasks run as (local and Slurm steps): each live task revision holds one
+    # of FIRST .. FIRST+COUNT-1 of its own, and its group of the same number (see
+    # shared/store/uids.py).  Above subordinate-uid ranges and systemd's container range,
+    # below 2**31.
+    task_uid_first: int = 1_900_000_000
+    task_uid_count: int = 65536
     # The cgroup under which tasks' cgroups are made; empty: the runner's own (v1: per
     # controller), the delegated subtree's root on cgroup v2.
     local_cgroup_parent: str = ""

@@ -29,7 +29,7 @@ from shared.task.workload import Workload
 from workers.launchers.base import Outcome
 from workers.launchers.common.group import group_outcome
 from workers.launchers.local.netns import TaskNetwork, without_own_network
-from workers.launchers.local.runner import Runner, contained_run
+from workers.launchers.local.runner import Runner, contained_run, plan_uid
 
 log = logging.getLogger("taskenv.local_runner")
 Store = Callable[[str], None]
@@ -114,6 +114,7 @@ class GroupRunner:
         self.runners: list[ReplicaRunner] = []
         self.first_failed: int | None = None
         self.cancelled = False
+        self.stopped: str | None = None
         self.lock = threading.Lock()
 
     def cancel(self, signum: int = 0, frame: Any = None) -> None:
@@ -121,6 +122,11 @@ class GroupRunner:
         self.cancelled = True
         for runner in list(self.runners):
             runner.cancel()
+
+    def stop(self, reason: str) -> None:
+        """End every replica as :meth:`cancel` does, the task failing with ``reason``."""
+        self.stopped = reason
+        self.cancel()
 
     def run(self, log_: CappedLog) -> Outcome:
         with TaskNetwork() as network:
@@ -139,6 +145,8 @@ class GroupRunner:
             for thread in threads:
                 thread.join()
         log_.finish()
+        if self.stopped is not None:
+            return Outcome("failed", reason=self.stopped)
         if self.cancelled:
             return Outcome("cancelled", reason="cancelled")
         return group_outcome(outcomes, first=self.first_failed)
@@ -212,7 +220,7 @@ def main(spec: dict[str, Any]) -> int:
     store = KeptOutput(tasks, task_id, revision, keep_copy=behind_sentinels(tasks))
     limit = int(spec["settings"].get("log_max_bytes") or 0)
     run_dir = Path(spec["home"]).parent
-    with holding_slot(tasks, spec["settings"], workload, None):
+    with holding_slot(tasks, spec["settings"], workload, None, plan_uid(spec), group.stop):
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
             try:
                 outcome = group.run(CappedLog(store, min(limit, tasks.LOG_LIMIT) if limit

@@ -33,6 +33,7 @@ from shared.errors import LaunchFailed
 from shared.redis_conn import connect_for
 from shared.store.slots import HostSlots
 from shared.store.tasks import TaskStore
+from shared.store.uids import TaskUids, UidsExhausted
 from shared.task import runtimes
 from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
@@ -61,7 +62,7 @@ RUNNER_SETTINGS = ("redis_url", "redis_master_name", "redis_sentinel_password",
                    "redis_timeout_seconds", "key_prefix", "secret_keys",
                    "heartbeat_seconds", "step_timeout_seconds", "log_max_bytes",
                    "local_max_running", "local_host_name", "stuck_after_seconds",
-                   "visibility_timeout_seconds")
+                   "visibility_timeout_seconds", "task_uid_first", "task_uid_count")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -87,6 +88,7 @@ class LocalLauncher:
         self.abilities, self.not_enforced = containment_abilities(settings, self.bwrap)
         self._applied: set[Path] = set()  # finished run dirs whose outcome is recorded
         self._slots: HostSlots | None = None
+        self._uids: TaskUids | None = None
 
     @classmethod
     def setup_problems(cls, settings: Settings) -> list[str]:
@@ -119,11 +121,12 @@ class LocalLauncher:
             raise LaunchFailed(f"the runtime {workload.image} is bound into the sandbox, and "
                                f"TASKENV_LOCAL_SANDBOX={UNSAFE} runs none")
         self.take_slot(workload)
+        uid = self.take_uid(workload)
         home = prepare_home(run_dir, workload.workdir)
         write_files(home / (workload.workdir or ""), workload.files)
         limits = limits_for(resources_doc(workload), self.maxima)
         spec = {**runner_spec(self.settings, workload, home, self.bwrap),
-                **self.containment_spec(workload, limits)}
+                **self.containment_spec(workload, limits, uid)}
         runner = "single"
         if workload.replicas > 1:
             spec, runner = with_replicas(spec, workload, run_dir, self.bwrap), "group"
@@ -131,6 +134,8 @@ class LocalLauncher:
         pid = self._start_runner(run_dir, spec, runner)
         write_pid_file(run_dir, pid)
         how = "in a bwrap sandbox" if self.bwrap else "UNSANDBOXED (development mode)"
+        if uid is not None:
+            how += f" as host uid {uid}"
         if runtime and self.bwrap:
             how += f", runtime {workload.image} ({runtime})"
         hooks.log(f"local: started the steps {how}, limits: {limits.describe()}\n")
@@ -143,12 +148,33 @@ class LocalLauncher:
         hooks.started()
         return Outcome("running")
 
-    def containment_spec(self, workload: Workload, limits: Limits) -> dict[str, Any]:
+    def containment_spec(self, workload: Workload, limits: Limits,
+                         uid: int | None) -> dict[str, Any]:
         """What the runner needs to hold the steps in (nothing when unsandboxed)."""
         if not self.bwrap:
             return {}
-        return {"plan": containment.plan_for(limits, self.settings, self.abilities).to_doc(),
+        return {"plan": containment.plan_for(limits, self.settings, self.abilities, uid).to_doc(),
                 "cgroup_name": cgroup_name(workload)}
+
+    @property
+    def uids(self) -> TaskUids:
+        """The pool of task uids, in Redis (connected on first use)."""
+        if self._uids is None:
+            self._uids = task_uids(self.settings, connect_for(self.settings))
+        return self._uids
+
+    def take_uid(self, workload: Workload) -> int | None:
+        """A host uid of the revision's own, for all its steps and replicas (None where the
+        launcher cannot change user: unsandboxed, or not root).  With none free the run slot
+        just taken goes back and the launch is retried later (:class:`UidsExhausted`)."""
+        if not (self.bwrap and self.abilities.root):
+            return None
+        try:
+            return self.uids.take(workload.task_id, workload.revision, time.time())
+        except UidsExhausted:
+            if self.settings.local_max_running > 0:
+                self.slots.release(workload.task_id, workload.revision)
+            raise
 
     @property
     def slots(self) -> HostSlots:
@@ -364,6 +390,20 @@ def host_slots(settings: Any, client: Any) -> HostSlots:
     host = settings.local_host_name or socket.gethostname()
     lease = 3.0 * int(settings.heartbeat_seconds)  # three missed renewals: the runner is gone
     return HostSlots(client, settings.key_prefix, host, int(settings.local_max_running), lease)
+
+
+def task_uids(settings: Any, client: Any) -> TaskUids:
+    """The deployment's pool of task uids (``task_uid_first``, ``task_uid_count``)."""
+    return TaskUids(client, settings.key_prefix, int(settings.task_uid_first),
+                    int(settings.task_uid_count), uid_lease_seconds(settings))
+
+
+def uid_lease_seconds(settings: Any) -> float:
+    """How long a task uid stays its revision's without a renewal.  Longer than a slot's
+    lease: a uid given to a second task while the first still runs would make them share
+    what the kernel counts per uid, so a runner cut off from Redis stops its steps before
+    its lease can end (:func:`workers.launchers.local.report.holding_uid`)."""
+    return float(settings.stuck_after_seconds) + 3.0 * int(settings.heartbeat_seconds)
 
 
 def reserve_seconds(settings: Any) -> float:

@@ -1,4 +1,5 @@
-"""What a local runner reports to Redis: the task's log, the run slot's lease, the outcome.
+"""What a local runner reports to Redis: the task's log, the run slot's and the task uid's
+leases, the outcome.
 
 Kept apart from :mod:`workers.launchers.local.runner`, which starts the steps: this is
 everything that imports Redis and the task store (the runner's slowest imports), and the
@@ -24,7 +25,12 @@ from shared.secrets import Cipher, StreamRedactor
 from shared.store.logtail import OutputCap
 from shared.store.tasks import TaskStore
 from shared.task.workload import Workload
-from workers.launchers.local.launcher import host_slots, reserve_seconds
+from workers.launchers.local.launcher import (
+    host_slots,
+    reserve_seconds,
+    task_uids,
+    uid_lease_seconds,
+)
 from workers.launchers.local.slots import admit_waiting
 from workers.outcomes import patiently
 
@@ -136,37 +142,65 @@ Sender = Callable[[Settings], Callable[[str, str, int], None]]  # settings -> se
 
 @contextlib.contextmanager
 def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
-                 sender: Sender | None) -> Iterator[None]:
-    """Renew the revision's run-slot lease while the steps run; at the end give the slot
-    back and hand it (and any other free one) to the oldest waiting revisions (with no
-    ``sender``, the reconciler's next pass does that)."""
+                 sender: Sender | None, uid: int | None = None,
+                 stop: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Renew the revision's run-slot lease, and its task uid's (``uid``), while the steps
+    run; at the end give both back and hand the slot (and any other free one) to the
+    oldest waiting revisions (with no ``sender``, the reconciler's next pass does that).
+
+    The uid is never the holder of two live tasks: a runner that finds its uid lease gone,
+    or that could not renew it for so long that it may end (Redis away), calls ``stop``
+    with why, which ends the steps, before the uid can be given to another task."""
     config = Settings(**settings)
-    if config.local_max_running <= 0:
+    slots = host_slots(config, tasks.r) if config.local_max_running > 0 else None
+    uids = task_uids(config, tasks.r) if uid is not None else None
+    if slots is None and uids is None:
         yield
         return
-    slots = host_slots(config, tasks.r)
     task_id, revision = workload.task_id, workload.revision
-    stop = threading.Event()
+    done = threading.Event()
+    # Stop the steps this long after the last renewal: two heartbeats before the lease ends.
+    fence = uid_lease_seconds(config) - 2.0 * config.heartbeat_seconds
 
     def renew() -> None:
-        while not stop.wait(config.heartbeat_seconds):
+        renewed = time.monotonic()
+        while not done.wait(config.heartbeat_seconds):
             try:
-                slots.renew(task_id, revision, time.time())
+                if slots is not None:
+                    slots.renew(task_id, revision, time.time())
+                if uids is not None:
+                    held = uids.renew(task_id, revision, time.time())
+                    if held != uid:
+                        lost(f"its lease of host uid {uid} had ended")
+                        return
+                    renewed = time.monotonic()
             except redis.RedisError as exc:
-                log.warning("run slot lease not renewed (%s): trying again", exc)
+                log.warning("run slot or uid lease not renewed (%s): trying again", exc)
+            if uids is not None and time.monotonic() - renewed > fence:
+                lost(f"its lease of host uid {uid} could not be renewed for {fence:.0f}s "
+                     "(Redis away)")
+                return
+
+    def lost(why: str) -> None:
+        log.error("stopping the steps: %s; the uid may go to another task", why)
+        if stop is not None:
+            stop(f"stopped: {why}, and a uid is never shared by two running tasks")
 
     renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)
     renewer.start()
     try:
         yield
     finally:
-        stop.set()
+        done.set()
         renewer.join()
-        patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
-        if sender is not None:
-            send = sender(config)
-            patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
-                      OUTCOME_PATIENCE)
+        if uids is not None:  # the steps have ended: nothing runs as the uid any more
+            patiently(lambda: uids.release(task_id, revision), OUTCOME_PATIENCE)
+        if slots is not None:
+            patiently(lambda: slots.release(task_id, revision), OUTCOME_PATIENCE)
+            if sender is not None:
+                send = sender(config)
+                patiently(lambda: admit_waiting(tasks, slots, send, reserve_seconds(config)),
+                          OUTCOME_PATIENCE)
 
 
 def received(workload: Workload, started_with: dict[int, dict[str, str]]

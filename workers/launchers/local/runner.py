@@ -82,6 +82,7 @@ class Runner:
         self.step: subprocess.Popen[bytes] | None = None
         self.first: Started | None = None  # step 1, when begin() started it
         self.cancelled = False
+        self.stopped: str | None = None  # why the platform stopped the steps (stop())
         plan = spec.get("plan")
         self.jail = Jail(Plan.from_doc(plan), spec["cgroup_name"], self.home) \
             if plan and self.bwrap else None
@@ -95,6 +96,17 @@ class Runner:
                 os.killpg(self.step.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def stop(self, reason: str) -> None:
+        """End the steps as :meth:`cancel` does, the task failing with ``reason``."""
+        self.stopped = reason
+        self.cancel()
+
+    def ended_early(self) -> Outcome:
+        """The outcome of steps that were cancelled or stopped."""
+        if self.stopped is not None:
+            return Outcome("failed", reason=self.stopped)
+        return Outcome("cancelled", reason="cancelled")
 
     def begin(self, mounts_failed: str | None = None) -> Outcome | None:
         """Bring the revision's containment up and start the first step; the Outcome
@@ -122,7 +134,7 @@ class Runner:
             started = self.first if number == 1 else None
             if started is None:
                 if self.cancelled:
-                    return Outcome("cancelled", reason="cancelled")
+                    return self.ended_early()
                 started = self.start_step(number, step)
             write_log(f"==> step {number}/{len(steps)}: {step[0]}\n")
             outcome = started if isinstance(started, Outcome) else \
@@ -200,7 +212,7 @@ class Runner:
                 timed_out = not watchdog.is_alive()
                 watchdog.cancel()
         if self.cancelled:
-            return Outcome("cancelled", reason="cancelled")
+            return self.ended_early()
         if timed_out:
             return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
         killed = self.jail.why_killed() if self.jail is not None else None
@@ -246,6 +258,13 @@ def with_dropped(outcome: Outcome, write_log: LogWriter) -> Outcome:
                    f"{outcome.reason}; {note}" if outcome.reason else note)
 
 
+def plan_uid(spec: dict[str, Any]) -> int | None:
+    """The host uid the revision's steps run as, held from the pool (None: not one of its
+    own, as in warn mode)."""
+    plan = spec.get("plan") or {}
+    return plan.get("uid") if spec.get("bwrap") and plan.get("uid") is not None else None
+
+
 def main(spec: dict[str, Any], sender: Sender | None = None) -> int:
     """Run the revision ``spec`` describes (``workers.local_run`` reads it on stdin)."""
     logs.configure(os.environ.get("TASKENV_LOG_FORMAT", "text"))
@@ -271,7 +290,8 @@ def main(spec: dict[str, Any], sender: Sender | None = None) -> int:
     tasks = report.store_for(spec["settings"])
     workload = Workload.from_doc(spec["workload"])
     # The run slot goes back once the outcome is recorded (or given up on).
-    with report.holding_slot(tasks, spec["settings"], workload, sender):
+    with report.holding_slot(tasks, spec["settings"], workload, sender, plan_uid(spec),
+                             runner.stop):
         with keep_alive(tasks, task_id, revision, int(spec["settings"]["heartbeat_seconds"])):
             write_log = report.LogWriter(tasks, workload, int(spec["settings"]["log_max_bytes"]),
                                          keep_copy=report.behind_sentinels(tasks))

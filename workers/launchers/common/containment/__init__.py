@@ -23,6 +23,7 @@ from shared.task.limits import Limits, show_bytes
 from workers.launchers.common.containment import seccomp
 from workers.launchers.common.containment.cgroups import Cgroups, CgroupUnavailable, TaskCgroup
 from workers.launchers.common.containment.home import mount_home, private_mounts, unmount_home
+from workers.launchers.common.sandbox import NOBODY
 
 ENTER = str(Path(__file__).with_name("enter.py"))
 ENFORCE, WARN = "enforce", "warn"
@@ -84,10 +85,13 @@ class Plan:
         return cls(**{**doc, "limits": Limits(**doc["limits"])})
 
 
-def plan_for(limits: Limits, settings: Any, abilities: Abilities) -> Plan:
-    return Plan(limits=limits,
-                uid=int(settings.local_task_uid) if abilities.root else None,
-                gid=int(settings.local_task_gid) if abilities.root else None,
+def plan_for(limits: Limits, settings: Any, abilities: Abilities,
+             uid: int | None = None) -> Plan:
+    """``uid``: the revision's own host uid (:mod:`shared.store.uids`), which is its group
+    too; without one, the unprivileged ``nobody``.  Where the workers cannot change user
+    (not root) the steps run as the workers' own."""
+    own = (NOBODY if uid is None else uid) if abilities.root else None
+    return Plan(limits=limits, uid=own, gid=own,
                 cgroup_parent=settings.local_cgroup_parent if abilities.cgroups else None,
                 seccomp=abilities.seccomp, own_netns=abilities.root,
                 private_home=abilities.root)

@@ -1,0 +1,208 @@
+"""Two tenants' local tasks at once: what the kernel counts per uid is never shared, and
+the sandbox's init is out of a step's reach.
+
+Real bwrap sandboxes, real runner processes and cgroups of this host, a real
+redis-server.  Tenant A's step takes every inotify instance its uid may have and as many
+processes as a process limit lets its uid have, and holds them; tenant B's step, run
+meanwhile, still makes an inotify instance and forks.  Before every task ran as uid 65534
+B's ``inotify_init`` failed with ``EMFILE`` and its fork with ``EAGAIN``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.config import Settings
+from shared.env.envlist import Limits as EnvLimits
+from shared.policy.store import PolicyStore
+from shared.redis_conn import connect
+from shared.store.tasks import TaskStore
+from shared.task import records, states
+from shared.task.workload import Workload
+from workers import stages
+from workers.launchers.common.containment.cgroups import Cgroups
+from workers.launchers.local.launcher import LocalLauncher, cgroup_name
+from workers.localstack import RedisServer
+
+pytestmark = pytest.mark.sandbox  # real bwrap sandboxes, runner processes and cgroups
+
+# Tenant A: every inotify instance its uid may have, then processes up to a limit of 24 for
+# its uid, all held until the task is cancelled.
+HOG = r"""
+import ctypes, os, resource, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while True:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+print("INOTIFY", len(held), os.strerror(ctypes.get_errno()), flush=True)
+resource.setrlimit(resource.RLIMIT_NPROC, (24, 24))
+children = 0
+while True:
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        break
+    if pid == 0:
+        signal.pause()
+        os._exit(0)
+    children += 1
+print("FORKED", children, flush=True)
+print("HOLDING", flush=True)
+signal.pause()
+"""
+
+# Tenant B, while A holds: one inotify instance, and 4 children under the same limit.
+NEIGHBOUR = r"""
+import ctypes, os, resource
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+print("NEIGHBOUR-INOTIFY", "ok" if fd >= 0 else os.strerror(ctypes.get_errno()), flush=True)
+resource.setrlimit(resource.RLIMIT_NPROC, (24, 24))
+try:
+    pids = [os.fork() for _ in range(4)]
+except BlockingIOError as exc:
+    print("NEIGHBOUR-FORK", exc.strerror, flush=True)
+else:
+    if 0 in pids:
+        os._exit(0)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    print("NEIGHBOUR-FORK ok", flush=True)
+"""
+
+# The sandbox's init (pid 1: bwrap, the platform's) from a step: its memory and environment.
+INIT = r"""
+import os
+for path, mode in (("/proc/1/mem", os.O_RDWR), ("/proc/1/mem", os.O_RDONLY),
+                   ("/proc/1/environ", os.O_RDONLY), ("/proc/1/task/1/mem", os.O_RDWR)):
+    try:
+        os.close(os.open(path, mode))
+        print("INIT", path, mode, "OPENED", flush=True)
+    except OSError as exc:
+        print("INIT", path, mode, exc.strerror, flush=True)
+print("PARENT", os.getppid(), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer, tmp_path: Path) -> Settings:
+    return Settings(redis_url=redis_server.url, key_prefix=f"u{time.monotonic_ns()}",
+                    work_dir=str(tmp_path / "work"), heartbeat_seconds=1)
+
+
+@pytest.fixture
+def tasks(settings: Settings) -> TaskStore:
+    return TaskStore(connect(settings.redis_url), settings.key_prefix)
+
+
+def launch(tasks: TaskStore, settings: Settings, owner: str,
+           steps: list[list[str]]) -> Workload:
+    """A task of ``owner``, created, validated and resolved by the real stages, launched."""
+    doc, _ = tasks.create(records.new_task({"name": "tenant", "steps": steps, "env": []},
+                                           owner))
+    policies = PolicyStore(tasks.r, f"unused-{time.monotonic_ns()}")
+    assert stages.validate(tasks, EnvLimits(), doc["id"], 1)
+    assert stages.apply_policy(tasks, policies, doc["id"], 1)
+    stages.launch(tasks, LocalLauncher(settings), doc["id"], 1, settings.heartbeat_seconds)
+    return Workload.from_doc(tasks.get(doc["id"]))
+
+
+def final(tasks: TaskStore, task_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while (doc := tasks.get(task_id))["state"] not in states.FINAL:
+        assert time.monotonic() < deadline, doc["state"]
+        time.sleep(0.05)
+    return doc
+
+
+def log_shows(tasks: TaskStore, task_id: str, text: str, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while text not in (log := tasks.read_log(task_id, 1)):
+        assert time.monotonic() < deadline, log
+        assert tasks.get(task_id)["state"] not in states.FINAL, log
+        time.sleep(0.05)
+    return log
+
+
+def host_uid(log: str) -> int:
+    found = re.search(r"as host uid (\d+)", log)
+    assert found, log
+    return int(found.group(1))
+
+
+def uids_of(job: Workload) -> set[int]:
+    """The real uids of the task's processes, as the host sees them (/proc/PID/status)."""
+    group = Cgroups().existing(cgroup_name(job))
+    assert group is not None
+    uids = set()
+    for pid in group.processes():
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        uids.add(int(status.split("Uid:")[1].split()[0]))
+    return uids
+
+
+def test_one_tenant_holding_its_uid_s_kernel_budgets_leaves_another_s_whole(
+        tasks: TaskStore, settings: Settings) -> None:
+    hog = launch(tasks, settings, "tenant-a", [["python3", "-c", HOG]])
+    try:
+        hog_log = log_shows(tasks, hog.task_id, "HOLDING")
+        assert re.search(r"INOTIFY \d+ Too many open files", hog_log), hog_log
+        forked = int(re.search(r"FORKED (\d+)", hog_log).group(1))  # type: ignore[union-attr]
+        assert 0 < forked < 24  # its uid's processes reached the limit
+        neighbour = launch(tasks, settings, "tenant-b", [["python3", "-c", NEIGHBOUR]])
+        doc = final(tasks, neighbour.task_id)
+        log = tasks.read_log(neighbour.task_id, 1)
+        assert doc["state"] == states.SUCCEEDED, log
+        assert "NEIGHBOUR-INOTIFY ok" in log and "NEIGHBOUR-FORK ok" in log
+        # Each task's processes run as its own host uid, from the pool, never root or nobody.
+        a, b = host_uid(hog_log), host_uid(log)
+        assert a != b
+        first, count = settings.task_uid_first, settings.task_uid_count
+        assert first <= a < first + count and first <= b < first + count
+        assert uids_of(hog) == {a}  # the kernel charges A's processes to A's uid
+    finally:
+        LocalLauncher(settings).cancel(hog)
+    assert final(tasks, hog.task_id)["state"] == states.CANCELLED
+
+
+def test_a_task_s_uid_goes_back_to_the_pool_when_it_ends(tasks: TaskStore,
+                                                         settings: Settings) -> None:
+    job = launch(tasks, settings, "tenant-a", [["true"]])
+    assert final(tasks, job.task_id)["state"] == states.SUCCEEDED
+    uid = host_uid(tasks.read_log(job.task_id, 1))
+    launcher = LocalLauncher(settings)
+    deadline = time.monotonic() + 30
+    while launcher.uids.held(job.task_id, 1) is not None:  # given back once recorded
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert uid == settings.task_uid_first
+
+
+def test_the_sandbox_s_init_is_neither_writable_nor_readable_from_a_step(
+        tasks: TaskStore, settings: Settings) -> None:
+    job = launch(tasks, settings, "tenant-a", [["python3", "-c", INIT]])
+    doc = final(tasks, job.task_id)
+    log = tasks.read_log(job.task_id, 1)
+    assert doc["state"] == states.SUCCEEDED, log
+    assert "OPENED" not in log
+    assert log.count("Permission denied") == 4, log
+    assert "PARENT 1" in log  # pid 1 is the platform's init, the step's parent
