@@ -56,7 +56,7 @@ def draft_problems(svc: Services, data: Doc, project: str | None) -> list[Proble
     if project is None:
         return check_policy(data, svc.limits)
     return check_scope_policy(data, _above(svc, project), svc.limits, svc.hooks,
-                              svc.reserved_prefixes)
+                              svc.reserved_prefixes, project=project)
 
 
 def _above(svc: Services, project: str) -> Chain:

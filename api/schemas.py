@@ -554,6 +554,13 @@ class RuleIn(Strict):
                        "names the likely one."})
 
 
+class EndpointAllowanceIn(Strict):
+    project = fields.String(required=True, validate=validate.Length(min=1, max=63))
+    name = fields.String(required=True, validate=validate.Length(min=1, max=200), metadata={
+        "description": "One endpoint variable's exact name (no family)."})
+    reason = fields.String(load_default="", validate=validate.Length(max=1000))
+
+
 class PolicyIn(Strict):
     # Both lists are required: a PUT with an empty body must not wipe the policy.
     defaults = fields.List(fields.Nested(DefaultIn), required=True)
@@ -563,6 +570,11 @@ class PolicyIn(Strict):
     strict_env = StrictBool(load_default=False, metadata={
         "description": "A variable a task's script reads with no value and no default "
                        "rejects the task (a warning otherwise)."})
+    endpoint_allowances = fields.List(fields.Nested(EndpointAllowanceIn), load_default=list,
+                                      metadata={
+        "description": "The platform's policy only: the endpoint variables (HF_ENDPOINT, "
+                       "HTTPS_PROXY, ...) it lets one project's policy give a value "
+                       "(docs/policy.md)."})
 
 
 class DefaultOut(EnvOut):
@@ -576,6 +588,7 @@ class PolicyOut(ma.Schema):
     protected = fields.List(fields.Dict())
     rules = fields.List(fields.Dict())
     strict_env = fields.Boolean()
+    endpoint_allowances = fields.List(fields.Dict())
     on_conflict = fields.String()
     author = fields.String(allow_none=True)
     created_at = Timestamp(allow_none=True)

@@ -71,8 +71,10 @@ class Services:
 
     @functools.cached_property
     def hooks(self) -> StartupHooks:
-        """The start-up hook names only the platform's policy may give a value."""
-        return StartupHooks.from_setting(self.settings.startup_hooks)
+        """The start-up hook names only the platform's policy may give a value, with the
+        endpoint variables (which it may allow one project)."""
+        return StartupHooks.from_setting(self.settings.startup_hooks,
+                                         self.settings.endpoint_variables)
 
     @functools.cached_property
     def launcher(self) -> Launcher:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from typing import Any
 
 from shared.errors import Problem
+from shared.policy.endpoints import DEFAULT_ENDPOINTS, EndpointVariables
+from shared.policy.namelist import VariableList, parse_setting, valued_entries
 
 # pattern -> what setting it does (the documentation that says so).
 DEFAULT: dict[str, str] = {
@@ -111,38 +112,22 @@ DEFAULT: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class StartupHooks:
+class StartupHooks(VariableList):
     """The names only the platform's policy may give a value: exact names and ``*``
-    families, each with what it does (shown in refusals and warnings)."""
+    families, each with what it does (shown in refusals and warnings).  ``endpoints``:
+    the endpoint variables, the other list of such names, which the platform may allow
+    one project (``shared.policy.endpoints``); it travels with this one to every place
+    that checks or resolves a project's policy."""
 
-    patterns: Mapping[str, str]
+    endpoints: EndpointVariables = DEFAULT_ENDPOINTS
 
     @classmethod
-    def from_setting(cls, value: str) -> StartupHooks:
+    def from_setting(cls, value: str, endpoints: str = "default") -> StartupHooks:
         """``default``, names, ``FAMILY*`` and ``-NAME`` (one default entry out), comma
-        separated; an empty setting is the default list, so it is never off by accident."""
-        chosen: dict[str, str] = {}
-        removed: set[str] = set()
-        for item in (part.strip() for part in (value or "default").split(",")):
-            if item == "default":
-                chosen.update(DEFAULT)
-            elif item.startswith("-"):
-                removed.add(item[1:])
-            elif item:
-                chosen[item] = DEFAULT.get(item, "named by this platform's startup_hooks "
-                                                 "setting")
-        return cls({p: why for p, why in chosen.items() if p not in removed})
-
-    def match(self, name: str) -> str | None:
-        """The pattern that covers ``name``, or None."""
-        if name in self.patterns:
-            return name
-        return next((p for p in self.patterns if "*" in p and fnmatchcase(name, p)), None)
-
-    def why(self, name: str) -> str | None:
-        """What setting ``name`` does, when it is a start-up hook."""
-        pattern = self.match(name)
-        return None if pattern is None else self.patterns[pattern]
+        separated; an empty setting is the default list, so it is never off by accident.
+        ``endpoints``: the endpoint variables' setting, in the same grammar."""
+        return cls(parse_setting(value, DEFAULT, "startup_hooks"),
+                   EndpointVariables.from_setting(endpoints))
 
 
 DEFAULT_HOOKS = StartupHooks(DEFAULT)
@@ -152,21 +137,15 @@ def injection_problems(data: Mapping[str, Any], hooks: StartupHooks) -> list[Pro
     """Every default, and every protected entry with a value, of a project policy that
     would give a start-up hook variable a value, each named with what it does."""
     problems: list[Problem] = []
-    for where in ("defaults", "protected"):
-        for index, entry in enumerate(data.get(where) or []):
-            if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
-                continue
-            if where == "protected" and entry.get("value") is None:
-                continue  # a reservation: it only stops members setting the name
-            name = entry["name"]
-            why = hooks.why(name)
-            if why is not None:
-                problems.append(Problem(
-                    rule="layer.startup_hook", variable=name, field=f"{where}[{index}].value",
-                    message=f"{name} decides what a program loads or runs at start: {why}. "
-                            "Only the platform's policy may give it a value, since a value "
-                            "set here would run in every member's task with their secrets; "
-                            "a project may protect it without a value"))
+    for field, name in valued_entries(data):  # a reservation only stops members setting it
+        why = hooks.why(name)
+        if why is not None:
+            problems.append(Problem(
+                rule="layer.startup_hook", variable=name, field=field,
+                message=f"{name} decides what a program loads or runs at start: {why}. "
+                        "Only the platform's policy may give it a value, since a value "
+                        "set here would run in every member's task with their secrets; "
+                        "a project may protect it without a value"))
     return problems
 
 

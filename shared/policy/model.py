@@ -9,7 +9,7 @@ the policy worker call the same function, so they can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -17,7 +17,9 @@ from shared.env import envlist
 from shared.env.envlist import EnvVar, Limits
 from shared.env.identity import IDENTITY_NAMES, reserved_message
 from shared.errors import Problem
+from shared.policy import endpoints
 from shared.policy.conditions import TaskFacts, When, applies, check_when, may_overlap, when_text
+from shared.policy.endpoints import EndpointAllowance, allowance_problems
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, withheld_warning
 from shared.policy.rules import Rule, check_rule_entries, check_rules, entry_problems, valid_rules
 from shared.secrets import MASK
@@ -79,6 +81,8 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     # A script read with no value and no default rejects the task instead of warning.
     strict_env: bool = False
+    # The platform's only: the endpoint variables it lets one project's policy set.
+    endpoint_allowances: tuple[EndpointAllowance, ...] = ()
 
     def __post_init__(self) -> None:
         # Plain EnvVar defaults (no condition) are accepted and kept as Default values.
@@ -103,6 +107,8 @@ class Policy:
             scope=data.get("scope") or PLATFORM_SCOPE,
             rules=tuple(Rule.from_dict(r) for r in data.get("rules") or []),
             strict_env=bool(data.get("strict_env", False)),
+            endpoint_allowances=tuple(EndpointAllowance.from_dict(a)
+                                      for a in data.get(endpoints.FIELD) or []),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -118,7 +124,13 @@ class Policy:
         }
         if self.strict_env:  # said only when set: versions written before it read the same
             out["strict_env"] = True
+        if self.endpoint_allowances:
+            out[endpoints.FIELD] = [a.to_dict() for a in self.endpoint_allowances]
         return out
+
+    def allowed_endpoints(self, project: str | None) -> frozenset[str]:
+        """The endpoint variables this (the platform's) policy lets ``project`` set."""
+        return frozenset(a.name for a in self.endpoint_allowances if a.project == project)
 
 
 def _as_default(entry: EnvVar) -> Default:
@@ -241,6 +253,7 @@ def check_policy(data: Mapping[str, Any], limits: Limits) -> list[Problem]:
         problems.append(Problem(rule="policy.strict_env", field="strict_env",
                                 message="strict_env must be true or false"))
     problems += check_rule_entries(data.get("rules"))
+    problems += allowance_problems(data.get(endpoints.FIELD))
     return problems + values_against_rules(data, valid_rules(data.get("rules")), "this policy's")
 
 
@@ -424,11 +437,15 @@ def resolve_scopes(user_env: Iterable[EnvVar], policies: Sequence[Policy],
     value, secret, scope, policy version): they stand in for today's defaults, still as
     defaults, wherever nothing the user set or a policy protects holds the name.
 
-    A project policy never gives a start-up hook variable (``hooks``) a value, even a
-    version stored before such policies were refused: see :func:`_without_hooks`."""
+    A project policy never gives a start-up hook variable (``hooks``) a value, nor an
+    endpoint variable (``hooks.endpoints``) the platform's policy does not allow the
+    project, even a version stored before such policies were refused: see
+    :func:`_without_hooks`."""
     result = Resolution(policy_version=policies[0].version if policies else 0,
                         versions={policy.scope: policy.version for policy in policies})
-    policies = [_without_hooks(policy, hooks, task, result) for policy in policies]
+    admins = policies[0] if policies and policies[0].scope == PLATFORM_SCOPE else None
+    policies = [_without_hooks(policy, hooks, task, result, admins) for policy in policies]
+    pinned = _pins_allowed(pinned, hooks, admins, result)
     policies = [_without_identity(policy, result) for policy in policies]
     platform = list(platform)
     protected = _active(policies, task, protected=True)
@@ -486,25 +503,63 @@ def _pin_defaults(result: Resolution, pinned: Iterable[Mapping[str, Any]],
 
 
 def _without_hooks(policy: Policy, hooks: StartupHooks, task: TaskFacts,
-                   result: Resolution) -> Policy:
-    """A project policy as it may apply: its defaults of start-up hook names left out, its
-    protected values of them made reservations (members still cannot set the name), each
-    one that would have reached this task reported as a warning.  Versions are immutable,
-    so this is done where they are used, not where they are stored."""
+                   result: Resolution, platform: Policy | None = None) -> Policy:
+    """A project policy as it may apply: its defaults of start-up hook names, and of
+    endpoint variables ``platform`` does not allow the project, left out; its protected
+    values of them made reservations (members still cannot set the name); each one that
+    would have reached this task reported as a warning.  Versions are immutable, so this is
+    done where they are used, not where they are stored."""
     if policy.scope == PLATFORM_SCOPE:
         return policy
-    defaults = tuple(d for d in policy.defaults if hooks.match(d.name) is None)
+    withheld = _withholding(policy.scope, policy.version, hooks, platform)
+    defaults = tuple(d for d in policy.defaults if withheld(d.name) is None)
     protected = tuple(replace(p, value=None, secret=False)
-                      if p.value is not None and hooks.match(p.name) else p
+                      if p.value is not None and withheld(p.name) else p
                       for p in policy.protected)
     if len(defaults) == len(policy.defaults) and protected == policy.protected:
         return policy
     entries: list[Default | Protected] = [*policy.defaults, *policy.protected]
-    withheld = [e for e in entries
-                if e.value is not None and hooks.match(e.name) and applies(e.when, task)]
-    result.warnings += [withheld_warning(e.name, policy.scope, policy.version,
-                                         hooks.why(e.name) or "") for e in withheld]
+    warnings = (withheld(e.name) for e in entries if e.value is not None and applies(e.when, task))
+    result.warnings += [w for w in warnings if w is not None]
     return replace(policy, defaults=defaults, protected=protected)
+
+
+def _withholding(scope: str, version: int, hooks: StartupHooks,
+                 platform: Policy | None) -> Callable[[str], Problem | None]:
+    """For a name, the warning a task carries when ``scope``'s (a project's) value of it is
+    withheld: a start-up hook, or an endpoint variable the platform does not allow the
+    project; None when the project may give it a value."""
+    project = scope.removeprefix(SCOPE_PREFIX)
+    allowed = platform.allowed_endpoints(project) if platform is not None else frozenset()
+
+    def withheld(name: str) -> Problem | None:
+        hook = hooks.why(name)
+        if hook is not None:
+            return withheld_warning(name, scope, version, hook)
+        endpoint = hooks.endpoints.why(name)
+        if endpoint is not None and name not in allowed:
+            return endpoints.withheld_warning(name, scope, version, endpoint)
+        return None
+
+    return withheld
+
+
+def _pins_allowed(pinned: Iterable[Mapping[str, Any]], hooks: StartupHooks,
+                  platform: Policy | None, result: Resolution) -> list[Mapping[str, Any]]:
+    """A pinned rerun's defaults less a project's values ``_without_hooks`` withholds today
+    (a revision resolved before they were, or under an allowance since withdrawn), each
+    reported as a warning."""
+    kept: list[Mapping[str, Any]] = []
+    for old in pinned:
+        scope = old.get("scope")
+        if isinstance(scope, str) and scope.startswith(SCOPE_PREFIX):
+            warning = _withholding(scope, int(old.get("policy_version") or 0), hooks,
+                                   platform)(old["name"])
+            if warning is not None:
+                result.warnings.append(warning)
+                continue
+        kept.append(old)
+    return kept
 
 
 def _without_identity(policy: Policy, result: Resolution) -> Policy:

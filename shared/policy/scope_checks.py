@@ -18,9 +18,11 @@ from typing import Any
 from shared.env.envlist import EnvVar, Limits
 from shared.errors import Problem
 from shared.policy.conditions import may_overlap
+from shared.policy.endpoints import endpoint_problems, misplaced_allowances
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks, injection_problems
 from shared.policy.model import (
     PLATFORM_SCOPE,
+    SCOPE_PREFIX,
     Default,
     Policy,
     Protected,
@@ -35,17 +37,21 @@ from shared.secrets import MASK
 
 def check_scope_policy(data: Mapping[str, Any], above: Chain | Policy,
                        limits: Limits, hooks: StartupHooks = DEFAULT_HOOKS,
-                       reserved: tuple[str, ...] = ()) -> list[Problem]:
+                       reserved: tuple[str, ...] = (), project: str | None = None
+                       ) -> list[Problem]:
     """Every reason an inner scope's policy (``data``) cannot be saved under the policies
     of the scopes ``above`` it (a chain, or the platform's policy alone); ``hooks``: the
-    start-up hook names only the platform may give a value; ``reserved``: the variable
-    prefixes backends' own commands read (each backend declares its own)."""
+    start-up hook names only the platform may give a value, and the endpoint variables
+    only the platform may, or allow ``project`` to (the policy's own ``scope`` when not
+    given); ``reserved``: the variable prefixes backends' own commands read (each backend
+    declares its own)."""
     uppers = list(above) if isinstance(above, Chain) else [above]
     rules = valid_rules(data.get("rules"))
     problems = check_policy(data, limits)
     problems += [p for p in node_problems(list(data.get("defaults", [])), [], [],
                                           platform=False) if p.rule == "when.node_scope"]
     problems += injection_problems(data, hooks)
+    problems += _endpoint_problems(data, uppers, hooks, project)
     problems += _scheduler_names(data, reserved)
     for upper in uppers:
         problems += _protected_names(data, upper)
@@ -54,6 +60,20 @@ def check_scope_policy(data: Mapping[str, Any], above: Chain | Policy,
                      for p in _unsatisfiable(rule, f"rules[{rule_index}]", upper)]
         problems += _defaults_against(rules, data, upper)
     return problems
+
+
+def _endpoint_problems(data: Mapping[str, Any], uppers: list[Policy], hooks: StartupHooks,
+                       project: str | None) -> list[Problem]:
+    """The draft's values of endpoint variables the platform's policy does not allow its
+    project (a name a scope above protects is refused for that already), and any
+    allowance it would grant itself."""
+    if project is None and isinstance(data.get("scope"), str):
+        project = data["scope"].removeprefix(SCOPE_PREFIX)
+    platform = next((u for u in uppers if u.scope == PLATFORM_SCOPE), None)
+    allowed = platform.allowed_endpoints(project) if platform and project else frozenset()
+    held = {p.name for upper in uppers for p in upper.protected}
+    return (endpoint_problems(data, hooks.endpoints, project, allowed, held)
+            + misplaced_allowances(data))
 
 
 def _whose(policy: Policy) -> str:
@@ -85,7 +105,8 @@ def project_conflicts(projects: Mapping[str, Policy], platform: Policy,
     found: list[ProjectConflict] = []
     for name in sorted(projects):
         policy = projects[name]
-        problems = check_scope_policy(policy.to_dict(), platform, limits, hooks, reserved)
+        problems = check_scope_policy(policy.to_dict(), platform, limits, hooks, reserved,
+                                      project=name)
         if problems:
             found.append(ProjectConflict(name, policy.version, tuple(problems)))
     return found

@@ -17,8 +17,8 @@ from tests.api.conftest import Browser
 
 SECRET = "wandb-key-that-must-stay-hidden-42"
 TIGHTER = {"defaults": [],
-           "protected": [{"name": "HF_HOME", "value": "/shared/hf",
-                          "reason": "one model cache for the cluster"}],
+           "protected": [{"name": "DATASET_ROOT", "value": "/shared/data",
+                          "reason": "one dataset root for the cluster"}],
            "rules": [{"name": "NCCL_DEBUG", "allowed": ["WARN", "INFO"],
                       "description": "TRACE fills the disks"}]}
 
@@ -31,13 +31,13 @@ def put(client: FlaskClient, path: str, **policy: Any) -> Any:
 
 @pytest.fixture
 def projects(client: FlaskClient) -> None:
-    """vision sets HF_HOME and a secret, audio sets NCCL_DEBUG=TRACE, speech conforms;
+    """vision sets DATASET_ROOT and a secret, audio sets NCCL_DEBUG=TRACE, speech conforms;
     all saved while the platform policy allowed them."""
     for name in ("vision", "audio", "speech"):
         made = client.post("/api/v1/projects", json={"name": name, "maintainers": ["carol"]})
         assert made.status_code == 201, made.get_json()
     put(client, "/api/v1/projects/vision/policy",
-        defaults=[{"name": "HF_HOME", "value": "/data/vision"},
+        defaults=[{"name": "DATASET_ROOT", "value": "/data/vision"},
                   {"name": "WANDB_API_KEY", "value": SECRET, "secret": True}])
     put(client, "/api/v1/projects/audio/policy",
         defaults=[{"name": "NCCL_DEBUG", "value": "TRACE"}])
@@ -58,7 +58,7 @@ def test_saving_a_tighter_platform_policy_succeeds_and_names_the_projects_in_con
     assert client.get("/api/v1/policy").get_json()["version"] == 1
     assert conflicts_by_project(body) == {
         "audio": [("NCCL_DEBUG", "rule.allowed")],
-        "vision": [("HF_HOME", "layer.platform_protected")],
+        "vision": [("DATASET_ROOT", "layer.platform_protected")],
     }
     audio = next(c for c in body["project_conflicts"] if c["project"] == "audio")
     assert audio["policy_version"] == 1
@@ -79,7 +79,7 @@ def test_the_audit_entry_names_projects_and_variables_never_values(client: Flask
                  if e["action"] == "policy.put")
     assert entry["detail"]["project_conflicts"] == [
         {"project": "audio", "variables": ["NCCL_DEBUG"]},
-        {"project": "vision", "variables": ["HF_HOME"]},
+        {"project": "vision", "variables": ["DATASET_ROOT"]},
     ]
     logged = json.dumps(entry)
     for value in ("TRACE", "/data/vision", SECRET):
@@ -157,15 +157,15 @@ def test_the_openapi_document_states_both_fields(client: FlaskClient) -> None:
 def test_console_save_shows_the_projects_in_conflict_with_links(
         browser: Callable[..., Browser]) -> None:
     admin = browser()
-    form = {"protected-0-name": "HF_HOME", "protected-0-value": "/shared/hf",
-            "protected-0-reason": "one model cache", "on_conflict": "reject",
+    form = {"protected-0-name": "DATASET_ROOT", "protected-0-value": "/shared/data",
+            "protected-0-reason": "one dataset root", "on_conflict": "reject",
             "rules": json.dumps(TIGHTER["rules"])}
     saved = admin.post("/ui/policy", form)
     assert saved.status_code == 302, saved.text
     page = admin.get(saved.location).text
     assert "Policy version 1 saved" in page
     assert "2 project policies now conflict with it" in page
-    assert "audio (NCCL_DEBUG); vision (HF_HOME)" in page
+    assert "audio (NCCL_DEBUG); vision (DATASET_ROOT)" in page
     assert "Project policies in conflict with this policy" in page
     assert 'href="/ui/projects/audio/policy"' in page
     assert 'href="/ui/projects/vision/policy"' in page
