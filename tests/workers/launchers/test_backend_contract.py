@@ -83,10 +83,10 @@ class Backend:
     cleanup: Callable[[Workload], None]
 
     def submit(self, steps: list[list[str]], env: list[dict[str, Any]] | None = None,
-               **fields: Any) -> Workload:
+               owner: str = "alice", **fields: Any) -> Workload:
         """A task stored and resolved by the real validation and policy stages."""
         doc, _ = self.tasks.create(records.new_task(
-            {"name": "contract", "steps": steps, "env": env or [], **fields}, "alice"))
+            {"name": "contract", "steps": steps, "env": env or [], **fields}, owner))
         policies = PolicyStore(self.tasks.r, f"none-{uuid.uuid4().hex}", self.tasks.cipher)
         assert stages.validate(self.tasks, Limits(), doc["id"], 1)
         assert stages.apply_policy(self.tasks, policies, doc["id"], 1)
@@ -127,7 +127,10 @@ for _case in ("env_arrives_exactly", "secrets_are_redacted", "files_arrive_with_
               "each_replica_has_a_home_of_its_own",
               "output_is_never_the_backends_words", "cancel_is_idempotent_and_leaves_nothing",
               "python_start_up_files_stay_inside", "no_setuid_file_is_left_on_the_host",
-              "the_limits_hold"):
+              "the_limits_hold", "tenants_see_nothing_of_each_other",
+              "a_tenant_at_its_process_budget_leaves_the_other_working",
+              "each_live_task_has_a_host_uid_of_its_own",
+              "nothing_of_two_tenants_is_left_on_the_host"):
     NOT_MET[("kubernetes", _case)] = ("no step runs against the contract server: a "
                                       "cluster's kubelet decides (its tests check the Job "
                                       "and Secret taskenv submits)")
@@ -411,6 +414,215 @@ def test_the_limits_hold(backend: Backend) -> None:
             assert f"{MAX_PROCESSES} processes" in doc["reason"]
     else:
         assert int(started.group(1)) <= MAX_PROCESSES, log
+
+
+# --- two tenants at once ------------------------------------------------------------------
+#
+# Each case runs alice's task and bob's side by side: alice's step does its part, then
+# holds (a ``sleep`` of a length no other test uses) until bob's task has ended; the
+# suite then ends alice's sleep from the host and her step reports what it sees.
+
+
+@dataclass
+class Held:
+    """Alice's task, holding in a sleep while bob's runs."""
+
+    workload: Workload
+    seconds: str
+
+
+def hold(backend: Backend, command: str, env: list[dict[str, Any]] | None = None,
+         after: str = "true") -> Held:
+    """Alice's task runs ``command``, then holds, then runs ``after``; returned once it
+    holds."""
+    seconds = f"900.{time.monotonic_ns() % 10**9:09d}"
+    step = ["sh", "-c", f"{command}; sleep {seconds}; echo RELEASED; {after}"]
+    workload = backend.submit([step], env, owner="alice")
+    backend.start(workload)
+    deadline = time.monotonic() + 90
+    while not _count(f"^sleep {seconds}"):
+        assert time.monotonic() < deadline, "alice's step never reached its hold"
+        assert backend.tasks.get(workload.task_id)["state"] not in states.FINAL, \
+            backend.tasks.read_log(workload.task_id, 1)
+        time.sleep(0.2)
+    return Held(workload, seconds)
+
+
+def beside(backend: Backend, held: Held, steps: list[list[str]],
+           **fields: Any) -> tuple[dict[str, Any], str]:
+    """Bob's task, run to its end while alice's holds; then alice's hold is ended from
+    the host, as if her sleep were over.  Bob's record and log."""
+    bob = backend.submit(steps, owner="bob", **fields)
+    try:
+        backend.start(bob)
+        return backend.finish(bob)
+    finally:
+        subprocess.run(["pkill", "-f", f"^sleep {held.seconds}"], check=False)
+
+
+def release(backend: Backend, held: Held) -> tuple[dict[str, Any], str]:
+    """Alice's record and log once her task has ended; then what both tasks left is
+    collected as every case does."""
+    try:
+        return backend.finish(held.workload)
+    finally:
+        backend.cleanup(held.workload)
+
+
+def host_uid(log: str, tag: str) -> int:
+    """The host uid a step's kernel budgets are charged to, from what it printed: its
+    uid inside, mapped through its ``/proc/self/uid_map``."""
+    found = re.search(rf"{tag} UID (\d+) MAP ([\d ]+?)\s*$", log, re.M)
+    assert found is not None, log
+    inside, entries = int(found.group(1)), [int(n) for n in found.group(2).split()]
+    for first, outside, count in zip(entries[::3], entries[1::3], entries[2::3], strict=True):
+        if first <= inside < first + count:
+            return outside + inside - first
+    raise AssertionError(f"uid {inside} is not mapped: {found.group(0)}")
+
+
+def test_tenants_see_nothing_of_each_other(backend: Backend) -> None:
+    """Neither tenant sees, reads, lists or writes the other's home, ``/tmp``, shared
+    memory, files, processes or environment, while both run."""
+    alice, bob = uuid.uuid4().hex, uuid.uuid4().hex
+    mine = ('for d in "$HOME" "$PWD" /tmp /dev/shm; do echo "{t}" > "$d/mark-$$" 2>/dev/null; '
+            'done')
+    look = ('echo "SEES $(ls -a "$HOME" "$PWD" /tmp /dev/shm 2>&1 | tr "\\n" " ")"; '
+            'cat "$HOME"/* "$PWD"/* /tmp/* /dev/shm/* 2>/dev/null; '
+            'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline"; echo; '
+            'tr "\\0" " " < "$p/environ"; echo; done 2>/dev/null')
+    secret = f"hf_{alice}"
+    held = hold(backend, mine.format(t=alice), values({}, {"HF_TOKEN": secret}), after=look)
+    try:
+        bob_doc, bob_log = beside(
+            backend, held, [["sh", "-c", f"{look}; {mine.format(t=bob)}; echo BOB DONE"]],
+            files=[{"path": "bob.txt", "content": bob}])
+    finally:
+        alice_doc, alice_log = release(backend, held)
+    assert bob_doc["state"] == states.SUCCEEDED and "BOB DONE" in bob_log, bob_log
+    assert alice not in bob_log and secret not in bob_log and held.seconds not in bob_log
+    look_step = ["sh", "-c", look]
+    after = backend.submit([look_step], owner="alice")  # the tenant's next task, the same
+    backend.start(after)
+    try:
+        _, later_log = backend.finish(after)
+    finally:
+        backend.cleanup(after)
+    assert "RELEASED" in alice_log and alice_doc["state"] == states.SUCCEEDED, alice_log
+    assert bob not in alice_log and bob not in later_log and alice not in later_log
+
+
+def test_a_tenant_at_its_process_budget_leaves_the_other_working(backend: Backend) -> None:
+    """Alice holds nearly all the processes her limits allow; bob, beside her, still
+    starts as many as he asks.  A budget charged per host user (``RLIMIT_NPROC`` counts a
+    uid's processes across the host) would be shared between them."""
+    held_count = MAX_PROCESSES - 12
+    seconds = f"700.{time.monotonic_ns() % 10**9:09d}"
+    fill = (f"n=0; while [ $n -lt {held_count} ]; do sleep {seconds} & n=$((n+1)); done; "
+            "echo FILLED")
+    held = hold(backend, fill)
+    try:
+        deadline = time.monotonic() + 60
+        while _count(f"^sleep {seconds}") < held_count:
+            assert time.monotonic() < deadline, f"alice holds {_count(f'^sleep {seconds}')}"
+            time.sleep(0.2)
+        forks = MAX_PROCESSES // 2
+        # A fork refused ends the shell (or prints an error): only a step that started
+        # every one reaches its last line with the full count.
+        bob_doc, bob_log = beside(backend, held, [["sh", "-c", (
+            f"n=0; while [ $n -lt {forks} ]; do sleep 3 & n=$((n+1)); done; "
+            "echo BOB STARTED $n; wait")]])
+    finally:
+        subprocess.run(["pkill", "-f", f"^sleep {seconds}"], check=False)
+        alice_doc, alice_log = release(backend, held)
+    assert bob_doc["state"] == states.SUCCEEDED, bob_log
+    assert f"BOB STARTED {forks}" in bob_log and "fork" not in bob_log, bob_log
+    assert "FILLED" in alice_log and "RELEASED" in alice_log, alice_log
+
+
+def _count(pattern: str) -> int:
+    """Processes of the host whose command line matches ``pattern`` (a container's too:
+    the host sees every process)."""
+    found = subprocess.run(["pgrep", "-c", "-f", pattern], capture_output=True, text=True)
+    return int(found.stdout.strip() or 0)
+
+
+def test_each_live_task_has_a_host_uid_of_its_own(backend: Backend) -> None:
+    """The host user each task's kernel budgets are charged to (processes, inotify
+    instances, message queues, keyrings) is its own while both run."""
+    show = 'echo "{tag} UID $(id -u) MAP $(cat /proc/self/uid_map | tr -s " \\n" "  ")"'
+    held = hold(backend, show.format(tag="ALICE"))
+    try:
+        bob_doc, bob_log = beside(backend, held, [["sh", "-c", show.format(tag="BOB")]])
+    finally:
+        alice_doc, alice_log = release(backend, held)
+    assert bob_doc["state"] == alice_doc["state"] == states.SUCCEEDED, (alice_log, bob_log)
+    alice_uid, bob_uid = host_uid(alice_log, "ALICE"), host_uid(bob_log, "BOB")
+    assert alice_uid != bob_uid
+    assert 0 not in (alice_uid, bob_uid), "a task charged to the host's root"
+
+
+def test_nothing_of_two_tenants_is_left_on_the_host(backend: Backend) -> None:
+    """Once both tasks have ended (and the reconciler passed), no process, directory,
+    pod or volume of either is left."""
+    held = hold(backend, 'echo kept > "$HOME/kept"; echo kept > /tmp/kept')
+    used = _held_by(backend, held.workload)
+    bob_task: list[Workload] = []
+    original = backend.submit
+
+    def submit(*args: Any, **fields: Any) -> Workload:
+        bob_task.append(original(*args, **fields))
+        return bob_task[-1]
+
+    backend.submit = submit  # type: ignore[method-assign]
+    try:
+        bob_doc, bob_log = beside(
+            backend, held, [["sh", "-c", 'echo kept > "$HOME/kept"; echo kept > /tmp/kept']])
+    finally:
+        backend.submit = original  # type: ignore[method-assign]
+        release(backend, held)
+    assert bob_doc["state"] == states.SUCCEEDED, bob_log
+    deadline = time.monotonic() + 30
+    while left := _left_of(backend, [held.workload, *bob_task], used):
+        assert time.monotonic() < deadline, f"left on the host: {left}"
+        reconcile_once(backend.tasks, backend.launcher, lambda *a: None, stuck_after=600.0)
+        time.sleep(0.2)
+
+
+def _held_by(backend: Backend, workload: Workload) -> set[str]:
+    """The podman volumes a running task's containers mount (none for other backends)."""
+    if backend.name != "podman":
+        return set()
+    listed = podman("ps", "--filter", f"pod={workload.run_name}", "--format", "{{.ID}}")
+    found: set[str] = set()
+    for container in listed.stdout.split():
+        mounts = podman("inspect", "--format", "{{range .Mounts}}{{.Name}} {{end}}", container)
+        found |= set(mounts.stdout.split())
+    return found
+
+
+# What the platform itself keeps of a finished run for a while (how it ended, the
+# runner's own log for an operator), never anything of the task's.
+RUN_RECORDS = {"outcome.json", "runner.pid", "runner.log", "made_at"}
+
+
+def _left_of(backend: Backend, workloads: list[Workload], volumes: set[str]) -> list[str]:
+    left: list[str] = []
+    for workload in workloads:
+        if _count(workload.task_id):
+            left.append(f"a process naming {workload.task_id}")
+        if backend.name == "podman":
+            if podman("pod", "exists", workload.run_name).returncode == 0:
+                left.append(f"pod {workload.run_name}")
+        else:
+            root = Path(backend.settings.slurm_dir if backend.name == "slurm"
+                        else backend.settings.work_dir) / workload.task_id
+            left += [str(p) for p in root.rglob("*")
+                     if not p.is_dir() and p.name not in RUN_RECORDS] if root.exists() else []
+    if volumes:
+        names = set(podman("volume", "ls", "--format", "{{.Name}}").stdout.split())
+        left += [f"volume {name}" for name in sorted(volumes & names)]
+    return left
 
 
 # --- the table -----------------------------------------------------------------------------
