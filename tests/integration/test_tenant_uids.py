@@ -89,6 +89,18 @@ for path, mode in (("/proc/1/mem", os.O_RDWR), ("/proc/1/mem", os.O_RDONLY),
         print("INIT", path, mode, "OPENED", flush=True)
     except OSError as exc:
         print("INIT", path, mode, exc.strerror, flush=True)
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+for name, number, args in (("pidfd_open", 434, (1, 0)), ("get_robust_list", 274, (1, 0, 0)),
+                           ("kcmp", 312, (os.getpid(), 1, 0, 0, 0))):
+    done = libc.syscall(number, *args)
+    print("CALL", name, done, os.strerror(ctypes.get_errno()) if done < 0 else "", flush=True)
+child = os.fork()
+if child == 0:
+    os._exit(0)
+own = libc.syscall(434, child, 0)  # a pidfd of its own child: as ever
+print("OWN", "ok" if own >= 0 else os.strerror(ctypes.get_errno()), flush=True)
+os.waitpid(child, 0)
 print("PARENT", os.getppid(), flush=True)
 """
 
@@ -206,3 +218,6 @@ def test_the_sandbox_s_init_is_neither_writable_nor_readable_from_a_step(
     assert "OPENED" not in log
     assert log.count("Permission denied") == 4, log
     assert "PARENT 1" in log  # pid 1 is the platform's init, the step's parent
+    for name in ("pidfd_open", "get_robust_list", "kcmp"):  # nor a way round /proc
+        assert f"CALL {name} -1 Operation not permitted" in log, log
+    assert "OWN ok" in log

@@ -8,6 +8,15 @@ and ``/proc``, and of the host's files only its own home, bound read-write at
 :data:`TASK_HOME`.  PID 1 inside is bwrap itself: when a step ends (or its
 runner dies) every process it started dies with it.
 
+PID 1 is the platform's process, in the step's user namespace and as its user: the
+kernel would let the step open ``/proc/1/mem`` read-write and read its environment
+(ptrace itself is refused by the seccomp filter, but ``/proc/PID/mem`` is not a
+syscall a filter can tell apart).  So ``/proc/1`` is covered by an empty, read-only
+tmpfs of mode 0000 (:data:`SEAL_INIT`): every entry of the init, ``mem``, ``environ``,
+``task/1/...``, answers ``EACCES``, and the step, which owns that tmpfs, can neither
+change its mode (read-only) nor mount or unmount anything.  The step's own processes
+(pid 2 and up) stay as readable and traceable to it as ever.
+
 No value of the env is ever put on bwrap's command line (a command line is
 readable by anyone in ``/proc``): bwrap is started with the step's env as its
 own environment, which it hands on unchanged.
@@ -48,6 +57,10 @@ PROC_HIDDEN_DIRS = ("acpi", "asound", "bus", "driver", "dynamic_debug", "fs", "i
 # bwrap always sets PWD to the working directory; a step whose env does not set PWD gets
 # it removed again.  The step's argv follows as the script's arguments: data, never code.
 DROP_PWD = ("/bin/sh", "-c", 'unset PWD; exec "$@"', "sh")
+# The sandbox's init (bwrap, pid 1) out of the step's reach: /proc/1 under an empty tmpfs
+# of mode 0000, read-only, so nothing of it can be opened (see the module's docstring).
+INIT_PROC = "/proc/1"
+SEAL_INIT = ("--perms", "0000", "--tmpfs", INIT_PROC, "--remount-ro", INIT_PROC)
 
 
 class BadWorkdir(ValueError):
@@ -79,7 +92,8 @@ def bwrap_argv(step: Sequence[str], home: Path, workdir: str | None,
     directories the step sees instead of the host's; None: the host's.
     """
     return [binary, *ISOLATION, *(["--share-net"] if share_net else []),
-            *system_binds(runtime or "/"), "--proc", "/proc", *proc_masks(), "--dev", "/dev",
+            *system_binds(runtime or "/"), "--proc", "/proc", *proc_masks(), *SEAL_INIT,
+            "--dev", "/dev",
             *(["--size", str(tmp_bytes)] if tmp_bytes else []),
             "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own empty /tmp
             "--bind", str(home), TASK_HOME, "--chdir", workdir_inside(workdir),

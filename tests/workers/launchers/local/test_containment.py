@@ -128,7 +128,8 @@ def test_the_step_runs_as_an_unprivileged_host_user_under_the_task_s_cpu_limit(
         time.sleep(0.05)
     uids = {Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0]
             for pid in group.processes()}
-    assert uids == {"65534"}  # as the host sees them: no process of the task is root
+    first = settings.task_uid_first  # as the host sees them: the task's own uid, never root
+    assert len(uids) == 1 and first <= int(uids.pop()) < first + settings.task_uid_count
     assert (group.dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "50000"
     assert final(tasks, job.task_id)["state"] == states.SUCCEEDED
 

@@ -21,7 +21,10 @@ Refused with ``EPERM`` (the program sees an ordinary permission error):
 * faking terminal input (``ioctl`` ``TIOCSTI``/``TIOCLINUX``);
 * tracing or reading the sandbox's init, PID 1 (``ptrace``, ``process_vm_readv`` and
   ``process_vm_writev`` naming it): a stopped init leaves the task running and its slots
-  held until the step's timeout.  A step's own processes stay traceable (``py-spy dump``
+  held until the step's timeout.  Nor may a step take a pidfd of it (``pidfd_open``), the
+  way to its descriptors (``pidfd_getfd``) and memory advice (``process_madvise``), or
+  read what else ptrace's rules guard (``get_robust_list``, ``kcmp``); its ``/proc/1`` is
+  sealed by the sandbox itself.  A step's own processes stay traceable (``py-spy dump``
   on a hung rank keeps working).
 
 A step of another architecture (x32, i386 through ``int 0x80``) is killed: libseccomp
@@ -103,8 +106,10 @@ def _add_rules(lib: ctypes.CDLL, ctx: int) -> None:
         _rule(lib, ctx, eperm, "ioctl", _ArgCmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, request))
     init = 1  # the sandbox's PID 1, as the step sees it; pid_t is the low 32 bits
     _rule(lib, ctx, eperm, "ptrace", _ArgCmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, init))
-    for name in ("process_vm_readv", "process_vm_writev"):
+    for name in ("process_vm_readv", "process_vm_writev", "pidfd_open", "get_robust_list",
+                 "kcmp"):
         _rule(lib, ctx, eperm, name, _ArgCmp(0, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, init))
+    _rule(lib, ctx, eperm, "kcmp", _ArgCmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, init))
 
 
 def _rule(lib: ctypes.CDLL, ctx: int, action: int, name: str, *args: _ArgCmp) -> None:
