@@ -135,7 +135,8 @@ def fit_proc_masks(argv: list[str], files: list[str], dirs: list[str],
         if argv[i:i + 2] == ["--ro-bind", "/dev/null"] and argv[i + 2].startswith("/proc/"):
             i += 3
             continue
-        if argv[i] == "--tmpfs" and argv[i + 1].startswith("/proc/"):
+        if argv[i] == "--tmpfs" and argv[i + 1].startswith("/proc/") and \
+                argv[i + 1] != "/proc/1":  # the init's seal is every node's
             i += 2
             continue
         out.append(argv[i])
