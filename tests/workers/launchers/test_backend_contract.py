@@ -602,8 +602,8 @@ def _held_by(backend: Backend, workload: Workload) -> set[str]:
 
 
 # What the platform itself keeps of a finished run for a while (how it ended, the
-# runner's own log for an operator), never anything of the task's.
-RUN_RECORDS = {"outcome.json", "runner.pid", "runner.log", "made_at"}
+# runner's own log for an operator, Slurm's job id), never anything of the task's.
+RUN_RECORDS = re.compile(r"outcome\.json|runner\.(pid|log)|made_at|r\d+\.job")
 
 
 def _left_of(backend: Backend, workloads: list[Workload], volumes: set[str]) -> list[str]:
@@ -617,8 +617,9 @@ def _left_of(backend: Backend, workloads: list[Workload], volumes: set[str]) -> 
         else:
             root = Path(backend.settings.slurm_dir if backend.name == "slurm"
                         else backend.settings.work_dir) / workload.task_id
-            left += [str(p) for p in root.rglob("*")
-                     if not p.is_dir() and p.name not in RUN_RECORDS] if root.exists() else []
+            found = root.rglob("*") if root.exists() else iter(())
+            left += [str(p) for p in found
+                     if not p.is_dir() and not RUN_RECORDS.fullmatch(p.name)]
     if volumes:
         names = set(podman("volume", "ls", "--format", "{{.Name}}").stdout.split())
         left += [f"volume {name}" for name in sorted(volumes & names)]
