@@ -27,6 +27,7 @@ from api.context import svc
 from api.errors import status_for
 from api.schemas import PolicyIn
 from shared.errors import PolicyInvalid, Problem, SecretsUnavailable, TaskenvError
+from shared.policy.endpoints import FIELD as ALLOWANCES
 from shared.policy.model import Policy, project_scope
 from shared.policy.scope_checks import ProjectConflict
 from shared.policy.store import PolicyStore
@@ -126,17 +127,20 @@ def _rows_of(policy: Policy) -> Row:
             row["when"] = json.dumps(entry["when"]) if entry.get("when") else ""
     return {"defaults": defaults, "protected": protected, "on_conflict": policy.on_conflict,
             "rules": json.dumps(data["rules"], indent=1) if data["rules"] else "",
-            "strict_env": policy.strict_env}
+            "strict_env": policy.strict_env,
+            "endpoint_allowances": json.dumps(data[ALLOWANCES], indent=1)
+            if data.get(ALLOWANCES) else ""}
 
 
 def read_policy(form: MultiDict[str, str], current: Policy) -> tuple[Row | None, Row, Row]:
     """The form as policy data: the rows (``api.console.forms``), each row's ``when`` and
-    the rules, read as JSON; the form as typed comes back to be shown again."""
+    the rules and the platform's endpoint allowances, read as JSON; the form as typed comes
+    back to be shown again."""
     data, errors, typed = forms.read_policy(form, current)
     strict = form.get("strict_env") == "on"  # a checkbox: absent when not ticked
     shown = {**typed, "defaults": forms.shown(typed["defaults"]),
              "protected": forms.shown(typed["protected"]), "rules": form.get("rules", ""),
-             "strict_env": strict}
+             "strict_env": strict, ALLOWANCES: form.get(ALLOWANCES, "")}
     for where in ("defaults", "protected"):
         for index, row in enumerate(typed[where]):
             shown[where][index]["when"] = row.get("when", "")
@@ -148,9 +152,13 @@ def read_policy(form: MultiDict[str, str], current: Policy) -> tuple[Row | None,
     rules, problem = _json(form.get("rules", ""), "a list of rules")
     if problem:
         errors["rules"] = [problem]
+    allowances, problem = _json(form.get(ALLOWANCES, ""), "a list of {project, name, reason}")
+    if problem:
+        errors[ALLOWANCES] = [problem]
     if data is not None:
         data["rules"] = rules or []
         data["strict_env"] = strict
+        data[ALLOWANCES] = allowances or []
     return (None if errors else data), errors, shown
 
 
@@ -172,6 +180,7 @@ def policy_page(project: str | None, current: Policy, form: Row, status: int = 2
     return page("policy.html", status, policy=current, project=project, action=_url(project),
                 on_conflict=form["on_conflict"], rules=form.get("rules", ""),
                 strict_env=bool(form.get("strict_env")),
+                endpoint_allowances=form.get(ALLOWANCES, ""),
                 defaults=form["defaults"] + forms.blank(blank, when=""),
                 protected=form["protected"] + forms.blank(blank, reason="", when=""),
                 errors=errors or {}, problems=problems or [], impact=impact,

@@ -4,6 +4,7 @@ unless an admin allows that project that name.  Two tenants side by side, throug
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from flask.testing import FlaskClient
 
 from shared.policy.model import Policy
 from shared.policy.store import PolicyStore
-from tests.api.conftest import task_body
+from tests.api.conftest import Browser, task_body
 
 EVIL = "https://hub.maintainer.example"
 
@@ -183,3 +184,26 @@ def test_the_list_is_a_platform_setting_in_the_hooks_grammar(
     assert refused.status_code == 422
     assert {e["variable"] for e in refused.get_json()["errors"]} == {"CORP_REGISTRY",
                                                                       "HF_ENDPOINT"}
+
+
+@pytest.mark.usefixtures("tenants")
+def test_the_platform_policy_page_shows_and_saves_the_allowances(
+        client: FlaskClient, browser: Callable[..., Browser]) -> None:
+    """An edit on the console never drops what the API set; a project's page has no
+    such field (only the platform's policy may allow)."""
+    allow(client, ("p1", "HF_ENDPOINT"))
+    admin = browser()
+    page = admin.get("/ui/policy").text
+    assert 'name="endpoint_allowances"' in page and "&#34;HF_ENDPOINT&#34;" in page
+    assert 'name="endpoint_allowances"' not in admin.get("/ui/projects/p1/policy").text
+    form = {"on_conflict": "reject", "endpoint_allowances": json.dumps(
+        [{"project": "p2", "name": "WANDB_BASE_URL", "reason": "their own server"}])}
+    assert admin.post("/ui/policy", form).status_code == 302
+    assert client.get("/api/v1/policy").get_json()["endpoint_allowances"] == [
+        {"project": "p2", "name": "WANDB_BASE_URL", "reason": "their own server"}]
+    bad = admin.post("/ui/policy", {**form, "endpoint_allowances": "[{"})
+    assert bad.status_code == 422 and "write a list of {project, name, reason} in JSON" \
+        in bad.text.replace("&#39;", "'")
+    assert client.get("/api/v1/policy").get_json()["version"] == 2  # nothing saved
+    assert admin.post("/ui/policy", {"on_conflict": "reject"}).status_code == 302
+    assert "endpoint_allowances" not in client.get("/api/v1/policy").get_json()
