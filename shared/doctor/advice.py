@@ -12,7 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rapidfuzz.distance import OSA
+
 from shared.doctor.catalog import HF_FALSE, HF_TRUE, Catalog, Entry, family, one_word
+from shared.env.envlist import MAX_NAME_LENGTH
 from shared.errors import Problem
 from shared.policy.rules import Valued
 
@@ -25,23 +28,10 @@ MAX_SHOWN = 40  # characters of a value quoted in a message
 
 def distance(a: str, b: str, limit: int = 3) -> int:
     """Edit distance with adjacent transpositions (``DEBGU`` is one edit from ``DEBUG``);
-    anything above ``limit`` comes back as ``limit + 1`` (cheap early exit)."""
-    if abs(len(a) - len(b)) > limit:
-        return limit + 1
-    before: list[int] | None = None
-    row = list(range(len(b) + 1))
-    for i in range(1, len(a) + 1):
-        current = [i] + [0] * len(b)
-        for j in range(1, len(b) + 1):
-            cost = 0 if a[i - 1] == b[j - 1] else 1
-            current[j] = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + cost)
-            if (before is not None and i > 1 and j > 1 and a[i - 1] == b[j - 2]
-                    and a[i - 2] == b[j - 1]):
-                current[j] = min(current[j], before[j - 2] + 1)
-        if min(current) > limit:
-            return limit + 1
-        before, row = row, current
-    return row[-1]
+    anything above ``limit`` comes back as ``limit + 1``.  rapidfuzz's optimal string
+    alignment, bounded by ``limit``: its work grows with the names' length times the
+    limit, not with the product of their lengths."""
+    return int(OSA.distance(a, b, score_cutoff=limit))
 
 
 def allowed_edits(name: str) -> int:
@@ -68,8 +58,14 @@ def likely(name: str, known: Iterable[str], same_family: bool = True,
     """The known names ``name`` most likely meant, closest first (at most three); none
     when ``name`` is itself known.  Same family prefix (unless ``same_family`` is off),
     within :func:`allowed_edits`; with ``abbreviations``, a name whose initials are
-    ``name`` (or the other way round) counts too."""
-    known = list(known)
+    ``name`` (or the other way round) counts too.
+
+    A name past :data:`~shared.env.envlist.MAX_NAME_LENGTH` is no one's variable: it is
+    neither guessed for (a script may read any name) nor guessed, so the work stays
+    bounded by the limit whatever a tenant writes."""
+    if len(name) > MAX_NAME_LENGTH:
+        return []
+    known = [other for other in known if len(other) <= MAX_NAME_LENGTH]
     if name in known:
         return []
     limit = allowed_edits(name)

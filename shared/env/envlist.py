@@ -23,6 +23,12 @@ NAME_RULE_TEXT = {
     "shell": "must match ^[A-Za-z_][A-Za-z0-9_]*$",
     "kubernetes": "must be printable ASCII without '='",
 }
+# Characters in a name.  Linux has no limit of its own below the 128 KiB of a whole
+# NAME=value string, but no program reads a longer name: GitLab accepts keys of up to 255
+# characters, a ConfigMap key 253.  What the platform does with a name (the doctor's search
+# for the documented name it resembles, above all) grows with its length: the limit bounds
+# that work for every tenant.
+MAX_NAME_LENGTH = 256
 
 
 @dataclass(frozen=True)
@@ -143,7 +149,8 @@ def _clean_size(entry: Mapping[str, Any], rule: re.Pattern[str], limits: Limits)
     at the cost of one encoding of each string; the messages only where they are needed."""
     name, value, secret = entry.get("name"), entry.get("value"), entry.get("secret", False)
     if not (isinstance(name, str) and isinstance(value, str) and isinstance(secret, bool)
-            and name and rule.fullmatch(name) and "\x00" not in value
+            and name and len(name) <= MAX_NAME_LENGTH and rule.fullmatch(name)
+            and "\x00" not in value
             and not (secret and len(value) < MIN_SECRET_LENGTH)):
         return None
     try:
@@ -169,6 +176,8 @@ def _check_entry(where: str, entry: Mapping[str, Any], limits: Limits) -> list[P
             rule=f"name.{limits.name_rule}", variable=name, field=f"{where}.name",
             message=f"{_show(name)}: a name {NAME_RULE_TEXT[limits.name_rule]}",
         ))
+    if isinstance(name, str) and len(name) > MAX_NAME_LENGTH:
+        problems.append(_too_long(where, name))
     if not isinstance(value, str):
         problems.append(Problem(
             rule="value.type", variable=label, field=f"{where}.value",
@@ -215,6 +224,14 @@ def _value_problems(where: str, label: str | None, value: str,
     return problems
 
 
+def _too_long(where: str, name: str) -> Problem:
+    return Problem(
+        rule="name.max_length", variable=name, field=f"{where}.name", limit=MAX_NAME_LENGTH,
+        message=f"{_show(name)}: the name is {len(name)} characters; at most "
+                f"{MAX_NAME_LENGTH} are allowed (no program reads a longer name)",
+    )
+
+
 def _too_short(where: str, label: str | None) -> Problem:
     return Problem(
         rule="secret.too_short", variable=label, field=f"{where}.value",
@@ -253,13 +270,15 @@ def _show(name: str) -> str:
 
 def judgeable(entries: Iterable[Mapping[str, Any]], limits: Limits) -> list[dict[str, Any]]:
     """The entries of an invalid list the policy can still judge: a name that follows the
-    name rule, a string value and a boolean ``secret``, each name's first entry only."""
+    name rule and the length limit, a string value and a boolean ``secret``, each name's
+    first entry only."""
     rule = NAME_RULES[limits.name_rule]
     seen: set[str] = set()
     out: list[dict[str, Any]] = []
     for entry in entries:
         name, value = entry.get("name"), entry.get("value")
-        if not (isinstance(name, str) and rule.fullmatch(name) and isinstance(value, str)
+        if not (isinstance(name, str) and len(name) <= MAX_NAME_LENGTH
+                and rule.fullmatch(name) and isinstance(value, str)
                 and isinstance(entry.get("secret", False), bool)) or name in seen:
             continue
         seen.add(name)
