@@ -21,6 +21,7 @@ one request go through one connection, and ``WAIT`` is asked on that connection.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -71,13 +72,50 @@ def _settled_master(sentinel: Sentinel, state: dict[str, Any], service_name: str
     flagged ``failover_in_progress`` is passed over; the next sentinel names the new one."""
     flags = state.get("flags", ())
     flags = set(flags.split(",")) if isinstance(flags, str) else set(flags)
-    return "failover_in_progress" not in flags and _redis_check_master_state(
-        sentinel, state, service_name)
+    if not (isinstance(state.get("ip"), str) and type(state.get("port")) is int):
+        return False  # an answer naming no address (see _masters_or_refusal)
+    try:
+        return "failover_in_progress" not in flags and bool(_redis_check_master_state(
+            sentinel, state, service_name))
+    except (KeyError, TypeError, ValueError):  # a field missing or of another type
+        return False
+
+
+def _masters_or_refusal(client: redis.Redis) -> Any:
+    """One sentinel's ``SENTINEL MASTERS``; a malformed answer raised as a refusal.
+
+    redis-py parses the answer as it reads it (``flags`` split on commas, the other
+    fields typed) and asks the next sentinel only after a connection error, a timeout
+    or an error reply: a sentinel answering ``flags`` as an int or a list (a bug, a
+    proxy, something else on that port) raised ``AttributeError`` out of the lookup,
+    and a healthy second sentinel was never asked.  Raised as a ``ResponseError``, a
+    malformed answer is passed over as an unreachable sentinel is, and named in the
+    ``MasterNotFoundError`` if no sentinel answers well."""
+    try:
+        masters = _redis_sentinel_masters(client)
+    except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise redis.ResponseError(f"a malformed SENTINEL MASTERS answer ({exc!r})") from exc
+    if not isinstance(masters, dict):
+        raise redis.ResponseError(f"a malformed SENTINEL MASTERS answer ({masters!r:.80})")
+    return masters
+
+
+def _discover_master(sentinel: Sentinel, service_name: str) -> Any:
+    """redis-py's lookup, each sentinel's answer read through :func:`_masters_or_refusal`."""
+    for client in sentinel.sentinels:
+        client.__dict__.setdefault("sentinel_masters",
+                                   functools.partial(_masters_or_refusal, client))
+    return _redis_discover_master(sentinel, service_name)
 
 
 # For every Sentinel of this process, kombu's (the workers' broker) as well as ours.
 _redis_check_master_state = Sentinel.check_master_state
 Sentinel.check_master_state = _settled_master  # type: ignore[method-assign]
+_redis_discover_master = Sentinel.discover_master
+Sentinel.discover_master = _discover_master  # type: ignore[method-assign, assignment]
+_redis_sentinel_masters = redis.Redis.sentinel_masters
 
 
 def _follow_the_primary(self: SentinelManagedConnection, *args: Any, **kwargs: Any) -> Any:
