@@ -17,10 +17,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## Create the virtualenv and install taskenv with its test tools
 
+# Each runs the host set-up first, every time: it installs (Debian, as root) only what is
+# missing, by its own dpkg and version checks, so a machine that has everything pays well
+# under a second; not root, it prints the sudo command and stops.
 run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), API, one worker per queue
+	deploy/host/setup.sh run
 	$(PY) -m workers.localstack
 
-test: install ## Run the test suite (unit, API and integration with real Redis and Celery)
+test: install ## Run the test suite (unit, API and integration with real Redis, Celery, podman, Slurm)
+	deploy/host/setup.sh test
 	$(PY) -m pytest
 
 # The inner loop: no real processes, containers or browser; fewer generated examples,

@@ -68,11 +68,11 @@ def _no_real_processes_in_check(monkeypatch: pytest.MonkeyPatch) -> None:
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A private one-node Slurm cluster (tests/support/slurm.py), for the ``slurm`` tests.
 
-    Not skipped when Slurm is missing: CI installs it (.ci/run), and a missing engine must
+    Not skipped when Slurm is missing: make test installs it, and a missing engine must
     show as a failure, not as a green run that tested nothing.
     """
     if not slurm_available():
-        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
+        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (make test installs "
                     "them); deselect them with -m 'not slurm'")
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm")).start()
     try:
@@ -92,7 +92,7 @@ def slurm_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClust
     (tests/support/slurm.py), for the tests of tasks spread over nodes; the second node's
     environment adds LAST_NODE_ADDS to the tasks it runs."""
     if not slurm_available():
-        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
+        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (make test installs "
                     "them); deselect them with -m 'not slurm'")
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm-nodes"), nodes=2,
                            last_node_adds=LAST_NODE_ADDS).start()

@@ -36,6 +36,6 @@ def host_torch() -> None:
     if found.returncode != 0:
         why = (found.stderr.strip().splitlines() or ["no output"])[-1]
         pytest.fail(f"the torch tests need torch for {STEP_PYTHON}, the Python the local and "
-                    f"Slurm steps run ({why}): .ci/run installs it, as {STEP_PYTHON} -m pip "
+                    f"Slurm steps run ({why}): make test installs it, as {STEP_PYTHON} -m pip "
                     "install --break-system-packages torch==2.13.0 (the CPU build); deselect "
                     "them with -m 'not torch'", pytrace=False)

@@ -3,7 +3,8 @@
 The launch worker only starts the pod (``running``); the reconciler process
 (``python -m workers.reconcile``, as ``make run`` starts it) asks podman every
 second and brings the outcome and the container's output back.  Needs podman and the
-local image, as tests/workers/launchers/podman/test_podman_launcher.py does (.ci/run installs both).
+local image, as tests/workers/launchers/podman/test_podman_launcher.py does
+(make test installs both).
 """
 
 from __future__ import annotations

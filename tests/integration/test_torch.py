@@ -4,7 +4,7 @@ are examples/distributed's ddp.yaml and torchrun.yaml, submitted by the CLI once
 otherwise as the request body it makes of them.
 
 The steps run the host's python3 in their sandboxes, so torch must be installed for it
-(.ci/run does); without it these tests fail (the ``host_torch`` fixture says how to
+(make test does); without it these tests fail (the ``host_torch`` fixture says how to
 install it), they never skip.  A task whose image names a runtime directory runs that
 tree's python3 instead: the tree `make pytorch-image` leaves, and one built from the host.
 examples/distributed/ddp.py checks the gradients itself and exits 3 on a mismatch; the
@@ -53,7 +53,7 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[Stack]:
     """The stack, with both runtime directories registered (a task naming no image runs
     the host's own /usr, as before).  The PyTorch tree is built when missing (minutes the
-    first time, as .ci/run does; a label check after)."""
+    first time, as make test does; a label check after)."""
     subprocess.run([str(ROOT / "deploy/image/build-pytorch.sh")], check=True, timeout=1800)
     with public_dir("taskenv-rt-") as base, \
             host_overlay_runtime(base / "host", HOST_RUNTIME) as host, \

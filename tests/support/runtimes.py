@@ -50,7 +50,7 @@ def mark(root: Path, name: str) -> None:
 def busybox_runtime(root: Path, name: str) -> Path:
     """A busybox tree at ``root``: ``usr/bin/busybox``, a link per applet, merged /usr."""
     if not os.path.exists(BUSYBOX):
-        raise RuntimeError("busybox_runtime needs Debian's busybox-static (.ci/run installs it)")
+        raise RuntimeError("busybox_runtime needs Debian's busybox-static (make test installs it)")
     for sub in ("usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for link, target in MERGED.items():

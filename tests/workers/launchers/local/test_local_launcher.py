@@ -149,7 +149,7 @@ def test_a_tasks_ld_preload_runs_nothing_outside_the_sandbox(launcher: LocalLaun
     """LD_PRELOAD pointing at a library an earlier step wrote: the exec helper's Python
     and bwrap, which run on the host, start without it, so the library never loads there
     (a host-side load would leave its canary in the host's /tmp, out of the sandbox's reach)."""
-    gcc = shutil.which("gcc") or "gcc"  # .ci/run installs it
+    gcc = shutil.which("gcc") or "gcc"  # make test installs it
     canary = Path(f"/tmp/taskenv-preload-{uuid.uuid4().hex}")
     source = tmp_path / "evil.c"
     source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void hit(void) {'

@@ -32,7 +32,7 @@ SHOW = ("import os, socket, fcntl, struct, array\n"
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     if not slurm_available():
-        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (.ci/run installs "
+        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (make test installs "
                     "them); deselect them with -m 'not slurm'")
     root = tmp_path_factory.mktemp("slurm-two-nodes")
     cluster = SlurmCluster(root, nodes=2).start()
