@@ -20,14 +20,19 @@ import pytest
 
 from shared.config import Settings
 from shared.env.envlist import Limits as EnvLimits
+from shared.errors import TransientError
 from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
 from shared.store.tasks import TaskStore
 from shared.task import records, states
 from shared.task.workload import Workload
+from tests.support.slurm import SlurmCluster
+from tests.workers.conftest import RecordingHooks, build_workload
 from workers import stages
+from workers.launchers.base import Outcome
 from workers.launchers.common.containment.cgroups import Cgroups
 from workers.launchers.local.launcher import LocalLauncher, cgroup_name
+from workers.launchers.slurm.launcher import SlurmLauncher
 from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.sandbox  # real bwrap sandboxes, runner processes and cgroups
@@ -221,3 +226,86 @@ def test_the_sandbox_s_init_is_neither_writable_nor_readable_from_a_step(
     for name in ("pidfd_open", "get_robust_list", "kcmp"):  # nor a way round /proc
         assert f"CALL {name} -1 Operation not permitted" in log, log
     assert "OWN ok" in log
+
+
+# -- Slurm: the same two tenants, as jobs of the test cluster -----------------------------
+
+def slurm_finish(launcher: SlurmLauncher, workload: Workload, timeout: float = 90.0) -> Outcome:
+    """Pass after pass, as the reconciler does, until the job has ended; its outcome."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        launcher.changes()
+        seen = launcher.seen(workload)
+        if seen is not None and seen.state != "running":
+            return seen
+        time.sleep(0.3)
+    raise AssertionError(f"job of {workload.run_name} did not end")
+
+
+def slurm_output(launcher: SlurmLauncher, workload: Workload, text: str,
+                 timeout: float = 90.0) -> str:
+    """What the job printed so far, once it shows ``text``."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        assert time.monotonic() < deadline, seen
+        launcher.changes()
+        seen += "".join(t for task, _, t in launcher.new_output() if task == workload.task_id)
+        time.sleep(0.3)
+    return seen
+
+
+@pytest.mark.slurm
+def test_two_tenants_jobs_on_slurm_run_as_uids_of_their_own(
+        slurm_cluster: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    launcher = SlurmLauncher(Settings(slurm_dir=str(tmp_path / "slurm"),
+                                      step_timeout_seconds=120))
+    hog = build_workload([["python3", "-c", HOG]])
+    launcher.launch(hog, RecordingHooks().hooks)
+    try:
+        held = slurm_output(launcher, hog, "HOLDING")
+        assert re.search(r"INOTIFY \d+ Too many open files", held), held
+        neighbour = build_workload([["python3", "-c", NEIGHBOUR]])
+        launcher.launch(neighbour, RecordingHooks().hooks)
+        a = launcher.uids.held(launcher.run_dir(hog), f"{hog.task_id}/r1")
+        b = launcher.uids.held(launcher.run_dir(neighbour), f"{neighbour.task_id}/r1")
+        assert a is not None and b is not None and a != b
+        outcome = slurm_finish(launcher, neighbour)
+        text = "".join(t for task, _, t in launcher.new_output()
+                       if task == neighbour.task_id) + (launcher.logs(neighbour) or "")
+        assert outcome.state == "succeeded", text
+        assert "NEIGHBOUR-INOTIFY ok" in text and "NEIGHBOUR-FORK ok" in text
+        assert launcher.uids.held(launcher.run_dir(neighbour), f"{neighbour.task_id}/r1") \
+            is None  # given back with its end
+        # The kernel charges A's sandboxed processes to A's uid: as the host sees them.
+        running = {int(s.split("Uid:")[1].split()[0]) for s in statuses()
+                   if "python3" in s.split("\n", 1)[0]}
+        assert a in running and b not in running
+    finally:
+        cancel_until_done(launcher, hog)
+    assert slurm_finish(launcher, hog).state != "running"
+    launcher.logs(hog)  # as the reconciler copies it once the end is recorded
+    assert launcher.uids.held(launcher.run_dir(hog), f"{hog.task_id}/r1") is None
+
+
+def cancel_until_done(launcher: SlurmLauncher, workload: Workload) -> None:
+    """scancel until Slurm no longer runs the job, as the reconciler retries a cancel."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            launcher.cancel(workload)
+            return
+        except TransientError:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+
+
+def statuses() -> list[str]:
+    out = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            out.append(status.read_text())
+        except OSError:
+            continue
+    return out

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import fakeredis
 import pytest
 
 from shared.errors import TransientError
 from shared.store.uids import TaskUids, UidsExhausted
+from workers.launchers.common.containment.uids import ClaimedUids, NoFreeUid
 
 LEASE = 10.0
 FIRST = 1_900_000_000
@@ -102,3 +106,45 @@ def test_many_racing_acquirers_get_distinct_uids() -> None:
     got = [pools[i % 5].acquire(f"t{i}", 1, 0) for i in range(60)]
     given = [uid for uid in got if uid is not None]
     assert len(given) == 50 and len(set(given)) == 50
+
+
+# -- Slurm: claims on the launcher's shared filesystem ------------------------------------
+
+def claimed(tmp_path: Path, count: int = 3) -> ClaimedUids:
+    return ClaimedUids(tmp_path, FIRST, count)
+
+
+def run_dir(tmp_path: Path, task: str) -> Path:
+    path = tmp_path / task / "r1"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_two_live_jobs_never_claim_one_uid(tmp_path: Path) -> None:
+    uids = claimed(tmp_path, count=3)
+    got = [uids.take(f"{t}/r1", run_dir(tmp_path, t)) for t in ("a", "b", "c")]
+    assert sorted(got) == [FIRST, FIRST + 1, FIRST + 2]
+    assert uids.take("a/r1", run_dir(tmp_path, "a")) == got[0]  # asked again: the same
+    with pytest.raises(NoFreeUid, match="TASKENV_TASK_UID_COUNT"):
+        uids.take("d/r1", run_dir(tmp_path, "d"))
+
+
+def test_a_job_s_uid_comes_back_when_it_ends_and_survives_a_resubmission(
+        tmp_path: Path) -> None:
+    uids = claimed(tmp_path, count=1)
+    a = run_dir(tmp_path, "a")
+    uid = uids.take("a/r1", a)
+    shutil.rmtree(a)  # a launch that died left it half-made: made afresh
+    assert uids.take("a/r1", run_dir(tmp_path, "a")) == uid
+    uids.release(a, "a/r1")
+    uids.release(a, "a/r1")
+    assert uids.take("b/r1", run_dir(tmp_path, "b")) == uid
+
+
+def test_the_claim_of_a_job_whose_directory_went_is_recovered(tmp_path: Path) -> None:
+    uids = claimed(tmp_path, count=2)
+    uid = uids.take("a/r1", run_dir(tmp_path, "a"))
+    uids.take("b/r1", run_dir(tmp_path, "b"))
+    shutil.rmtree(tmp_path / "a")  # collected by a launcher that stopped before giving it
+    assert uids.release_orphans(tmp_path) == 1  # b's job still has its directory
+    assert uids.take("c/r1", run_dir(tmp_path, "c")) == uid
