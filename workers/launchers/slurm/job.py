@@ -73,7 +73,9 @@ EXITS = "exits"  # one record per replica and step, written outside the sandbox
 RECEIVED = "received"  # each replica's env as its first step gets it: name -> keyed hash
 STOPPED = "stopped by Slurm (cancelled, over its time limit, or its node lost)"
 # A job running as root runs its sandboxes as a user of its own, so the kernel counts its
-# processes (RLIMIT_NPROC) apart from every other job's: TASK_UID_BASE + job id mod SPAN.
+# processes (RLIMIT_NPROC), inotify instances and the rest apart from every other job's:
+# the uid the launcher claimed for it at submission (spec "task_uid"), never another live
+# job's.  A spec without one (a job submitted before) falls back to BASE + job id mod SPAN.
 TASK_UID_BASE, TASK_UID_SPAN = 1_900_000_000, 1_000_000
 # Where the holder mounts the homes in its own mount namespace: the first of these that
 # holds nothing the job needs (the revision directory, python, bwrap).
@@ -180,10 +182,13 @@ def _check(result: int, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def task_uid(job_id: int) -> int:
-    """The user a root job's sandboxes run as; the job's own account otherwise."""
+def task_uid(job_id: int, spec: dict[str, Any] | None = None) -> int:
+    """The user a root job's sandboxes run as (the one claimed for the job); the job's own
+    account otherwise."""
     if os.geteuid() != 0:
         return os.geteuid()
+    if spec is not None and spec.get("task_uid") is not None:
+        return int(spec["task_uid"])
     return TASK_UID_BASE + job_id % TASK_UID_SPAN
 
 
@@ -415,7 +420,7 @@ def run_task(spec: dict[str, Any], number: int) -> int:
     argv = [argv[0], "--args", str(args),
             *(["--seccomp", str(seccomp)] if seccomp is not None else []), *argv[1:]]
     limits = rlimits(spec)
-    uid = task_uid(job_id)
+    uid = task_uid(job_id, spec)
     as_user: dict[str, Any] = {}
     if os.geteuid() == 0:
         as_user = {"user": uid, "group": uid, "extra_groups": []}
@@ -667,7 +672,7 @@ def run_hold(spec: dict[str, Any]) -> int:
         index = [n["name"] for n in nodes].index(node)
         per = spec["replicas"] // spec["nodes"]
         memfd = take_values(spec["run_dir"], remove=False)
-        holder, scratch = start_holder(spec, task_uid(job_id),
+        holder, scratch = start_holder(spec, task_uid(job_id, spec),
                                        range(index * per, (index + 1) * per))
         device = job_network(spec, holder, index, [n["addr"] for n in nodes], job_id)
     except (OSError, ValueError, subprocess.CalledProcessError) as exc:
@@ -772,8 +777,8 @@ def run_batch(spec: dict[str, Any]) -> int:
                                 "reason": f"the job's values were gone: {exc.strerror}"})
         return 1
     try:
-        holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0"))),
-                                       range(spec["replicas"]))
+        holder, scratch = start_holder(spec, task_uid(int(os.environ.get("SLURM_JOB_ID", "0")),
+                                                      spec), range(spec["replicas"]))
     except OSError as exc:
         outcome = {"state": "failed", "exit_code": None,
                    "reason": f"could not make the job's own network and homes on "

@@ -53,6 +53,7 @@ from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
 from workers.launchers.common import containment
 from workers.launchers.common.containment import seccomp
+from workers.launchers.common.containment.uids import ClaimedUids, NoFreeUid
 from workers.launchers.common.run_dir import prepare_home, write_files
 from workers.launchers.common.sandbox import TASK_HOME, BadWorkdir, workdir_inside
 from workers.launchers.slurm import job as slurm_job
@@ -107,6 +108,9 @@ class SlurmLauncher:
 
     def __init__(self, settings: Settings, timeout: float = 60.0) -> None:
         self.root = Path(settings.slurm_dir).resolve()
+        # Each job's own host uid, claimed at submission, given back once it has ended.
+        self.uids = ClaimedUids(self.root, settings.task_uid_first, settings.task_uid_count)
+        self.uids_recovered = False  # the reconciler's first pass gives back lost claims
         self.config = SlurmSettings.from_settings(settings, _which("sbatch"))
         self.squeue, self.scancel = _which("squeue"), _which("scancel")
         self.timeout = timeout
@@ -153,6 +157,9 @@ class SlurmLauncher:
     def changes(self) -> list[Change]:
         """What differs between this listing of taskenv's jobs and the last one."""
         self._remove_collected()
+        if not self.uids_recovered:  # uids of jobs collected by a reconciler that stopped
+            self.uids.release_orphans(self.root)
+            self.uids_recovered = True
         before, now = self.listed, self.listing()
         self.listed = now
         changes: list[Change] = []
@@ -206,6 +213,7 @@ class SlurmLauncher:
     def _collect(self, run_dir: Path) -> None:
         """Mark a revision's directory for removal at the next pass (after this pass has
         recorded its outcome and log)."""
+        self.uids.release(run_dir, uid_member(run_dir))  # the job has ended
         if run_dir.is_dir():
             (run_dir / COLLECTED).touch()
             self.collected.append(run_dir / COLLECTED)
@@ -303,12 +311,14 @@ class SlurmLauncher:
             self._check(workload)
             shutil.rmtree(run_dir, ignore_errors=True)  # a launch that died left it half-made
             run_dir.mkdir(mode=0o700)
+            uid = self._take_uid(run_dir)
             home = prepare_home(run_dir, workload.workdir)
             # On the shared filesystem: the files reach the node with the job, which copies
             # them into each replica's home and removes these.
             write_files(home / (workload.workdir or ""), workload.files)
             env = job_env(workload, TASK_HOME)
-            spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload))
+            spec = job_spec(self.config, workload, run_dir, list(env), self.limits(workload),
+                            uid)
             # Replicas to compare, or per-node values to record: otherwise nothing to pay.
             if workload.replicas > 1 or workload.per_node:
                 look_key = secrets.token_bytes(32)  # this launch's, for what each got
@@ -323,15 +333,24 @@ class SlurmLauncher:
             write_private(run_dir / slurm_job.ENV_FILE, export_entries(env))
             result = self.slurm(*sbatch_argv(self.config, workload, run_dir))
         except BaseException:
+            self.uids.release(run_dir, uid_member(run_dir))  # no job runs as it
             claim.unlink(missing_ok=True)  # a retry may submit
             raise
         if result.returncode != 0:
+            self.uids.release(run_dir, uid_member(run_dir))
             claim.unlink(missing_ok=True)
             (run_dir / slurm_job.ENV_FILE).unlink(missing_ok=True)
             raise self._error("sbatch", result)
         job = int(result.stdout.strip().split(";", 1)[0])
         _write_job_id(claim, job)
         return job
+
+    def _take_uid(self, run_dir: Path) -> int:
+        """The job's own host uid; with every uid held, the launch waits (is retried)."""
+        try:
+            return self.uids.take(uid_member(run_dir), run_dir)
+        except NoFreeUid as exc:
+            raise TransientError(f"{exc}: the launch waits for a job to end") from None
 
     def limits(self, workload: Workload) -> Limits:
         res = workload.resources
@@ -443,6 +462,11 @@ def read_outcome(run_dir: Path) -> Outcome | None:
     except (OSError, ValueError):
         return None
     return Outcome(found["state"], found.get("exit_code"), found.get("reason"))
+
+
+def uid_member(run_dir: Path) -> str:
+    """How a revision's uid claim names it: ``task/rN``."""
+    return f"{run_dir.parent.name}/{run_dir.name}"
 
 
 def claim_path(run_dir: Path) -> Path:

@@ -233,7 +233,8 @@ def job_env(workload: Workload, home: str) -> dict[str, str]:
 
 
 def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
-             names: Sequence[str], limits: Limits) -> dict[str, Any]:
+             names: Sequence[str], limits: Limits,
+             task_uid: int | None = None) -> dict[str, Any]:
     home = run_dir / "home"
     env_sets_pwd = "PWD" in names
     count = replicas(workload)
@@ -262,6 +263,9 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
         "run_dir": str(run_dir),
         "home": str(home),
         "home_bytes": limits.home_bytes,
+        # The host uid the job's sandboxes run as where it runs as root: its own, claimed
+        # for it (containment.uids), never another live job's.
+        "task_uid": task_uid,
         # Per process inside the sandbox, whatever the cluster's cgroups: open files, file
         # size, the data a process may map (memory, when resources.memory asks for some)
         # and the processes of the job's own user (its replicas together).
