@@ -44,10 +44,13 @@ and records how the sandbox ended.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import ctypes
 import fcntl
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -56,8 +59,14 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
+
+# What the job's output file keeps: the code that caps a log in Redis.  The launcher writes
+# that module's source in place of these two lines (the node has no taskenv to import it
+# from); this file copied alone has no OutputCap, and runs all but the steps.
+with contextlib.suppress(ImportError):
+    from shared.store.outputcap import OutputCap
 
 SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line
 
@@ -469,18 +478,25 @@ def record_received(spec: dict[str, Any], rank: int, env: Mapping[str, str], nod
                       "hashes": {name: value_hash(key, value) for name, value in env.items()}})
 
 
-def relay(source: int, rank: int) -> None:
+def relay(source: int, rank: int, fd: int = 1) -> None:
     """A replica's output, whole lines each prefixed ``[replica k] ``, to this process's
-    stdout (srun's, then the job's output file)."""
+    stdout (srun's, then the job's output file).  A line longer than :data:`RELAY_LINE`
+    goes in pieces, each a line of its own: this process never holds more."""
     head, pending = f"[replica {rank}] ".encode(), b""
-    while chunk := os.read(source, 65536):
+    while chunk := os.read(source, READ_CHUNK):
         pending += chunk
-        cut = pending.rfind(b"\n") + 1
+        cut = pending.rfind(b"\n") + 1 or (len(pending) if len(pending) >= RELAY_LINE else 0)
         if cut:
-            write_all(1, b"".join(head + line for line in pending[:cut].splitlines(True)))
+            write_all(fd, prefixed(head, pending[:cut]))
             pending = pending[cut:]
     if pending:
-        write_all(1, head + pending + b"\n")
+        write_all(fd, prefixed(head, pending))
+
+
+def prefixed(head: bytes, data: bytes) -> bytes:
+    """Each line of ``data`` begun with ``head``; the last one ended."""
+    out = b"".join(head + line for line in data.splitlines(True))
+    return out if out.endswith(b"\n") else out + b"\n"
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -493,6 +509,177 @@ def record_exit(run_dir: str, number: int, rank: int, code: int, oom: bool) -> N
     with open(path + ".tmp", "w") as out:
         json.dump({"code": code, "at": time.monotonic_ns(), "oom": oom}, out)
     os.replace(path + ".tmp", path)
+
+
+# -- the job's output: capped and redacted before it reaches the shared filesystem -------
+
+REDACTED = "[secret]"  # as shared.secrets.REDACTED
+MIN_FORM = 8  # shared.secrets.MIN_LINE_REDACTED and MIN_ENCODED
+READ_CHUNK = 64 * 1024  # what one read of a pipe takes
+RELAY_LINE = 64 * 1024  # a replica's line longer than this is relayed in pieces
+
+
+def redaction_targets(secrets: Iterable[str]) -> list[str]:
+    """The strings the job's output must never show, longest first: each secret value,
+    each line of at least 8 characters of a multi-line one, and the encoded forms of each
+    (base64 at three offsets in both alphabets, URL and JSON string escapes).  The rule of
+    ``shared.secrets.redaction_targets``, for the standard library alone (a test holds the
+    two equal)."""
+    forms: set[str] = set()
+    for value in secrets:
+        if value:
+            forms.add(value)
+        if "\n" in value or "\r" in value:
+            forms |= {line for line in re.split(r"\r?\n|\r", value) if len(line) >= MIN_FORM}
+    targets = set(forms)
+    for form in forms:
+        targets |= encodings(form)
+    return sorted(targets, key=lambda t: (-len(t), t))
+
+
+def encodings(value: str) -> set[str]:
+    """A secret's encoded forms (``shared.secrets.encodings``); none under 8 characters."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    if len(value) < MIN_FORM:
+        return set()
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = {quote(value, safe=""), quote_plus(value, safe="")}
+    forms |= {json.dumps(value, ensure_ascii=ascii)[1:-1] for ascii in (True, False)}
+    for shift in range(3):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            forms.add(encode(raw[shift:]).decode()[:len(raw[shift:]) * 8 // 6])
+    return {f for f in forms if f and f != value}
+
+
+class Redactor:
+    """Hides secrets in output that arrives in pieces, as ``shared.secrets.StreamRedactor``
+    does: ``feed`` emits what can no longer be part of a secret and keeps back the
+    shortest tail that could still begin one (at most the longest target less one
+    character), ``flush`` emits it at the end of the stream, ``drop`` forgets it where
+    the output was cut (it may be the start of a secret the cut went through)."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.targets = redaction_targets(secrets)
+        self.pattern = re.compile("|".join(map(re.escape, self.targets))) \
+            if self.targets else None
+        self.keep = max((len(t) for t in self.targets), default=1) - 1
+        self.by_first: dict[str, list[str]] = {}
+        for target in self.targets:
+            self.by_first.setdefault(target[0], []).append(target)
+        self.pending = ""
+
+    def feed(self, text: str) -> str:
+        if self.pattern is None:
+            return text
+        buffer = self.pending + text
+        cut = max(0, len(buffer) - self.keep)  # a match starting before has all it needs
+        out: list[str] = []
+        pos = 0
+        for match in self.pattern.finditer(buffer):
+            if match.start() >= cut:
+                break
+            out += [buffer[pos:match.start()], REDACTED]
+            pos = match.end()
+        hold = self._hold_from(buffer, max(pos, cut))
+        out.append(buffer[pos:hold])
+        self.pending = buffer[hold:]
+        return "".join(out)
+
+    def flush(self) -> str:
+        rest, self.pending = self.pending, ""
+        return self.pattern.sub(REDACTED, rest) if self.pattern else rest
+
+    def drop(self) -> None:
+        self.pending = ""
+
+    def _hold_from(self, buffer: str, start: int) -> int:
+        """The first position from ``start`` where a target starts or may start."""
+        for at in range(start, len(buffer)):
+            common = len(buffer) - at
+            if any(buffer.startswith(t[:common], at) for t in self.by_first.get(buffer[at], ())):
+                return at
+        return len(buffer)
+
+    def after_cut(self, text: str) -> int:
+        """Where ``text``, which begins where output was cut, begins clear of a secret the
+        cut went through: past its longest start that is the end of a target."""
+        return max((len(t) - k for t in self.targets for k in _first(_ends(t, text))),
+                   default=0)
+
+
+def _ends(target: str, text: str) -> Iterable[int]:
+    """Each ``k`` from 1 up where ``target[k:]`` begins ``text``: the long ends found by
+    ``text``'s first characters, the short ones each looked at."""
+    probe = text[:MIN_FORM]
+    if not probe:
+        return
+    last_long = len(target) - len(probe)  # an end from k <= last_long holds the probe
+    k = target.find(probe, 1)
+    while 0 < k <= last_long:
+        if text.startswith(target[k:]):
+            yield k
+        k = target.find(probe, k + 1)
+    for k in range(max(1, last_long + 1), len(target)):
+        if text.startswith(target[k:]):
+            yield k
+
+
+def _first(found: Iterable[int]) -> list[int]:
+    return next(([k] for k in found), [])
+
+
+class JobOutput:
+    """The job's output as its file (this program's stdout) keeps it: capped as the log
+    in Redis is (:class:`OutputCap`: the start, a line saying how much was dropped, the
+    end), the task's secrets hidden in what is kept, and a secret cut at either edge of
+    what was dropped left out.  Holds at most the cap's tail and what the redactor keeps
+    back, whatever the size of the output or of one of its lines."""
+
+    def __init__(self, limit: int, secrets: Iterable[str], fd: int = 1) -> None:
+        self.cap = OutputCap(limit)
+        self.redactor = Redactor(secrets)
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.fd = fd
+        self.ended = False
+
+    def write(self, data: bytes | str) -> None:
+        text = data if isinstance(data, str) else self.decoder.decode(data)
+        self._out(self.redactor.feed(self.cap.feed(text)))
+
+    def pipe(self, source: int) -> None:
+        """Everything ``source`` says until its end, a chunk at a time."""
+        while chunk := os.read(source, READ_CHUNK):
+            self.write(chunk)
+
+    def finish(self) -> None:
+        """Once the output has ended: what the cap held back (the note and the end)."""
+        if self.ended:
+            return
+        self.ended = True
+        self.write(self.decoder.decode(b"", final=True))
+        ended = self.cap.finish()
+        if not self.cap.dropped:
+            self._out(self.redactor.feed(ended) + self.redactor.flush())
+            return
+        self.redactor.drop()  # the head's end: what could begin a secret is cut off
+        note = f"\n{self.cap.note()}\n"
+        tail = ended[len(note):]
+        tail = tail[self.redactor.after_cut(tail):]
+        self._out(note + self.redactor.feed(tail) + self.redactor.flush())
+
+    def _out(self, text: str) -> None:
+        if text:
+            write_all(self.fd, text.encode("utf-8", "surrogatepass"))
+
+
+def job_output(spec: dict[str, Any], raw_env: bytes) -> JobOutput:
+    """The job's output, capped at the log's limit, hiding the values of the task's secret
+    variables (the spec names them; the env file holds their values)."""
+    env = parse_env(raw_env)
+    return JobOutput(spec.get("log_bytes", 0),
+                     [env[name] for name in spec.get("secret_names", ()) if name in env])
 
 
 # -- the batch script ----------------------------------------------------------------------
@@ -528,14 +715,58 @@ def step_failure(spec: dict[str, Any], number: int, srun_code: int) -> dict[str,
 def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     steps = spec["argv"]
     srun_env = {k: v for k, v in os.environ.items() if k.startswith(SLURM_PREFIXES)}
-    for number, _ in enumerate(steps, start=1):
-        print(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}", flush=True)
-        argv = [spec["srun"], "--export=ALL", *placement(spec), "--kill-on-bad-exit=1",
-                sys.executable, "-I", spec["program"], "task", str(number - 1)]
-        code = subprocess.call(argv, env=srun_env, stdin=subprocess.DEVNULL)  # noqa: S603
-        if code != 0:
-            return step_failure(spec, number, code)
-    return {"state": "succeeded", "exit_code": 0, "reason": None}
+    output = job_output(spec, values_here(spec))
+    finish_when_stopped(output)
+    try:
+        for number, _ in enumerate(steps, start=1):
+            output.write(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}\n")
+            argv = [spec["srun"], "--export=ALL", *placement(spec), "--kill-on-bad-exit=1",
+                    sys.executable, "-I", spec["program"], "task", str(number - 1)]
+            code = run_step(argv, srun_env, output)
+            if code != 0:
+                return step_failure(spec, number, code)
+        return {"state": "succeeded", "exit_code": 0, "reason": None}
+    finally:
+        output.finish()
+
+
+def run_step(argv: list[str], env: dict[str, str], output: JobOutput) -> int:
+    """srun's exit code; what it and the step's replicas print (both streams, in order)
+    goes through ``output`` to the job's output file."""
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,  # noqa: S603
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with proc:
+        assert proc.stdout is not None
+        output.pipe(proc.stdout.fileno())
+    return proc.returncode
+
+
+def values_here(spec: dict[str, Any]) -> bytes:
+    """The env's entries, from this node's holder (where the steps read them too); none
+    if it has none to give (the steps then fail, saying why)."""
+    try:
+        with open(holder_file(spec, os.environ.get("SLURMD_NODENAME", ""))) as found:
+            holder = json.load(found)
+        with open(f"/proc/{holder['batch']}/fd/{holder['env_fd']}", "rb") as values:
+            return values.read()
+    except (OSError, ValueError, KeyError):
+        return b""
+
+
+def finish_when_stopped(output: JobOutput) -> None:
+    """Slurm's SIGTERM (a cancel, the time limit) ends the output first: the note and the
+    end the cap held back reach the file before the handler already set exits."""
+    then = signal.getsignal(signal.SIGTERM)
+
+    def stopped(signum: int, frame: Any) -> None:
+        try:
+            output.finish()
+        except OSError:
+            pass
+        if callable(then):
+            then(signum, frame)
+
+    signal.signal(signal.SIGTERM, stopped)
 
 
 def placement(spec: dict[str, Any]) -> list[str]:

@@ -19,9 +19,12 @@ them, always with an argv list and an environment of ``SLURM_CONF`` alone.
   comment.  The job leaves its outcome in ``outcome.json`` (the failing step, its
   exit code, an out-of-memory kill): a finished job is reported from it, and a job
   Slurm has forgotten (``MinJobAge``) is still reported once from it.
-* **Output.** The job's output file grows on the shared filesystem;
-  ``new_output`` hands the reconciler the complete lines added since the last
-  pass, ``logs`` the rest once the job has ended, and the file is then removed.
+* **Output.** The job's output file grows on the shared filesystem, kept by the job
+  program within the log's cap (its start, a line saying how much was dropped, its end;
+  the task's secrets hidden); ``new_output`` hands the reconciler the complete lines
+  added since the last pass, a chunk of each job at a time, ``logs`` the rest once the
+  job has ended, and the file is then removed.  Neither reads more than a chunk, or the
+  cap, whatever the length of a line.
 * **Cancel.** ``scancel``; until Slurm no longer runs the job, ``TransientError``.
 * **Clean-up.** A revision's directory is removed by the pass after its outcome and
   log were recorded (``logs``), or after Slurm forgot the job (``MinJobAge``), whichever
@@ -48,6 +51,8 @@ from shared.config import Settings
 from shared.env.received import Look, Looks
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import PLATFORM_SCOPE, Resolved
+from shared.secrets import redact_cut
+from shared.store.logtail import MAX_CHUNK, head_only_note, whole_characters
 from shared.task.limits import Limits, Maxima, limits_for
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Outcome
@@ -92,6 +97,8 @@ SLURM_OWN = ("SLURM_", "SRUN_")
 CLAIM_STALE_SECONDS = 60.0  # a claim with no job id this old: its launch died before sbatch
 GONE = ("Slurm no longer knows the job (MinJobAge passed, or the controller lost it) "
         "and it left no outcome")
+READ_CHUNK = MAX_CHUNK  # of one job's output file, read at once (and one append to Redis)
+PASS_BYTES = 8 * READ_CHUNK  # of all jobs' output, read in one pass (about)
 
 
 # A pending job's reason when waiting will not help (the request exceeds the partition, an
@@ -120,6 +127,7 @@ class SlurmLauncher:
         self.maxima = Maxima.from_settings(settings)
         self.listed: dict[Key, tuple[int, Outcome]] = {}  # the last listing's view
         self.calls = 0  # Slurm commands run, for the cost benchmark
+        self.turn = 0  # where the next new_output() begins among the listed jobs
         # Directories whose outcome and log were read: removed at the next pass.  Those a
         # reconciler that stopped left marked are found once, here.
         self.collected: list[Path] = list(self.root.glob(f"*/r*/{COLLECTED}"))
@@ -180,13 +188,21 @@ class SlurmLauncher:
         return read_outcome(self.run_dir(workload))  # a job Slurm has forgotten
 
     def logs(self, workload: Workload) -> str | None:
-        """The output not yet streamed; the output file is removed once it has been read."""
+        """The output not yet streamed, read up to the log's budget and no further: the job
+        program keeps its file within it (``job.JobOutput``), so this is the rest of it
+        whole; past it (a file no such program wrote) the start is kept, redacted, and a
+        line says the rest was not read.  The output file is removed once read."""
         run_dir = self.run_dir(workload)
-        text = self._read_from_offset(run_dir, whole_lines=False)
+        budget = self.config.output_cap()
+        data = self._read_from_offset(run_dir, budget + 1, whole_lines=False)
         for name in (OUTPUT, OFFSET):
             (run_dir / name).unlink(missing_ok=True)
         self._collect(run_dir)
-        return text
+        if data is None or len(data) <= budget:
+            return None if data is None else data.decode(errors="replace")
+        head = whole_characters(data[:budget])[0]
+        return redact_cut(head, [v.value for v in workload.env if v.secret]) \
+            + head_only_note(budget)
 
     def received(self, workload: Workload) -> Looks | None:
         """Each replica's env as its first step was started with it (``job.record_received``,
@@ -224,16 +240,27 @@ class SlurmLauncher:
         self.collected = []
 
     def new_output(self) -> list[tuple[str, int, str]]:
-        """The complete lines each listed job's output gained since the last call.
+        """The complete lines each listed job's output gained since the last call: at most
+        :data:`READ_CHUNK` bytes of each (a line longer than that in pieces), and about
+        :data:`PASS_BYTES` in all, the jobs taken in turn from where the last call stopped.
+        So a pass holds a bounded amount whatever the jobs print; the rest waits in the
+        files for the next.
 
         Reads files on the shared filesystem: no Slurm call.  The offset reached is kept
         beside the output, so a restarted reconciler goes on where the last one stopped.
         """
-        out = []
-        for key in self.listed:
-            text = self._read_from_offset(self._dir(*key), whole_lines=True)
-            if text:
-                out.append((*key, text))
+        keys = list(self.listed)
+        first = self.turn % len(keys) if keys else 0
+        out, read, looked = [], 0, 0
+        for key in keys[first:] + keys[:first]:
+            if read >= PASS_BYTES:
+                break
+            looked += 1
+            data = self._read_from_offset(self._dir(*key), READ_CHUNK, whole_lines=True)
+            if data:
+                out.append((*key, data.decode(errors="replace")))
+                read += len(data)
+        self.turn = first + looked
         return out
 
     def cancel(self, workload: Workload) -> None:
@@ -396,7 +423,11 @@ class SlurmLauncher:
             return None
         return int(text) if text.isdigit() else None
 
-    def _read_from_offset(self, run_dir: Path, whole_lines: bool) -> str | None:
+    def _read_from_offset(self, run_dir: Path, most: int, whole_lines: bool) -> bytes | None:
+        """At most ``most`` bytes of the output after the offset reached last; with
+        ``whole_lines``, up to the end of the last line in them (a line longer than
+        ``most`` goes in pieces, each ending on a character's end).  The offset moves past
+        what is returned."""
         try:
             offset = int((run_dir / OFFSET).read_text() or 0)
         except (OSError, ValueError):
@@ -404,17 +435,20 @@ class SlurmLauncher:
         try:
             with open(run_dir / OUTPUT, "rb") as out:
                 out.seek(offset)
-                data = out.read()
+                data = out.read(most)
         except OSError:
             return None
         if whole_lines:
-            data = data[:data.rfind(b"\n") + 1]
+            end = data.rfind(b"\n") + 1
+            if not end and len(data) == most:
+                end = whole_characters(data)[1]
+            data = data[:end]
         if not data:
             return None
         tmp = run_dir / f"{OFFSET}.tmp"
         tmp.write_text(str(offset + len(data)))
         tmp.replace(run_dir / OFFSET)
-        return data.decode("utf-8", errors="replace")
+        return data
 
     # -- Slurm -----------------------------------------------------------------------
 

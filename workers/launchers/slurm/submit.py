@@ -25,10 +25,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from shared.config import DEFAULTS
 from shared.env.identity import SOCKET_IFNAME_NAMES, differing, replica_env
+from shared.store import outputcap
+from shared.store.tasks import TaskStore
 from shared.task import runtimes
 from shared.task.limits import Limits
 from shared.task.workload import Workload
@@ -46,6 +49,10 @@ COMMENT_PREFIX = "taskenv:"
 OUTPUT = "output.log"
 PROGRAM = "job.py"
 SPEC_LINE = "SPEC: dict[str, Any] | None = None  # the launcher's spec replaces this line"
+# Its source replaces these lines of job.py.
+CAP_LINE = ("with contextlib.suppress(ImportError):\n"
+            "    from shared.store.outputcap import OutputCap\n")
+FUTURE_LINE = "from __future__ import annotations\n"
 MEMORY = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
 CPU = re.compile(r"^(\d+(?:\.\d+)?)(m)?$")
 MIB_PER = {None: 1 / 2**20, "Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 2**20,
@@ -107,6 +114,7 @@ class SlurmSettings:
     python: str = DEFAULTS.slurm_python
     step_timeout_seconds: int = DEFAULTS.step_timeout_seconds
     runtimes: str = DEFAULTS.runtimes  # runtime directories, at the same path on every node
+    log_bytes: int = 0  # what the job's output file keeps (0: the store's log limit)
 
     @classmethod
     def from_settings(cls, settings: Any, sbatch: str) -> SlurmSettings:
@@ -114,7 +122,13 @@ class SlurmSettings:
                    sbatch=sbatch, srun=settings.slurm_srun, bwrap=settings.slurm_bwrap,
                    python=settings.slurm_python,
                    step_timeout_seconds=settings.step_timeout_seconds,
-                   runtimes=settings.runtimes)
+                   runtimes=settings.runtimes, log_bytes=settings.log_max_bytes)
+
+    def output_cap(self) -> int:
+        """The job's output file keeps what a local runner's log keeps (its cap, the
+        setting within the store's limit): the file is the log's only source."""
+        store = TaskStore.LOG_LIMIT
+        return min(self.log_bytes, store) if self.log_bytes else store
 
 
 def runtime_root(settings: SlurmSettings, workload: Workload) -> str | None:
@@ -274,6 +288,9 @@ def job_spec(settings: SlurmSettings, workload: Workload, run_dir: Path,
                    "memory_bytes": limits.memory_bytes if workload.resources.memory else 0},
         "output": str(run_dir / OUTPUT),
         "memory_limit": memory_limit(workload),
+        # The output file's cap, and the variables whose values it hides (names only).
+        "log_bytes": settings.output_cap(),
+        "secret_names": [v.name for v in workload.env if v.secret],
     }
 
 
@@ -289,13 +306,21 @@ def job_program(settings: SlurmSettings, spec: dict[str, Any]) -> str:
     no ``PYTHON*`` variable, user site or working directory read), then the module with
     its spec."""
     source = Path(slurm_job.__file__).read_text(encoding="utf-8")
-    if SPEC_LINE not in source:
-        raise RuntimeError("job.py lost its SPEC line")
+    if SPEC_LINE not in source or CAP_LINE not in source:
+        raise RuntimeError("job.py lost its SPEC line or its import of the output's cap")
     filled = source.replace(SPEC_LINE, f"SPEC = json.loads({json.dumps(spec)!r})", 1)
+    filled = filled.replace(CAP_LINE, inlined(outputcap), 1)
     if any(char.isspace() for char in settings.python):
         raise BadResources(f"TASKENV_SLURM_PYTHON {settings.python!r}: a shebang cannot "
                            "hold a path with spaces")
     return f"#!{settings.python} -I\n{filled}"
+
+
+def inlined(module: ModuleType) -> str:
+    """A module of the standard library alone, as lines of another program: its source
+    without its ``from __future__`` import (the program has its own, first)."""
+    source = Path(str(module.__file__)).read_text(encoding="utf-8")
+    return source.replace(FUTURE_LINE, "", 1)
 
 
 def listed_outcome(job: Mapping[str, Any], known_reason: str | None = None) -> Outcome:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import stat
@@ -72,15 +73,20 @@ def dumped_env(text: str) -> dict[str, str]:
 
 
 def test_hostile_values_arrive_exactly_and_nothing_else(launcher: SlurmLauncher) -> None:
-    workload = build_workload([DUMP], env=HOSTILE, secrets={"HF_TOKEN": SECRET})
+    # The job's output file hides the secret's value: the step says its hash too.
+    hashed = ["python3", "-c", "import hashlib, os; "
+              "print('HASH=' + hashlib.sha256(os.environ['HF_TOKEN'].encode()).hexdigest())"]
+    workload = build_workload([DUMP, hashed], env=HOSTILE, secrets={"HF_TOKEN": SECRET})
     hooks = RecordingHooks()
     assert launcher.launch(workload, hooks.hooks) == Outcome("running")
     assert hooks.started == 1
     assert finish(launcher, workload) == Outcome("succeeded", exit_code=0)
-    env = dumped_env(output(launcher, workload))
+    text = output(launcher, workload)
+    env = dumped_env(text)
     own = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SRUN_"))}
-    assert own == {**HOSTILE, "HF_TOKEN": SECRET, "PATH": "/usr/local/bin:/usr/bin:/bin",
+    assert own == {**HOSTILE, "HF_TOKEN": "[secret]", "PATH": "/usr/local/bin:/usr/bin:/bin",
                    "HOME": "/home/task", **dict(replica_env(workload.group(), 0))}
+    assert f"HASH={hashlib.sha256(SECRET.encode()).hexdigest()}" in text and SECRET not in text
     assert env["SLURM_JOB_ID"] == str(launcher.job_id(workload))
 
 
