@@ -79,6 +79,52 @@ def terminal_safe(text: str) -> str:
     return "".join(c if c in "\n\t" or c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+# The platform's own lines in a task's log start with this (the server's
+# shared/task/replica_logs.py: a step's output never holds it).
+PLATFORM_MARK = "\x1f"
+PLATFORM_STYLE = "\x1b[1;36m"  # bold cyan: no step can print it (its escapes are shown)
+PLAIN_STYLE = "\x1b[0m"
+
+
+class LogOutput:
+    """A task's output for stdout, in the chunks it is read in (``terminal_safe``), the
+    platform's own lines (``==> step 2/3``, ``taskenv: ...``) told from a step's: on a
+    terminal in bold cyan, without their mark, which a step's output cannot produce (its
+    escape sequences are shown escaped); piped, with the mark kept (``grep $'^\\x1f'``),
+    as the API sends it."""
+
+    def __init__(self, terminal: bool) -> None:
+        self.terminal = terminal
+        self.in_platform = False  # the last chunk ended inside a platform line
+
+    def __call__(self, text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        if self.in_platform:
+            end = text.find("\n")
+            pos = len(text) if end == -1 else end + 1
+            out.append(self._platform(text[:pos], continued=True))
+            self.in_platform = end == -1
+        while pos < len(text):
+            at = text.find(PLATFORM_MARK, pos)
+            if at == -1:
+                out.append(terminal_safe(text[pos:]))
+                break
+            out.append(terminal_safe(text[pos:at]))
+            end = text.find("\n", at)
+            stop = len(text) if end == -1 else end + 1
+            out.append(self._platform(text[at + 1:stop]))
+            self.in_platform = end == -1
+            pos = stop
+        return "".join(out)
+
+    def _platform(self, line: str, continued: bool = False) -> str:
+        body, ending = (line[:-1], "\n") if line.endswith("\n") else (line, "")
+        if not self.terminal:
+            return ("" if continued else PLATFORM_MARK) + terminal_safe(line)
+        return f"{PLATFORM_STYLE}{terminal_safe(body)}{PLAIN_STYLE}{ending}" if body else ending
+
+
 def when(timestamp: Any) -> str:
     """An API time (RFC 3339, e.g. ``2026-12-01T15:04:05.123Z``) in the reader's zone, with
     that zone's offset (ISO 8601: ``2026-12-01T16:04:05+01:00``): a time read from a

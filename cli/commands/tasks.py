@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,16 @@ from cli.outcome import TABLE, Exit, for_status
 existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-def write_stdout(text: str) -> None:
-    click.echo(render.terminal_safe(text), nl=False)
+def log_writer() -> Callable[[str], None]:
+    """Writes a task's output to stdout as it comes, chunk by chunk (``render.LogOutput``:
+    the platform's own lines told from the steps')."""
+    shown = render.LogOutput(terminal=sys.stdout.isatty())
+
+    def write(text: str) -> None:
+        # color=True: the styles are ours alone, only written to a terminal.
+        click.echo(shown(text), nl=False, color=True)
+
+    return write
 
 
 def report(app: App, doc: dict[str, Any]) -> Exit:
@@ -42,7 +52,7 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
 def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = None) -> Exit:
     """Stream the revision's output (one replica's, or all) while it runs (states on
     stderr); exit with its outcome."""
-    doc = Follower(app.client(), app.err).stream(task_id, revision, write_stdout, replica)
+    doc = Follower(app.client(), app.err).stream(task_id, revision, log_writer(), replica)
     return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
 
 
@@ -109,7 +119,7 @@ def logs(app: App, task_id: str, revision: int | None, replica: int | None,
          follow: bool) -> int:
     """Print the output of a task's steps (secret values appear as [secret])."""
     if not follow:
-        write_stdout(app.client().logs(task_id, revision, replica))
+        log_writer()(app.client().logs(task_id, revision, replica))
         return Exit.SUCCEEDED
     revision = revision or Follower(app.client(), app.err).task(task_id)["revision"]
     return follow_to_end(app, task_id, revision, replica)

@@ -96,8 +96,45 @@
       log.removeAttribute("data-empty");
     }
     const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
-    log.append(dropped + chunk.text);
+    log.append(dropped);
+    appendPieces(log, chunk.text);
     if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // The platform's own lines start with U+001F, which a step's output never holds
+  // (shared/task/replica_logs.py): each is shown, without it, in a span of its own style,
+  // as the page's first render shows them.  A chunk may end inside such a line: the
+  // next goes on in the same span.
+  const MARK = "\u001f";
+
+  function platformSpan(log, text) {
+    const span = document.createElement("span");
+    span.className = "platform";
+    span.textContent = text;
+    log.append(span);
+  }
+
+  function appendPieces(log, text) {
+    let pos = 0;
+    const last = log.lastChild;
+    if (last && last.nodeType === 1 && last.classList.contains("platform")
+        && !last.textContent.endsWith("\n")) {
+      const end = text.indexOf("\n");
+      pos = end === -1 ? text.length : end + 1;
+      last.textContent += text.slice(0, pos);
+    }
+    while (pos < text.length) {
+      const at = text.indexOf(MARK, pos);
+      if (at === -1) {
+        log.append(text.slice(pos));
+        return;
+      }
+      if (at > pos) log.append(text.slice(pos, at));
+      const end = text.indexOf("\n", at);
+      const stop = end === -1 ? text.length : end + 1;
+      platformSpan(log, text.slice(at + 1, stop));
+      pos = stop;
+    }
   }
 
   function followTask(live) {

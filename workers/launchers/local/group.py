@@ -24,7 +24,7 @@ from typing import Any
 
 from shared.secrets import StreamRedactor
 from shared.store.logtail import OutputCap
-from shared.task.replica_logs import LinePrefixer
+from shared.task.replica_logs import LinePrefixer, as_printed, marked_note
 from shared.task.workload import Workload
 from workers.launchers.base import Outcome
 from workers.launchers.common.group import group_outcome
@@ -68,7 +68,7 @@ class ReplicaLog:
     lines prefixed; whole lines only, so replicas never interleave inside a line."""
 
     def __init__(self, index: int, secrets: list[str], store: Store) -> None:
-        self.redactor = StreamRedactor(secrets)
+        self.redactor = StreamRedactor(as_printed(secrets))
         self.prefixer = LinePrefixer(index)
         self.store = store
 
@@ -97,7 +97,7 @@ class CappedLog:
 
     def finish(self) -> None:
         with self.lock:
-            self._put(self.cap.finish())
+            self._put(marked_note(self.cap))
 
     def _put(self, text: str) -> None:
         if text:

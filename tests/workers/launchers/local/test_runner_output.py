@@ -99,7 +99,7 @@ def test_output_a_failover_lost_is_stored_again_from_the_runners_copy() -> None:
     assert writer.store_again()
     log = tasks.read_log("t1", 1)
     assert log.endswith(f"epoch 1 {REDACTED}\nepoch 2\n") and SECRET not in log
-    assert log.startswith("taskenv: a Redis failover lost part of this output")
+    assert log.startswith("\x1ftaskenv: a Redis failover lost part of this output")  # marked
 
 
 def test_a_lost_last_append_is_found_at_the_end_and_nothing_is_rewritten_otherwise() -> None:
