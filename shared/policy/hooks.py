@@ -9,7 +9,9 @@ members cannot set it), and a user may set one in their own task: that is their 
 The list is a platform setting, ``TASKENV_STARTUP_HOOKS``: comma-separated names, ``*``
 families (``LD_*``), the word ``default`` for the list below, and ``-NAME`` to take one
 entry of that list out.  Each default entry says what it does and where that is
-documented, so an operator can judge what a removal gives away.
+documented, so an operator can judge what a removal gives away.  The parsing is shared
+with the other such list, the endpoint variables (``shared.policy.endpoints``: where a
+program sends credentials or fetches code), which travels with this one as ``endpoints``.
 """
 
 from __future__ import annotations
