@@ -24,6 +24,8 @@ echo "$*" >> "$FAKE_PODMAN_DIR/calls"
 case "$1" in
   ps) cat "$FAKE_PODMAN_DIR/listing.json" ;;
   container) cat "$FAKE_PODMAN_DIR/inspect.json" ;;
+  volume) [ "$2" = ls ] && echo '[]' ;;
+  pod) [ "$2" = rm ] ;;
   *) echo "unexpected: $*" >&2; exit 125 ;;
 esac
 """
@@ -69,6 +71,10 @@ def test_one_listing_per_pass_reports_only_what_changed(podman):
     podman.lists([listed(done, "exited", 0), listed(oom, "exited", 137), listed(steady)])
     podman.inspects({"Status": "exited", "ExitCode": 137, "OOMKilled": True})
     second = launcher.changes()
+    again = launcher.changes()  # not recorded yet: the ends are reported again
+    for change in second:
+        launcher.applied(change)  # recorded: the ended pods are removed
+    podman.lists([listed(steady)])
     third = launcher.changes()
 
     assert {(c.task_id, c.outcome) for c in first} == {
@@ -77,13 +83,19 @@ def test_one_listing_per_pass_reports_only_what_changed(podman):
         Change(done.task_id, 1, Outcome("succeeded", exit_code=0)),
         Change(oom.task_id, 1, Outcome("failed", 137, "container killed: out of memory")),
         Change(removed.task_id, 1, None, POD_REMOVED)}
-    assert third == []
-    assert launcher.seen(oom) == Outcome("failed", 137, "container killed: out of memory")
-    assert launcher.seen(removed) is None
-    listings = [c for c in podman.calls() if c.startswith("ps ")]
+    assert set(again) == set(second)
+    assert third == []  # the pods removed once recorded are no news
+    assert launcher.seen(oom) is None and launcher.seen(removed) is None
+    assert launcher.seen(steady) == Outcome("running")
+    calls = podman.calls()
+    listings = [c for c in calls if c.startswith("ps ")]
     assert listings == ["ps --all --filter label=app.kubernetes.io/managed-by=taskenv "
-                        "--format json"] * 3
-    assert len(podman.calls()) == 4  # three listings, one inspect of the failed container
+                        "--format json"] * 4
+    assert len([c for c in calls if c.startswith("container ")]) == 1  # the failed one, once
+    assert [c for c in calls if c.startswith("pod ")] == [
+        f"pod rm --force --ignore {w.run_name}" for w in (done, oom)]
+    assert len([c for c in calls if c.startswith("volume rm")]) == 3  # and what each left
+    assert [c for c in calls if c.startswith("volume ls")] == ["volume ls --format json"]
 
 
 def test_containers_of_no_task_are_ignored(podman):

@@ -184,7 +184,9 @@ echo "$*" >> "$FAKE_PODMAN_DIR/calls"
 case "$1 $2" in
   "ps "*) cat "$FAKE_PODMAN_DIR/listing.json" ;;
   "pod rm") exit 0 ;;
-  "volume rm") for v in "$@"; do case "$v" in *-files) echo "Error: no volume with name \\"$v\\" found: no such volume" >&2; st=1 ;; esac; done; exit ${st:-0} ;;
+  "volume rm") for v in "$@"; do case "$v" in
+      *-files) echo "Error: no volume with name $v found: no such volume" >&2; st=1 ;;
+    esac; done; exit ${st:-0} ;;
   "volume ls") echo '[]' ;;
   *) echo "unexpected: $*" >&2; exit 125 ;;
 esac
