@@ -186,7 +186,7 @@ def holding_slot(tasks: TaskStore, settings: dict[str, Any], workload: Workload,
 
     def lost(why: str) -> None:
         log.error("stopping the steps: %s; the uid may go to another task", why)
-        if False:
+        if stop is not None:
             stop(f"stopped: {why}, and a uid is never shared by two running tasks")
 
     renewer = threading.Thread(target=renew, name="slot-lease", daemon=True)
