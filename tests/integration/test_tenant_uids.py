@@ -10,6 +10,7 @@ B's ``inotify_init`` failed with ``EMFILE`` and its fork with ``EAGAIN``.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -212,6 +213,21 @@ def test_a_task_s_uid_goes_back_to_the_pool_when_it_ends(tasks: TaskStore,
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert uid == settings.task_uid_first
+
+
+def test_a_runner_that_lost_its_uid_stops_its_steps_before_sharing_it(
+        tasks: TaskStore, settings: Settings) -> None:
+    settings = dataclasses.replace(settings, task_uid_count=1)  # one uid to give
+    job = launch(tasks, settings, "tenant-a", [["python3", "-c", "print('UP', flush=True); "
+                                                "import time; time.sleep(120)"]])
+    uid = host_uid(log_shows(tasks, job.task_id, "UP"))
+    pool = LocalLauncher(settings).uids
+    pool.release(job.task_id, 1)  # as if its lease had lapsed ...
+    assert pool.acquire("another", 1, time.time()) == uid  # ... and another task took it
+    doc = final(tasks, job.task_id)
+    assert doc["state"] == states.FAILED
+    assert f"its lease of host uid {uid} had ended" in doc["reason"], doc["reason"]
+    assert Cgroups().existing(cgroup_name(job)) is None  # nothing of it runs as the uid
 
 
 def test_the_sandbox_s_init_is_neither_writable_nor_readable_from_a_step(
