@@ -22,7 +22,7 @@ def pool(count: int = 3, client: fakeredis.FakeRedis | None = None) -> TaskUids:
 
 def test_two_live_tasks_never_get_one_uid() -> None:
     uids = pool(count=3)
-    got = [uids.acquire(task, 1, 0) for task in ("a", "b", "c")]
+    got = [uids.take(task, 1, 0) for task in ("a", "b", "c")]
     assert sorted(got) == [FIRST, FIRST + 1, FIRST + 2]
     assert uids.acquire("a", 2, 0) is None  # a task's next revision is another live task
     assert uids.held("a", 1) == got[0] and uids.held("a", 2) is None
