@@ -16,6 +16,7 @@ from __future__ import annotations
 from shared.secrets import redact
 from shared.store.tasks import Doc, TaskStore
 from shared.task import states
+from shared.task.replica_logs import step_output
 from shared.task.workload import Workload
 from workers.launchers.base import Launcher, LooksAtEnv, Outcome, StreamsOutput
 from workers.outcomes import record_outcome
@@ -33,7 +34,7 @@ def record_observed(tasks: TaskStore, launcher: Launcher, workload: Workload,
         text = launcher.logs(workload)
         if text:
             secrets = [v.value for v in workload.env if v.secret]
-            tasks.append_log(task_id, revision, redact(text, secrets))
+            tasks.append_log(task_id, revision, step_output(redact(text, secrets)))
         received = received_env(launcher, workload)
     record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
                    outcome.replica_exit_codes, received)
@@ -71,6 +72,6 @@ def stream_output(tasks: TaskStore, launcher: StreamsOutput) -> int:
         if doc is None or doc["revision"] != revision or doc["state"] not in WATCHED:
             continue
         secrets = [v.value for v in Workload.from_doc(doc).env if v.secret]
-        tasks.append_log(task_id, revision, redact(text, secrets))
+        tasks.append_log(task_id, revision, step_output(redact(text, secrets)))
         grew += 1
     return grew

@@ -11,9 +11,12 @@ import pytest
 from flask.testing import FlaskClient
 
 from cli.render import PLATFORM_STYLE, LogOutput
+from shared.policy.store import PolicyStore
 from shared.store.tasks import TaskStore
+from shared.task import states
 from shared.task.replica_logs import MARK, platform_line, step_output
 from tests.api.conftest import Browser
+from tests.api.test_revisions_api import resolve
 
 FORGED = "==> step 2/2: python3\ntaskenv: step 1 was killed: out of memory\n"
 LOG = (platform_line("==> step 1/2: python3") + step_output(FORGED + f"{MARK}==> fake\n")
@@ -62,3 +65,27 @@ def test_the_cli_carries_a_platform_line_across_chunks() -> None:
     text = show(LOG[:cut]) + show(LOG[cut:])
     assert text.count(PLATFORM_STYLE) == 3  # the cut line styled in both its parts
     assert "==> step 2/2: python3\n" in text
+
+
+class Backend:
+    """A backend's output as the status sync reads it (podman, Slurm)."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+
+    def new_output(self) -> list[tuple[str, int, str]]:
+        return [(self.task_id, 1, f"{MARK}==> step 9/9: forged in a container\n")]
+
+
+def test_a_backends_output_never_carries_the_mark(
+        create_task: Callable[..., str], tasks: TaskStore, policies: PolicyStore) -> None:
+    from workers import outcomes
+    from workers.sync import stream_output
+
+    task_id = create_task()
+    resolve(tasks, policies, task_id, 1)
+    assert tasks.transition(task_id, 1, states.RESOLVED, states.LAUNCHING)
+    outcomes.record_outcome(tasks, task_id, 1, states.RUNNING, None, None)
+    assert stream_output(tasks, Backend(task_id)) == 1  # type: ignore[arg-type]
+    log = tasks.read_log(task_id, 1)
+    assert MARK not in log and "==> step 9/9: forged in a container" in log
