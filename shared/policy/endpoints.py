@@ -24,7 +24,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.access.projects import NAME as PROJECT_NAME
 from shared.errors import Problem
 from shared.policy.namelist import VariableList, parse_setting, valued_entries
 
@@ -252,6 +251,9 @@ class EndpointAllowance:
 
 FIELD = "endpoint_allowances"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A project's name, as shared.access.projects.NAME has it (policy sits below access; a
+# test holds the two equal).
+PROJECT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 
 
 def allowance_problems(raw: Any) -> list[Problem]:

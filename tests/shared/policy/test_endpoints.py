@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from shared.access.projects import NAME
 from shared.env.envlist import EnvVar, Limits
 from shared.policy.conditions import TaskFacts
-from shared.policy.endpoints import DEFAULT, DEFAULT_ENDPOINTS, EndpointVariables
+from shared.policy.endpoints import DEFAULT, DEFAULT_ENDPOINTS, PROJECT_NAME, EndpointVariables
 from shared.policy.hooks import DEFAULT as HOOKS
 from shared.policy.hooks import DEFAULT_HOOKS, StartupHooks
 from shared.policy.model import Policy, Resolution, check_policy, platform_env, resolve_scopes
@@ -248,6 +249,10 @@ def test_an_allowance_never_lets_a_start_up_hook_through() -> None:
         ("layer.startup_hook", "BASH_ENV"), ("layer.startup_hook", "PIP_INDEX_URL")}
     result = resolve([], platform, stored("vision", ("BASH_ENV", "/x")))
     assert "BASH_ENV" not in result.as_env()
+
+
+def test_an_allowance_names_a_project_as_projects_are_named() -> None:
+    assert PROJECT_NAME.pattern == NAME.pattern
 
 
 def test_a_policy_without_allowances_reads_as_before() -> None:
