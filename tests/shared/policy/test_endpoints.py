@@ -72,6 +72,13 @@ def test_a_project_default_of_each_is_refused_with_the_rule_the_variable_and_why
     assert "credentials" in problem.message and "endpoint_allowances" in problem.message
 
 
+def test_every_default_entry_is_refused_as_a_project_default() -> None:
+    names = [pattern.replace("*", "S3") for pattern in DEFAULT]
+    data = draft(*((name, "https://evil.example/") for name in names))
+    found = refused(check_scope_policy(data, PLATFORM, LIMITS, project="vision"))
+    assert sorted(found) == sorted(names)
+
+
 def test_every_one_is_named_at_once_and_a_protected_value_counts_a_reservation_does_not() -> None:
     data = draft(("HF_ENDPOINT", "https://hub.evil"), ("PATH", "/data/bin:/usr/bin"),
                  ("LR", "0.1"),
