@@ -267,7 +267,10 @@ def whole_number(name: str) -> int | None:
 @blp.route("/<task_id>/logs")
 class TaskLogs(MethodView):
     @blp.response(200, content_type="text/plain", headers=LOG_HEADERS,
-                  description="The steps' output (stdout and stderr) as text.")
+                  description="The steps' output (stdout and stderr) as text.  The "
+                              "platform's own lines (==> step n/m, taskenv: ...) start "
+                              "with U+001F, which a step's output never holds (a U+001F "
+                              "it printed is shown as U+241F).")
     @blp.doc(parameters=[
         {"name": "revision", "in": "query", "required": False,
          "schema": {"type": "integer", "minimum": 1}},
