@@ -65,6 +65,8 @@ DEFAULT: dict[str, str] = {
                    "(docker(1) environment variables)",
     "DOCKER_CONFIG": "docker reads registry credentials, and the credential helpers it runs, "
                      "from this directory (docker(1) environment variables)",
+    "CONTAINER_HOST": "podman sends its commands to this service (podman(1))",
+    "GH_HOST": "gh sends GH_TOKEN to this GitHub host (gh's environment docs)",
     "KUBECONFIG": "kubectl sends its token to the server this file names, and runs its exec "
                   "plugins (kubectl's kubeconfig docs)",
     # Proxies: every request, its Authorization header included, passes through them.
@@ -89,6 +91,11 @@ DEFAULT: dict[str, str] = {
     "SSLKEYLOGFILE": "curl, Python's ssl and NSS write each TLS session's keys to this file, "
                      "which decrypts the task's traffic, tokens included (Python's ssl docs, "
                      "curl(1))",
+    # Switches that turn TLS verification off: with a proxy, a man in the middle.
+    "GIT_SSL_NO_VERIFY": "git stops verifying the server's certificate (git(1))",
+    "NODE_TLS_REJECT_UNAUTHORIZED": "0 makes node accept any certificate (Node.js CLI docs)",
+    "PYTHONHTTPSVERIFY": "0 makes Python's urllib accept any certificate where the build "
+                         "honours it (PEP 493)",
     "HOSTALIASES": "the resolver maps host names to the names in this file (hostname(7))",
     "LOCALDOMAIN": "the resolver completes short host names with these domains "
                    "(resolv.conf(5))",
