@@ -37,9 +37,9 @@ LINE = "loss=0.25 step=000000 " + "x" * 1000 + "\n"  # about 1 KiB
 @pytest.fixture
 def app(redis_server: RedisServer) -> Flask:
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    return build_app(client, EnqueueSpy(), key_prefix=f"lq{uuid.uuid4().hex[:8]}",
-                     quota_stored_bytes=LIMIT, quota_creates_per_minute=0,
-                     retention_days=1e-9)
+    return build_app(client, EnqueueSpy(),  # type: ignore[arg-type]  # a real Redis
+                     key_prefix=f"lq{uuid.uuid4().hex[:8]}", quota_stored_bytes=LIMIT,
+                     quota_creates_per_minute=0, retention_days=1e-9)
 
 
 def user(app: Flask, owner: str) -> FlaskClient:

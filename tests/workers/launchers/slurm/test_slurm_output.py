@@ -130,8 +130,11 @@ def test_a_replicas_huge_line_is_relayed_in_pieces_each_attributed() -> None:
 
     reader = threading.Thread(target=drain)
     reader.start()
-    writer = threading.Thread(target=lambda: (os.write(sink, b"a\n" + b"z" * (5 * MIB)),
-                                              os.close(sink)))
+    def write() -> None:
+        os.write(sink, b"a\n" + b"z" * (5 * MIB))
+        os.close(sink)
+
+    writer = threading.Thread(target=write)
     writer.start()
     job.relay(source, 3, fd=out)
     writer.join()
