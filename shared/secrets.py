@@ -10,12 +10,18 @@ put a new key first, keep the old ones, run ``python -m api.cli rotate-secrets``
 from __future__ import annotations
 
 import base64
+import bisect
+import heapq
 import json
 import re
-from collections.abc import Iterable, Mapping
+from array import array
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from functools import cached_property, lru_cache
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+import ahocorasick
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from shared.errors import SecretsUnavailable
@@ -165,8 +171,8 @@ def redaction_targets(secrets: Iterable[str]) -> list[str]:
 
 def redact(text: str, secrets: Iterable[str]) -> str:
     """Hide secret values in one complete text (for a stream, use :class:`StreamRedactor`)."""
-    redactor = StreamRedactor(secrets)
-    return redactor.feed(text) + redactor.flush()
+    forms = _forms(_secret_set(secrets))
+    return forms.redacted(text, len(text))[0] if forms else text
 
 
 def redact_cut(text: str, secrets: Iterable[str]) -> str:
@@ -183,64 +189,229 @@ class StreamRedactor:
 
     A secret may be cut anywhere by the writes that carry it (a line break, a pipe's
     chunk, one byte at a time): ``feed`` emits what can no longer be part of a secret
-    and keeps back the shortest tail that could still begin one (at most the longest
-    secret's length minus one), ``flush`` emits the rest at the end of the stream.
-    What comes out is exactly what redacting the whole stream at once would give.
+    and keeps back the tail that could still begin one (the shortest such tail, at most
+    the longest form's length minus one), ``flush`` emits the rest at the end of the
+    stream.  What comes out is exactly what redacting the whole stream at once would
+    give: the leftmost form, the longest where several start at one place.
+
+    The work is linear in the output, whatever the secrets: each piece of output is
+    looked at again only once as much new output has come after it as is kept back
+    (until then a feed only keeps the new text back too, so at most twice the longest
+    form is held), and one look costs in proportion to what it looks at (see
+    :class:`_Forms`).
     """
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        targets = redaction_targets(secrets)
-        # Alternatives are tried in order: the longest wins where several start at one spot.
-        self._pattern = re.compile("|".join(map(re.escape, targets))) if targets else None
-        # Targets by their first one and first two characters: a position is checked only
-        # against those that could start there (base64 forms start with any letter or
-        # digit; checking all would cost every target at every position).
-        self._by_first: dict[str, list[str]] = {}
-        self._by_two: dict[str, list[str]] = {}
-        for target in targets:
-            self._by_first.setdefault(target[0], []).append(target)
-            self._by_two.setdefault(target[:2], []).append(target)
-        self._keep = max((len(t) for t in targets), default=1) - 1
-        self._pending = ""
+        self._forms = _forms(_secret_set(secrets))
+        self._pending = ""  # kept back: it may begin a secret
+        self._unread: list[str] = []  # arrived since the last look
+        self._unread_size = 0
 
     def feed(self, text: str) -> str:
-        if self._pattern is None:
+        if self._forms is None:
             return text
-        buffer = self._pending + text
-        # A match starting before ``cut`` has all the text it could need to be decided.
-        cut = max(0, len(buffer) - self._keep)
-        out: list[str] = []
-        pos = 0
-        for match in self._pattern.finditer(buffer):
-            if match.start() >= cut:
-                break
-            out += [buffer[pos:match.start()], REDACTED]
-            pos = match.end()
-        hold = self._hold_from(buffer, max(pos, cut))
-        out.append(buffer[pos:hold])
-        self._pending = buffer[hold:]
-        return "".join(out)
+        self._unread.append(text)
+        self._unread_size += len(text)
+        if self._unread_size < len(self._pending):
+            return ""
+        buffer = self._pending + "".join(self._unread)
+        self._unread, self._unread_size = [], 0
+        decided = max(0, len(buffer) - self._forms.keep)
+        out, self._pending = self._forms.redacted(buffer, decided)
+        return out
 
     def flush(self) -> str:
         """The text kept back, redacted: call it once the stream has ended."""
-        rest, self._pending = self._pending, ""
-        return self._pattern.sub(REDACTED, rest) if self._pattern else rest
+        rest = self._pending + "".join(self._unread)
+        self._pending, self._unread, self._unread_size = "", [], 0
+        return self._forms.redacted(rest, len(rest))[0] if self._forms else rest
 
-    def _hold_from(self, buffer: str, start: int) -> int:
-        """The first position from ``start`` where a secret starts or may start."""
-        last = len(buffer) - 1
-        for at in range(start, len(buffer)):
-            if at == last:  # one character left: any target it begins
-                return at if buffer[at] in self._by_first else len(buffer)
-            candidates = self._by_two.get(buffer[at:at + 2])
-            if candidates and any(_agree(buffer, at, target) for target in candidates):
+
+# --- the search -----------------------------------------------------------------------------
+
+# Characters of a form's start (and of its end) that every match of it begins (ends) with.
+GRAM = 3
+
+
+def _secret_set(secrets: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(set(secrets)))
+
+
+@lru_cache(maxsize=32)
+def _forms(secrets: tuple[str, ...]) -> _Forms | None:
+    """The search for one set of secrets, built once per process for each set (a log sync
+    redacts each piece of a task's output with the same secrets)."""
+    targets = redaction_targets(secrets)
+    return _Forms(targets) if targets else None
+
+
+def _grams(words: Iterable[str]) -> ahocorasick.Automaton:
+    automaton = ahocorasick.Automaton()
+    for word in set(words):
+        automaton.add_word(word, len(word))
+    automaton.make_automaton()
+    return automaton
+
+
+class _Forms:
+    """Where the forms of a set of secrets are in a text, in time linear in the text.
+
+    A regex alternation tries each form at each place, and a text that follows a long
+    form for a while before it differs (``"A" * 40_000 + "B"`` against a run of ``A``)
+    costs the form's length at every place; pyahocorasick's search, too, walks its
+    failure links at every place it reports nothing (measured: the same run costs it the
+    form's length per character).  So: a form can only start where its first
+    :data:`GRAM` characters are, and end where its last ones are; an Aho–Corasick
+    automaton of those few characters (pyahocorasick, no deeper than :data:`GRAM`, so
+    linear) finds the places in C, and most output has none.  Where there are, an
+    automaton of the forms read backwards (:class:`_Backwards`) says, in one pass, the
+    longest form that starts at each place; the leftmost-longest choice is then a walk
+    over those places.  Whether a tail may begin a form is one binary search in the
+    sorted forms.
+    """
+
+    def __init__(self, targets: list[str]) -> None:
+        self.targets = sorted(targets)
+        self.keep = max(map(len, targets)) - 1
+        self._starts = _grams(t[:GRAM] for t in targets)
+        self._ends = _grams(t[::-1][:GRAM] for t in targets)
+
+    @cached_property
+    def _backwards(self) -> _Backwards:
+        return _Backwards(self.targets)
+
+    def redacted(self, text: str, decided: int) -> tuple[str, str]:
+        """``text`` with every form that starts before ``decided`` hidden, up to the first
+        place from there that may begin a form; and the rest, kept back."""
+        longest = self.longest_at(text)
+        out: list[str] = []
+        pos = 0
+        for start in sorted(at for at in longest if at < decided):
+            if start >= pos:
+                out += [text[pos:start], REDACTED]
+                pos = start + longest[start]
+        hold = self._hold(text, max(pos, decided), longest)
+        out.append(text[pos:hold])
+        return "".join(out), text[hold:]
+
+    def longest_at(self, text: str) -> dict[int, int]:
+        """The length of the longest form that starts at each place where one does."""
+        backwards = text[::-1]
+        ends = sorted({end - size + 1 for end, size in self._ends.iter(backwards)})
+        if not ends or next(self._starts.iter(text), None) is None:
+            return {}
+        return {len(text) - after: size for after, size
+                in self._backwards.matches(backwards, ends)}
+
+    def _hold(self, text: str, start: int, longest: dict[int, int]) -> int:
+        """The first place from ``start`` where a form starts, or where the text's end
+        may be the beginning of one.  The prefix checks are bounded: past a budget of
+        a few times the tail's length, the place being checked is held (too early,
+        never too late: what is held is looked at again)."""
+        if start >= len(text):
+            return len(text)
+        first = min((at for at in longest if at >= start), default=len(text))
+        budget = 4 * (len(text) - start) + 4096
+        for at in self._maybe_starting(text, start, first):
+            budget -= len(text) - at
+            if budget < 0 or self._begins_one(text[at:]):
                 return at
-            if buffer[at] in self._by_two:  # a one-character target (an old record's)
-                return at
-        return len(buffer)
+        return first
+
+    def _maybe_starting(self, text: str, start: int, stop: int) -> Iterator[int]:
+        """In order, each place in ``[start, stop)`` where a form's first characters are,
+        and each of the text's last places, too short to hold them, that may begin them."""
+        pending: list[int] = []
+        for end, size in self._starts.iter(text, start, min(len(text), stop + GRAM - 1)):
+            heapq.heappush(pending, end - size + 1)
+            while pending and pending[0] <= end - GRAM:  # no later find starts before it
+                yield heapq.heappop(pending)
+        last = range(max(start, len(text) - GRAM + 1), stop)
+        yield from sorted(at for at in set(pending).union(last) if at < stop)
+
+    def _begins_one(self, tail: str) -> bool:
+        """Some form starts with ``tail``."""
+        at = bisect.bisect_left(self.targets, tail)
+        return at < len(self.targets) and self.targets[at].startswith(tail)
 
 
-def _agree(buffer: str, at: int, target: str) -> bool:
-    """``buffer`` from ``at`` and ``target`` are equal over their common length."""
-    common = min(len(target), len(buffer) - at)
-    return buffer.startswith(target[:common], at)
+class _Backwards:
+    """Aho–Corasick over the forms read backwards, with its failure links: read over a
+    text backwards, the longest form matched where it stands is the longest form that
+    starts there in the text.  Plain arrays (a node's first child inline, the others in
+    a dict), so a long secret's forms cost a few bytes a character.  Written here
+    because no library at hand reports only the longest match at each place, in
+    linear time."""
+
+    def __init__(self, targets: Iterable[str]) -> None:
+        self.char: list[str] = [""]
+        self.child = array("q", [0])
+        self.more: dict[int, dict[str, int]] = {}
+        self.depth = array("q", [0])
+        self.longest = array("q", [0])
+        for target in targets:
+            node = 0
+            for c in reversed(target):
+                node = self._child(node, c) or self._add(node, c)
+            self.longest[node] = len(target)
+        self.fail = array("q", bytes(8 * len(self.char)))
+        self._link()
+
+    def _child(self, node: int, c: str) -> int:
+        if self.char[node] == c:
+            return self.child[node]
+        more = self.more.get(node)
+        return more.get(c, 0) if more else 0
+
+    def _add(self, node: int, c: str) -> int:
+        new = len(self.char)
+        self.char.append("")
+        self.child.append(0)
+        self.depth.append(self.depth[node] + 1)
+        self.longest.append(0)
+        if not self.char[node]:
+            self.char[node], self.child[node] = c, new
+        else:
+            self.more.setdefault(node, {})[c] = new
+        return new
+
+    def _children(self, node: int) -> list[tuple[str, int]]:
+        first = [(self.char[node], self.child[node])] if self.char[node] else []
+        return first + list(self.more.get(node, {}).items())
+
+    def _link(self) -> None:
+        """Failure links, breadth first; a node matches what its link matches if it
+        ends no form itself."""
+        queue = deque(child for _, child in self._children(0))
+        while queue:
+            node = queue.popleft()
+            for c, child in self._children(node):
+                self.fail[child] = self._step(self.fail[node], c) if node else 0
+                if not self.longest[child]:
+                    self.longest[child] = self.longest[self.fail[child]]
+                queue.append(child)
+
+    def _step(self, node: int, c: str) -> int:
+        while True:
+            found = self._child(node, c)
+            if found or not node:
+                return found
+            node = self.fail[node]
+
+    def matches(self, text: str, starts: list[int]) -> Iterator[tuple[int, int]]:
+        """``(after, size)``: the longest form ending right before ``after`` in ``text``,
+        wherever one does.  ``starts``: the sorted places where a form may start; the
+        stretches where no partial match can reach one are skipped."""
+        node, at, following = 0, starts[0], 0
+        while at < len(text):
+            node = self._step(node, text[at])
+            at += 1
+            if self.longest[node]:
+                yield at, self.longest[node]
+            reach = at - self.depth[node]
+            while following < len(starts) and starts[following] < reach:
+                following += 1
+            if following == len(starts):
+                return
+            if starts[following] > at:
+                node, at = 0, starts[following]
