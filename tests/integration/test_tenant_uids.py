@@ -282,7 +282,7 @@ def test_two_tenants_jobs_on_slurm_run_as_uids_of_their_own(
     try:
         held = slurm_output(launcher, hog, "HOLDING")
         assert re.search(r"INOTIFY \d+ Too many open files", held), held
-        neighbour = build_workload([["python3", "-c", NEIGHBOUR]])
+        neighbour = build_workload([["python3", "-c", NEIGHBOUR], ["python3", "-c", INIT]])
         launcher.launch(neighbour, RecordingHooks().hooks)
         a = launcher.uids.held(launcher.run_dir(hog), f"{hog.task_id}/r1")
         b = launcher.uids.held(launcher.run_dir(neighbour), f"{neighbour.task_id}/r1")
@@ -292,6 +292,9 @@ def test_two_tenants_jobs_on_slurm_run_as_uids_of_their_own(
                        if task == neighbour.task_id) + (launcher.logs(neighbour) or "")
         assert outcome.state == "succeeded", text
         assert "NEIGHBOUR-INOTIFY ok" in text and "NEIGHBOUR-FORK ok" in text
+        # The node's sandbox seals its init as the local one does.
+        assert "OPENED" not in text and text.count("Permission denied") == 4, text
+        assert "CALL pidfd_open -1 Operation not permitted" in text and "OWN ok" in text
         assert launcher.uids.held(launcher.run_dir(neighbour), f"{neighbour.task_id}/r1") \
             is None  # given back with its end
         # The kernel charges A's sandboxed processes to A's uid: as the host sees them.
