@@ -141,8 +141,10 @@ class LogTail:
 
     def replace(self, task_id: str, revision: int, text: str) -> None:
         """The log is ``text`` from now on, as if it had been written from the start
-        (counted, and held to the owner's quota, as :meth:`append`)."""
-        self._counted(task_id, revision, text, 0, replace=True)
+        (counted, and held to the owner's quota, as :meth:`append`), sent a chunk per
+        command: the first replaces the log, the others are appended, never trimmed."""
+        for n, piece in enumerate(pieces(text) if text else [b""]):
+            self._counted(task_id, revision, piece, len(text.encode()), replace=n == 0)
 
     def size(self, task_id: str, revision: int) -> int:
         """The log's end: every byte written to it, dropped ones included."""

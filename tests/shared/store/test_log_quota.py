@@ -142,6 +142,26 @@ def test_a_long_text_reaches_redis_a_chunk_per_command() -> None:
     assert log_of(tasks, task_id) == text
 
 
+def test_a_log_stored_again_reaches_redis_a_chunk_per_command_and_is_counted() -> None:
+    tasks = store()
+    task_id = small_task(tasks, "mallory")
+    record = agree(tasks)
+    tasks.append_log(task_id, 1, "lost to a failover\n" * 100)
+    sent: list[int] = []
+    script = tasks.logs._append
+
+    def spy(keys: Any, args: Any, client: Any = None) -> Any:
+        sent.append(len(args[0]))
+        return script(keys=keys, args=args)
+
+    tasks.logs._append = spy  # type: ignore[assignment]
+    text = "ü" * (MAX_CHUNK + 10)  # over two chunks: its length is twice that in bytes
+    tasks.logs.replace(task_id, 1, text)
+    assert log_of(tasks, task_id) == text and max(sent) <= MAX_CHUNK and len(sent) == 3
+    assert agree(tasks) == record + len(text.encode())
+    assert not tasks.r.exists(tasks.keys.log_cut(task_id, 1))
+
+
 def test_pieces_end_on_a_characters_end() -> None:
     text = "a€" * 1000
     found = list(pieces(text, 7))
