@@ -148,3 +148,14 @@ def test_the_claim_of_a_job_whose_directory_went_is_recovered(tmp_path: Path) ->
     shutil.rmtree(tmp_path / "a")  # collected by a launcher that stopped before giving it
     assert uids.release_orphans(tmp_path) == 1  # b's job still has its directory
     assert uids.take("c/r1", run_dir(tmp_path, "c")) == uid
+
+
+def test_many_lapsed_leases_are_recovered_a_bounded_batch_at_a_time() -> None:
+    client = fakeredis.FakeRedis()
+    uids = pool(count=200, client=client)
+    for i in range(200):
+        uids.acquire(f"t{i}", 1, 0)
+    assert uids.acquire("late", 1, 100) is not None  # every lease lapsed: one batch went
+    assert client.zcard(uids.keys[0]) == 200 - 64 + 1
+    got = {uids.acquire(f"n{i}", 1, 100) for i in range(199)}
+    assert len(got) == 199 and None not in got  # the rest, batch by batch
