@@ -616,7 +616,7 @@ def _ends(target: str, text: str) -> Iterable[int]:
     if not probe:
         return
     last_long = len(target) - len(probe)  # an end from k <= last_long holds the probe
-    k = target.find(probe, 1)
+    k = target.find(probe, max(1, len(target) - len(text)))  # no longer than the text
     while 0 < k <= last_long:
         if text.startswith(target[k:]):
             yield k
