@@ -25,6 +25,7 @@ from shared.errors import TransientError
 from shared.policy.store import PolicyStore
 from shared.redis_conn import connect
 from shared.store.tasks import TaskStore
+from shared.store.uids import UidsExhausted
 from shared.task import records, states
 from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
@@ -213,6 +214,33 @@ def test_a_task_s_uid_goes_back_to_the_pool_when_it_ends(tasks: TaskStore,
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert uid == settings.task_uid_first
+
+
+def test_with_every_uid_held_a_launch_waits_and_never_shares_one(
+        tasks: TaskStore, settings: Settings) -> None:
+    settings = dataclasses.replace(settings, task_uid_count=1)
+    holder = launch(tasks, settings, "tenant-a", [["python3", "-c", "print('UP', flush=True); "
+                                                   "import time; time.sleep(120)"]])
+    uid = host_uid(log_shows(tasks, holder.task_id, "UP"))
+    doc, _ = tasks.create(records.new_task({"name": "tenant", "steps": [["true"]], "env": []},
+                                           "tenant-b"))
+    policies = PolicyStore(tasks.r, f"unused-{time.monotonic_ns()}")
+    assert stages.validate(tasks, EnvLimits(), doc["id"], 1)
+    assert stages.apply_policy(tasks, policies, doc["id"], 1)
+    launcher = LocalLauncher(settings)
+    with pytest.raises(UidsExhausted):  # the launch stage's task is retried later
+        stages.launch(tasks, launcher, doc["id"], 1, settings.heartbeat_seconds)
+    assert tasks.get(doc["id"])["state"] == states.RESOLVED  # waiting, nothing started
+    assert launcher.slots.running() == 1  # its run slot went back: only the holder's
+    launcher.cancel(holder)
+    assert final(tasks, holder.task_id)["state"] == states.CANCELLED
+    deadline = time.monotonic() + 30
+    while launcher.uids.held(holder.task_id, 1) is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    stages.launch(tasks, launcher, doc["id"], 1, settings.heartbeat_seconds)  # the retry
+    assert final(tasks, doc["id"])["state"] == states.SUCCEEDED
+    assert host_uid(tasks.read_log(doc["id"], 1)) == uid  # the one uid, now B's alone
 
 
 def test_a_runner_that_lost_its_uid_stops_its_steps_before_sharing_it(
