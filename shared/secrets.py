@@ -16,7 +16,7 @@ import json
 import re
 from array import array
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cached_property, lru_cache
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -283,34 +283,40 @@ class _Forms:
     def redacted(self, text: str, decided: int) -> tuple[str, str]:
         """``text`` with every form that starts before ``decided`` hidden, up to the first
         place from there that may begin a form; and the rest, kept back."""
-        longest = self.longest_at(text)
+        found = self.longest_at(text)
         out: list[str] = []
         pos = 0
-        for start in sorted(at for at in longest if at < decided):
-            if start >= pos:
-                out += [text[pos:start], REDACTED]
-                pos = start + longest[start]
-        hold = self._hold(text, max(pos, decided), longest)
+        for low, high, size in found:  # every place in [low, high) starts a form of size
+            start = max(low, pos)
+            end = min(high, decided)
+            if start < end:
+                count = -(-(end - start) // size)  # leftmost-longest, one after another
+                out += [text[pos:start], REDACTED * count]
+                pos = start + count * size
+        hold = self._hold(text, max(pos, decided), found)
         out.append(text[pos:hold])
         return "".join(out), text[hold:]
 
-    def longest_at(self, text: str) -> dict[int, int]:
-        """The length of the longest form that starts at each place where one does."""
+    def longest_at(self, text: str) -> list[tuple[int, int, int]]:
+        """``(low, high, size)``, in order: at each place in ``[low, high)`` the longest
+        form that starts there is ``size`` long; no form starts anywhere else."""
         backwards = text[::-1]
-        ends = sorted({end - size + 1 for end, size in self._ends.iter(backwards)})
-        if not ends or next(self._starts.iter(text), None) is None:
-            return {}
-        return {len(text) - after: size for after, size
-                in self._backwards.matches(backwards, ends)}
+        if (_first_start(self._ends, backwards, 0) is None
+                or _first_start(self._starts, text, 0) is None):
+            return []
+        n = len(text)
+        found = self._backwards.matches(
+            backwards, lambda at: _first_start(self._ends, backwards, at))
+        return [(n - last, n - first + 1, size) for first, last, size in reversed(list(found))]
 
-    def _hold(self, text: str, start: int, longest: dict[int, int]) -> int:
+    def _hold(self, text: str, start: int, found: list[tuple[int, int, int]]) -> int:
         """The first place from ``start`` where a form starts, or where the text's end
         may be the beginning of one.  The prefix checks are bounded: past a budget of
         a few times the tail's length, the place being checked is held (too early,
         never too late: what is held is looked at again)."""
         if start >= len(text):
             return len(text)
-        first = min((at for at in longest if at >= start), default=len(text))
+        first = next((max(low, start) for low, high, _ in found if high > start), len(text))
         budget = 4 * (len(text) - start) + 4096
         for at in self._maybe_starting(text, start, first):
             budget -= len(text) - at
@@ -398,20 +404,64 @@ class _Backwards:
                 return found
             node = self.fail[node]
 
-    def matches(self, text: str, starts: list[int]) -> Iterator[tuple[int, int]]:
-        """``(after, size)``: the longest form ending right before ``after`` in ``text``,
-        wherever one does.  ``starts``: the sorted places where a form may start; the
-        stretches where no partial match can reach one are skipped."""
-        node, at, following = 0, starts[0], 0
-        while at < len(text):
-            node = self._step(node, text[at])
-            at += 1
-            if self.longest[node]:
-                yield at, self.longest[node]
-            reach = at - self.depth[node]
-            while following < len(starts) and starts[following] < reach:
-                following += 1
-            if following == len(starts):
+    def matches(self, text: str, start_from: Callable[[int], int | None]
+                ) -> Iterator[tuple[int, int, int]]:
+        """``(first, last, size)``: the longest form ending right before each place
+        ``after`` in ``[first, last]`` of ``text`` is ``size`` long, wherever one ends.
+
+        ``start_from(at)``: the first place from ``at`` where a form may start (None if
+        none); stretches where no partial match can reach one are skipped.  A run of one
+        character that leaves the automaton where it is (``A`` after ``"A" * 40_000``
+        when the form goes on with ``B``) is passed in one step.  The hot loop, with its
+        lookups inlined."""
+        char, child, more, fail = self.char, self.child, self.more, self.fail
+        depth, longest = self.depth, self.longest
+        size = len(text)
+        node, at = 0, start_from(0)
+        following = at
+        while at is not None and at < size:
+            c = text[at]
+            before = node
+            while True:  # the automaton's step
+                if char[node] == c:
+                    node = child[node]
+                    break
+                branch = more.get(node)
+                if branch is not None and c in branch:
+                    node = branch[c]
+                    break
+                if not node:
+                    break
+                node = fail[node]
+            after = at + 1
+            if node == before:  # stays here as long as c repeats
+                after = _run_end(text, at, c)
+            if longest[node]:
+                yield at + 1, after, longest[node]
+            at = after
+            if following is not None and following < at - depth[node]:
+                following = start_from(at - depth[node])  # the partials start from there
+            if following is None:
                 return
-            if starts[following] > at:
-                node, at = 0, starts[following]
+            if following > at:
+                node, at = 0, following
+
+
+def _first_start(grams: ahocorasick.Automaton, text: str, at: int) -> int | None:
+    """The first place from ``at`` where one of the ``grams`` starts in ``text``: found in
+    the order they end, so the few that end just after the first found are looked at too."""
+    first: int | None = None
+    if at >= len(text):
+        return None
+    for end, size in grams.iter(text, at):
+        if first is not None and end - GRAM >= first:
+            break
+        if first is None or end - size + 1 < first:
+            first = end - size + 1
+    return first
+
+
+def _run_end(text: str, at: int, c: str) -> int:
+    """The end of the run of ``c`` that starts at ``at``."""
+    found = re.compile(re.escape(c) + "+").match(text, at)
+    return found.end() if found else at + 1
