@@ -242,7 +242,7 @@ return 1
 
 # A state change decided by the state alone (launching, running, an outcome, a cancel):
 # checked and written in one call, without reading the record.
-# KEYS: task, expiry, insights key of every task
+# KEYS: task, expiry, insights key of every task, the revision's log
 # ARGV: 1 revision (JSON), 2 new state, 3 allowed old states (comma-separated), 4 final
 #       states (comma-separated), 5 now (JSON), 6 expires-at (0: kept forever), 7 the
 #       revision key's suffix, 8 the index key prefix, 9 the insights key prefix of a
@@ -254,7 +254,7 @@ return 1
 # layout of before revisions had their own keys, {1, project} once moved, or
 # {1, project, task fields, revision fields, pool values} when asked for the record.
 MOVE = COUNT_ENTRY + BYTES + SCORED + """
-local task, expiry, insights_all = KEYS[1], KEYS[2], KEYS[3]
+local task, expiry, insights_all, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local revision_json, new, allowed, final = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now, expires_at, revision_suffix, index_prefix = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local project_insights_prefix, insights_ttl, event, id = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
@@ -325,6 +325,12 @@ local project = stored_project and stored_project ~= 'null' and cjson.decode(sto
   or false
 count_entry(insights_all, project and (project_insights_prefix .. project .. ':states') or '',
             new, insights_ttl)
+-- A revision that ends has its log written anew, at its own size: appends leave a string
+-- up to twice its length allocated (Redis grows one ahead), kept until the task expires.
+if member(final, new) and not member(final, old) and log then
+  local text = redis.call('GET', log)
+  if text then redis.call('SET', log, text) end
+end
 if answer_record == '1' then
   local revfields = redis.call('HGETALL', rev)
   return {1, project, redis.call('HGETALL', task), revfields, pooled(revfields, pool)}

@@ -349,7 +349,8 @@ class TaskStore:
         expires = now + self.retention if self.retention and new_state in states.FINAL else 0
         event = {"at": now, "revision": revision, "state": new_state}
         found = patiently(lambda: self._move(
-            keys=[k.task(task_id), k.expiry(), k.insights_states(day_of(now))],
+            keys=[k.task(task_id), k.expiry(), k.insights_states(day_of(now)),
+                  k.log(task_id, revision)],
             args=[_json(revision), new_state, ",".join(sorted(allowed)),
                   ",".join(sorted(states.FINAL)), _json(now), expires, REVISION_SUFFIX,
                   k.index(), k.insights_project_stem(day_of(now)),

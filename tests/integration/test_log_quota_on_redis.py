@@ -110,9 +110,15 @@ def test_one_tenants_logs_fill_their_own_quota_and_never_anothers(app: Flask) ->
         assert said in message, said
     assert f"take {tasks.stored_bytes('alice')} bytes" in message
 
-    # Alice's tasks end and expire: every byte, logs included, is given back.
+    # Alice's tasks end: each log is stored at its own size (appends leave Redis' string
+    # up to twice as large), then they expire: every byte, logs included, is given back.
     for task_id in mine:
+        key = tasks.keys.log(task_id, 1)
+        grown = tasks.r.memory_usage(key)
         assert tasks.move(task_id, 1, states.RUNNING, states.SUCCEEDED, exit_code=0)
+        kept = int(tasks.r.strlen(key))
+        # (jemalloc's size classes round a 400 KiB string up by at most a quarter)
+        assert tasks.r.memory_usage(key) <= min(1.25 * kept, grown), (grown, kept)
     while tasks.expire_finished(time.time() + 1):
         pass
     assert tasks.stored_bytes("alice") == 0 == tasks.recount_bytes("alice")
