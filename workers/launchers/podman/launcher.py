@@ -146,7 +146,8 @@ class PodmanLauncher:
         limits_conf = conf.write(Path(settings.work_dir).resolve() / "podman", self.maxima)
         self.env = {**os.environ, "CONTAINERS_CONF": str(limits_conf)}
         # Each live pod's host uid, shared by the host's workers and reconciler.
-        self.uids = UidPool(Path(settings.work_dir).resolve() / "podman" / "uids")
+        self.uids = UidPool(Path(settings.work_dir).resolve() / "podman" / "uids",
+                            settings.task_uid_first, settings.task_uid_count)
         self.unrecorded: dict[tuple[str, int], Change] = {}  # ends reported, not yet applied
         self.removed: set[tuple[str, int]] = set()  # pods removed here: their absence is no news
         self.to_remove: set[tuple[str, int]] = set()  # ended pods a removal failed for

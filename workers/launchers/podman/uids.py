@@ -5,9 +5,11 @@ steps uid 65534, the budgets the kernel keeps per uid (``RLIMIT_NPROC``, inotify
 instances and watches, POSIX message queues, keyrings) would be one budget shared by
 every tenant on the host: one step holding the uid's 128 inotify instances makes another
 tenant's ``inotify_init`` fail.  So each pod's containers run as a uid claimed for that
-pod from a range of this host's (``BASE`` .. ``BASE + SPAN - 1``, next to the Slurm
-launcher's ``1900000000 + job id mod 1000000``), held while the pod lives and released
-when it is removed.
+pod from the deployment's task uid range (``TASKENV_TASK_UID_FIRST``,
+``TASKENV_TASK_UID_COUNT``: the range the local launcher's pool in Redis and the Slurm
+launcher's claims draw from, :mod:`shared.store.uids`; a deployment runs one launcher),
+held while the pod lives and released when it is removed.  Podman's pods are the
+host's, as are the reconciler's listings of them, so the claims are kept on the host.
 
 A claim is a file named after the pod in ``<work dir>/podman/uids/``, holding the uid;
 every launch worker and the reconciler of the host share the directory, and a lock
@@ -32,8 +34,6 @@ from pathlib import Path
 
 from shared.errors import TransientError
 
-BASE = 1_910_000_000
-SPAN = 65_536
 LOCK = ".lock"
 POD_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")  # podman's names: never a path
 
@@ -41,9 +41,12 @@ POD_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*")  # podman's names: never a 
 class UidPool:
     """The host's task uids, one per live pod, claimed by pod name."""
 
-    def __init__(self, directory: Path, base: int = BASE, span: int = SPAN) -> None:
+    def __init__(self, directory: Path, first: int, count: int) -> None:
+        if first <= 0 or count <= 0:
+            raise ValueError("the task uid range must be above 0 and hold at least one uid "
+                             "(TASKENV_TASK_UID_FIRST, TASKENV_TASK_UID_COUNT)")
         self.directory = directory
-        self.base, self.span = base, span
+        self.first, self.count = first, count
 
     def claim(self, pod: str) -> int:
         """The uid ``pod`` runs as: the one it holds, else a free one, now held by it."""
@@ -54,13 +57,15 @@ class UidPool:
             if held is not None:
                 return held
             taken = set(self._claims().values())
-            start = zlib.crc32(pod.encode()) % self.span  # spread, so a probe is short
-            for step in range(self.span):
-                uid = self.base + (start + step) % self.span
+            start = zlib.crc32(pod.encode()) % self.count  # spread, so a probe is short
+            for step in range(self.count):
+                uid = self.first + (start + step) % self.count
                 if uid not in taken:
                     self._write(pod, uid)
                     return uid
-        raise TransientError(f"all {self.span} task uids of this host are held by live pods")
+        raise TransientError(f"all {self.count} task uids ({self.first}-"
+                             f"{self.first + self.count - 1}) are held by this host's pods: "
+                             "the launch waits for one to end (TASKENV_TASK_UID_COUNT)")
 
     def release(self, pod: str) -> None:
         """``pod`` is gone: its uid is free (nothing if it held none)."""
@@ -119,7 +124,7 @@ class UidPool:
             text = path.read_text(encoding="ascii").strip()
         except (FileNotFoundError, UnicodeDecodeError):
             return None
-        return int(text) if text.isdigit() and self.base <= int(text) < self.base + self.span \
+        return int(text) if text.isdigit() and self.first <= int(text) < self.first + self.count \
             else None
 
     def _write(self, pod: str, uid: int) -> None:

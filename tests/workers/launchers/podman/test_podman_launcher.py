@@ -42,13 +42,14 @@ def runtime_added(workload: Workload) -> dict[str, str]:
     """What a task sees besides its resolved env, and who adds it.
 
     Found by running the image with an empty env (test_runtime_adds_only_these): podman
-    sets HOSTNAME (the pod's name) and HOME (that of the step's user, nobody, from the
-    image's /etc/passwd: the step never runs as root); the
-    image sets PATH; the /bin/sh that runs the steps in order exports PWD (the image's
-    WORKDIR) and SHLVL.  Unlike ``podman run``, ``kube play`` adds no TERM or container.
+    sets HOSTNAME (the pod's name) and HOME (the working directory: the step runs as the
+    pod's own host uid, never root, which the image's /etc/passwd does not name, and
+    podman adds it there with the working directory as its home); the image sets PATH;
+    the /bin/sh that runs the steps in order exports PWD (the image's WORKDIR) and SHLVL.
+    Unlike ``podman run``, ``kube play`` adds no TERM or container.
     The platform adds the replica's identity (a task of one: a world of one).
     """
-    return {"HOSTNAME": workload.run_name, "HOME": "/nonexistent", "PATH": IMAGE_PATH,
+    return {"HOSTNAME": workload.run_name, "HOME": "/work", "PATH": IMAGE_PATH,
             "PWD": "/work", "SHLVL": "1", **dict(replica_env(Group(), 0))}
 
 
@@ -78,7 +79,8 @@ def launcher() -> PodmanLauncher:
 
 
 @pytest.fixture
-def make_workload() -> Iterator[Callable[..., Workload]]:
+def make_workload(launcher: PodmanLauncher) -> Iterator[Callable[..., Workload]]:
+    """Workloads whose pods, volumes and uids are removed after the test."""
     made: list[Workload] = []
 
     def make(steps: list[list[str]], env: dict[str, str] | None = None,
@@ -89,7 +91,7 @@ def make_workload() -> Iterator[Callable[..., Workload]]:
 
     yield make
     for workload in made:
-        podman("pod", "rm", "--force", "--ignore", workload.run_name)
+        launcher.remove(workload)
 
 
 def finish(launcher: PodmanLauncher, workload: Workload, timeout: float = 60) -> Outcome:
@@ -433,7 +435,10 @@ def test_the_step_runs_unprivileged_within_its_limits(launcher: PodmanLauncher, 
                              resources=Resources(cpu="500m", memory="64Mi"))
     outcome, logs = run(launcher, workload)
     lines = logs.splitlines()
-    assert lines[0] == "65534"  # never root, whatever the image says
+    # Never root, whatever the image says: the pod's own uid from the host's pool.
+    assert lines[0] == str(launcher.uids.held()[workload.run_name])
+    first, count = Settings().task_uid_first, Settings().task_uid_count
+    assert first <= int(lines[0]) < first + count  # the deployment's task uid range
     assert "CapEff:\t0000000000000000" in lines and "NoNewPrivs:\t1" in lines
     assert str(64 << 20) in lines  # resources.memory is the container's limit
     assert "WORK-WRITABLE" in lines and outcome.state == "succeeded"

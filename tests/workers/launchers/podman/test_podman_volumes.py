@@ -11,6 +11,7 @@ PATH) records the calls a removal makes.
 from __future__ import annotations
 
 import json
+import os
 import stat
 import time
 from pathlib import Path
@@ -127,7 +128,9 @@ def test_each_pod_runs_as_a_host_uid_of_its_own(launcher: PodmanLauncher) -> Non
                 for c in containers(pod)}
         assert len(seen) == 1  # the init container too: it writes the home the steps use
         [(uid, gid)] = seen
-        assert uid == gid and uid != manifest.TASK_UID and uid > 65535
+        assert uid == gid and uid != manifest.TASK_UID
+        settings = Settings()
+        assert settings.task_uid_first <= uid < settings.task_uid_first + settings.task_uid_count
         assert all(c["securityContext"]["runAsNonRoot"] for c in containers(pod))
         uids.append(uid)
     assert uids[0] != uids[1]
@@ -138,12 +141,12 @@ def test_each_pod_runs_as_a_host_uid_of_its_own(launcher: PodmanLauncher) -> Non
 # --- the uid pool ----------------------------------------------------------------------
 
 def test_a_uid_is_held_by_one_pod_until_it_is_released(tmp_path: Path) -> None:
-    pool = UidPool(tmp_path / "uids", base=5000, span=3)
+    pool = UidPool(tmp_path / "uids", first=5000, count=3)
     a, b, c = pool.claim("pod-a"), pool.claim("pod-b"), pool.claim("pod-c")
 
     assert sorted((a, b, c)) == [5000, 5001, 5002]
     assert pool.claim("pod-b") == b
-    with pytest.raises(TransientError, match="all 3 task uids"):
+    with pytest.raises(TransientError, match=r"all 3 task uids \(5000-5002\)"):
         pool.claim("pod-d")
     pool.release("pod-b")
     assert pool.claim("pod-d") == b
@@ -152,20 +155,18 @@ def test_a_uid_is_held_by_one_pod_until_it_is_released(tmp_path: Path) -> None:
 
 
 def test_two_pools_on_one_directory_never_hand_out_one_uid(tmp_path: Path) -> None:
-    first, second = UidPool(tmp_path / "uids"), UidPool(tmp_path / "uids")
+    first, second = (UidPool(tmp_path / "uids", 1_900_000_000, 65536) for _ in range(2))
     uids = [pool.claim(f"pod-{k}") for k in range(50) for pool in (first, second)][::2]
     assert len(set(uids)) == 50
 
 
 def test_stale_claims_are_released_after_their_grace(tmp_path: Path) -> None:
-    pool = UidPool(tmp_path / "uids")
+    pool = UidPool(tmp_path / "uids", 1_900_000_000, 65536)
     for pod in ("live", "died-early", "just-claimed"):
         pool.claim(pod)
     now = time.time()
     old = now - 600
     for pod in ("live", "died-early"):
-        (tmp_path / "uids" / pod).touch()
-        import os
         os.utime(tmp_path / "uids" / pod, (old, old))
 
     assert pool.release_stale({"live"}, older_than=120, now=now) == ["died-early"]
@@ -174,7 +175,7 @@ def test_stale_claims_are_released_after_their_grace(tmp_path: Path) -> None:
 
 def test_a_pod_name_is_never_a_path(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        UidPool(tmp_path / "uids").claim("../etc")
+        UidPool(tmp_path / "uids", 1_900_000_000, 65536).claim("../etc")
 
 
 # --- removal once the end is recorded ----------------------------------------------------
