@@ -7,6 +7,9 @@ Starts its own redis-server (a fresh directory), then:
    (``bench/stagecost.py``), and a preview with the doctor reading a 2,000-line
    script set against one without it (``bench/doctor.py``), and another user's task
    beside a hostile script against a quiet stack (``bench/doctor_neighbour.py``);
+   a tenant's hostile input against a plain one: the doctor's preview of a name at
+   the length limit, redaction of 2 MB with a secret sharing the output's prefix
+   (``bench/hostile_input.py``);
 2. POST throughput with no worker running (``bench/api_cost.py``): a no-op Flask
    JSON endpoint, the same plus one Redis write and one Celery ``send_task``
    (``bench/noop_api.py``, both under waitress threads=8), and
@@ -57,6 +60,7 @@ from bench import (
     doctor,
     doctor_neighbour,
     growth,
+    hostile_input,
     local_limits,
     local_start,
     podman_launch,
@@ -141,6 +145,10 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
     say("\n".join(f"    {line}" for line in doctor.lines(results["doctor"])))
     say("  another user's task beside a hostile script, against a quiet stack:")
     results["doctor_neighbour"] = doctor_neighbour.phase(procs, client, args)
+    say("  a tenant's hostile input against a plain one (a name at the limit, a secret "
+        "sharing the output's prefix):")
+    results["hostile_input"] = hostile_input.phase(args.quick)
+    say("\n".join(f"    {line}" for line in hostile_input.lines(results["hostile_input"])))
     say(f"[2/6] POST throughput, no worker running (redis-server "
         f"{results['meta']['machine']['redis_server']})")
     results["post"] = api_cost.measure(procs, client, args)

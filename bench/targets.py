@@ -25,6 +25,8 @@ LIMITS = {
     "reconciler": 1.0,  # status calls per pass, 10,000 / 10 running tasks
     "podman": 0.8,  # podman launcher throughput / kube play loop
     "doctor_pathological": 2.0,  # a hostile 64 KiB script's reading / a plain one's
+    "hostile_name": 2.0,  # a preview with a name at the length limit / with a plain name
+    "hostile_secret": 2.0,  # redaction of 2 MB, a secret sharing its prefix / a plain one
 }
 
 
@@ -84,13 +86,17 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         "podman_p50_submit_to_running": podman.get("p50_ratio"),
         "doctor_pathological_vs_plain": results.get("doctor", {}).get(
             "pathological", {}).get("worst_ratio"),
+        "hostile_name_vs_plain": results.get("hostile_input", {}).get("worst_doctor_ratio"),
+        "hostile_secret_vs_plain": results.get("hostile_input", {}).get(
+            "redaction", {}).get("worst_ratio"),
     }
 
 
 def judge(results: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     r = ratios(results)
     return r, [*_pipeline_targets(results, r), *_store_targets(results, r),
-               *_growth_targets(results, r), *doctor_targets(results)]
+               *_growth_targets(results, r), *doctor_targets(results),
+               *hostile_input_targets(results)]
 
 
 def _pipeline_targets(results: dict[str, Any], r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,6 +200,27 @@ def doctor_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ", ".join(f"{name} x{ratio:.2f}" for name, ratio in found["ratios"].items()),
         f"slowest: {worst}, {ms[worst]:.1f} ms ({found['readings'][worst]}); plain "
         f"scripts {ms['plain shell']:.1f} ms (shell), {ms['plain python']:.1f} ms (python)")]
+
+
+def hostile_input_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """A tenant's hostile input, when measured (bench/hostile_input.py): the doctor's
+    preview of a name at the length limit, and redaction of 2 MB of output with a
+    40,001-character secret sharing its prefix, each within 2 x a plain input's time."""
+    found = results.get("hostile_input")
+    if not found:
+        return []
+    doctor, redaction = found["doctor"], found["redaction"]
+    ms = doctor["ms_per_preview"]
+    return [
+        _target("doctor: a preview with a name at the length limit within 2 x a plain "
+                "name's", found["worst_doctor_ratio"], "<=", LIMITS["hostile_name"],
+                ", ".join(f"{n} x{r:.2f}" for n, r in doctor["ratios"].items()),
+                f"plain name {ms['plain name']:.3f} ms a preview"),
+        _target("redaction: 2 MB with a secret sharing its prefix within 2 x a plain "
+                "secret's", redaction["worst_ratio"], "<=", LIMITS["hostile_secret"],
+                ", ".join(f"{n} x{r:.2f}" for n, r in redaction["ratios"].items()),
+                ", ".join(f"{n} {t:.0f} ms" for n, t in redaction["ms"].items())),
+    ]
 
 
 def _podman_target(podman: dict[str, Any], r: dict[str, Any]) -> dict[str, Any]:
