@@ -10,6 +10,7 @@ B's ``inotify_init`` failed with ``EMFILE`` and its fork with ``EAGAIN``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 import time
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.sandbox  # real bwrap sandboxes, runner processes and c
 # its uid, all held until the task is cancelled.
 HOG = r"""
 import ctypes, os, resource, signal, sys
+print("UID_MAP", open("/proc/self/uid_map").read().split(), flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
 held = []
 while True:
@@ -70,6 +72,7 @@ signal.pause()
 # Tenant B, while A holds: one inotify instance, and 4 children under the same limit.
 NEIGHBOUR = r"""
 import ctypes, os, resource
+print("UID_MAP", open("/proc/self/uid_map").read().split(), flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init1(0)
 print("NEIGHBOUR-INOTIFY", "ok" if fd >= 0 else os.strerror(ctypes.get_errno()), flush=True)
@@ -165,6 +168,12 @@ def host_uid(log: str) -> int:
     return int(found.group(1))
 
 
+def uid_map(log: str) -> list[str]:
+    found = re.search(r"UID_MAP (\[.*\])", log)
+    assert found, log
+    return list(ast.literal_eval(found.group(1)))
+
+
 def uids_of(job: Workload) -> set[int]:
     """The real uids of the task's processes, as the host sees them (/proc/PID/status)."""
     group = Cgroups().existing(cgroup_name(job))
@@ -192,9 +201,12 @@ def test_one_tenant_holding_its_uid_s_kernel_budgets_leaves_another_s_whole(
         log = tasks.read_log(neighbour.task_id, 1)
         assert doc["state"] == states.SUCCEEDED, log
         assert "NEIGHBOUR-INOTIFY ok" in log and "NEIGHBOUR-FORK ok" in log
-        # Each task's processes run as its own host uid, from the pool, never root or nobody.
+        # Each task's processes run as its own host uid, from the pool, never root or nobody,
+        # which each step reads in its uid map (65534 inside; 0, for devpts, is nobody's).
         a, b = host_uid(hog_log), host_uid(log)
         assert a != b
+        assert uid_map(hog_log) == ["0", "65534", "1", "65534", str(a), "1"]
+        assert uid_map(log) == ["0", "65534", "1", "65534", str(b), "1"]
         first, count = settings.task_uid_first, settings.task_uid_count
         assert first <= a < first + count and first <= b < first + count
         assert uids_of(hog) == {a}  # the kernel charges A's processes to A's uid

@@ -143,6 +143,8 @@ class Jail:
             helper += ["--netns", "new"]
         if self.plan.uid is not None:
             helper += ["--uid", str(self.plan.uid), "--gid", str(self.plan.gid)]
+            if self.plan.uid != NOBODY:  # a task's own uid: the step sees it in its uid_map
+                helper += ["--map-userns", str(NOBODY)]
         fds: tuple[int, ...] = ()
         if self.plan.seccomp:
             fd = seccomp.filter_fd()

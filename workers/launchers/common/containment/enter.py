@@ -12,7 +12,13 @@ every sandbox.  It does, in its own process, what must happen between ``fork`` a
    one task will share a network;  ``--hold`` then just waits to be killed, keeping
    the namespace for the others to join;
 4. ``--uid UID --gid GID``: drop every supplementary group, then to that group and
-   user, for good;
+   user, for good; with ``--map-userns INSIDE`` (the program must be bwrap, started
+   with ``--unshare-user --uid INSIDE --gid INSIDE``) a child left behind as root first
+   writes the sandbox's uid and gid maps, ``INSIDE`` to UID and GID and 0 to the host's
+   ``nobody`` (bwrap's ``--dev`` mounts a ``devpts``, which needs a root), through
+   bwrap's ``--info-fd`` and ``--userns-block-fd``: one user namespace, whose
+   ``/proc/self/uid_map`` shows the step its host uid, instead of the two bwrap makes
+   alone (its outer one maps the host uid to 0, its inner one INSIDE to that 0);
 5. sets ``no_new_privs`` (a setuid file gives nothing) and executes the program with
    the environment it was given, less each ``--unset NAME``: Python itself adds
    ``LC_CTYPE`` to its environment under the C locale (PEP 538), which the step's env
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import resource
 import signal
@@ -52,6 +59,7 @@ class Options:
         self.uid: int | None = None
         self.gid: int | None = None
         self.unset: list[str] = []
+        self.map_userns: int | None = None
         self.argv: list[str] = []
 
 
@@ -80,6 +88,8 @@ def parse(argv: list[str]) -> Options:
             opts.gid = int(value)
         elif arg == "--unset":
             opts.unset.append(value)
+        elif arg == "--map-userns":
+            opts.map_userns = int(value)
         else:
             raise SystemExit(f"enter: unknown option {arg}")
     if not opts.argv and not opts.hold:
@@ -145,6 +155,41 @@ def drop_to(uid: int | None, gid: int | None) -> None:
             raise OSError(f"could not drop to uid {uid}")
 
 
+HOST_NOBODY = 65534  # who the sandbox's root is on the host: it runs nothing
+
+
+def map_user_namespace(argv: list[str], inside: int, uid: int, gid: int) -> list[str]:
+    """bwrap's argv, made to wait for its user namespace's maps, which a child of this
+    process, still root, writes once bwrap names its sandbox's first process."""
+    info_r, info_w = os.pipe()
+    block_r, block_w = os.pipe()
+    if os.fork() == 0:  # the map writer: root, for the few milliseconds it takes
+        try:
+            os.close(info_w)
+            os.close(block_r)
+            write_maps(info_r, inside, uid, gid)
+            os.write(block_w, b"1")
+        finally:
+            os._exit(0)  # without the maps bwrap reads an end and its sandbox fails
+    os.close(info_r)
+    os.close(block_w)
+    os.set_inheritable(info_w, True)
+    os.set_inheritable(block_r, True)
+    return [argv[0], "--info-fd", str(info_w), "--userns-block-fd", str(block_r), *argv[1:]]
+
+
+def write_maps(info: int, inside: int, uid: int, gid: int) -> None:
+    data = b""
+    while chunk := os.read(info, 4096):
+        data += chunk
+    pid = int(json.loads(data)["child-pid"])
+    for name, text in (("uid_map", f"0 {HOST_NOBODY} 1\n{inside} {uid} 1\n"),
+                       ("setgroups", "deny"),
+                       ("gid_map", f"0 {HOST_NOBODY} 1\n{inside} {gid} 1\n")):
+        with open(f"/proc/{pid}/{name}", "w") as out:
+            out.write(text)
+
+
 def no_new_privs() -> None:
     _call(_libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
@@ -155,13 +200,16 @@ def main(argv: list[str]) -> int:
     set_rlimits(opts.rlimits)
     if opts.netns:
         enter_netns(opts.netns)
+    argv = opts.argv
+    if opts.map_userns is not None and opts.uid is not None and opts.gid is not None:
+        argv = map_user_namespace(argv, opts.map_userns, opts.uid, opts.gid)
     drop_to(opts.uid, opts.gid)
     no_new_privs()
     if opts.hold:  # keep the namespace for others to join, until killed
         while True:
             signal.pause()
     env = {k: v for k, v in os.environ.items() if k not in opts.unset}
-    os.execve(opts.argv[0], opts.argv, env)  # noqa: S606 - an absolute path, argv as a list
+    os.execve(argv[0], argv, env)  # noqa: S606 - an absolute path, argv as a list
     return 127  # not reached
 
 
