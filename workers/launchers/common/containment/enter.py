@@ -18,7 +18,8 @@ every sandbox.  It does, in its own process, what must happen between ``fork`` a
    ``nobody`` (bwrap's ``--dev`` mounts a ``devpts``, which needs a root), through
    bwrap's ``--info-fd`` and ``--userns-block-fd``: one user namespace, whose
    ``/proc/self/uid_map`` shows the step its host uid, instead of the two bwrap makes
-   alone (its outer one maps the host uid to 0, its inner one INSIDE to that 0);
+   alone (its outer one maps the host uid to 0, its inner one INSIDE to that 0).  The
+   step inherits the block pipe's read end from bwrap, emptied, its writer gone;
 5. sets ``no_new_privs`` (a setuid file gives nothing) and executes the program with
    the environment it was given, less each ``--unset NAME``: Python itself adds
    ``LC_CTYPE`` to its environment under the C locale (PEP 538), which the step's env
