@@ -46,27 +46,31 @@ APPEND = scripts.BYTES + r"""
 local log, cut, task = KEYS[1], KEYS[2], KEYS[3]
 local text, limit, stored_prefix, note = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local replace = ARGV[5] == '1'
-local old = redis.call('STRLEN', log)
 local t = redis.call('HMGET', task, 'owner', 'bytes', 'bytes_allowed')
 local counter, allowed = '', 0
 if t[1] and t[2] then
   counter = stored_prefix .. cjson.decode(t[1])
   allowed = tonumber(t[3] or '0')
 end
-local base = old
-if replace then base = 0 end
+local old = false  -- the log's size before: measured only where needed
+if replace then old = redis.call('STRLEN', log) end
 if allowed > 0 then
   local stored = tonumber(redis.call('GET', counter) or '0')
-  local after = base + #text
-  if not replace and after > limit then after = math.floor(limit / 2) end  -- a trim's most
-  if after > old and stored + after - old > allowed then
-    local n = math.max(0, math.min(#text, allowed - stored + old - base - #note))
-    while n > 0 and n < #text and string.byte(text, n + 1) >= 128
-        and string.byte(text, n + 1) < 192 do n = n - 1 end
-    local noted = not replace and n == 0 and old >= #note
-      and redis.call('GETRANGE', log, -#note, -1) == note
-    text = string.sub(text, 1, n)
-    if not noted then text = text .. note end
+  if stored + #text > allowed then  -- it may not fit: look closer
+    old = old or redis.call('STRLEN', log)
+    local base = old
+    if replace then base = 0 end
+    local after = base + #text
+    if not replace and after > limit then after = math.floor(limit / 2) end  -- a trim's most
+    if after > old and stored + after - old > allowed then
+      local n = math.max(0, math.min(#text, allowed - stored + old - base - #note))
+      while n > 0 and n < #text and string.byte(text, n + 1) >= 128
+          and string.byte(text, n + 1) < 192 do n = n - 1 end
+      local noted = not replace and n == 0 and old >= #note
+        and redis.call('GETRANGE', log, -#note, -1) == note
+      text = string.sub(text, 1, n)
+      if not noted then text = text .. note end
+    end
   end
 end
 local size
@@ -76,6 +80,7 @@ if replace then
   size = #text
 else
   size = redis.call('APPEND', log, text)
+  old = old or size - #text
   if size > limit then
     local tail = redis.call('GETRANGE', log, -math.max(1, math.floor(limit / 2)), -1)
     local partial = string.match(tail, '^[\128-\191]?[\128-\191]?[\128-\191]?')

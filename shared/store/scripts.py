@@ -164,9 +164,10 @@ if bytes_allowed > 0 and stored + size > bytes_allowed then
 end
 if replicas > 1 then redis.call('INCRBY', extra_key, replicas - 1) end
 local seq = redis.call('INCR', seq_key)
-redis.call('HSET', task, 'v', 1, 'seq', seq, 'bytes', size, unpack(ARGV, tf, rf - 1))
--- The limit the task's logs are held to as they grow (shared.store.logtail).
-if bytes_allowed > 0 then redis.call('HSET', task, 'bytes_allowed', bytes_allowed) end
+-- ``bytes_allowed``: the limit the task's logs are held to as they grow (0: none), read by
+-- the log's append (shared.store.logtail).
+redis.call('HSET', task, 'v', 1, 'seq', seq, 'bytes', size, 'bytes_allowed', bytes_allowed,
+           unpack(ARGV, tf, rf - 1))
 if r > 0 then redis.call('HSET', first_revision, unpack(ARGV, rf, pf - 1)) end
 if #ARGV >= pf then redis.call('HSET', pool, unpack(ARGV, pf, #ARGV)) end
 count(stored_key, size)
