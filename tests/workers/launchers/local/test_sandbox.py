@@ -97,9 +97,16 @@ def test_a_workdir_outside_the_home_is_refused(workdir: str) -> None:
         bwrap_argv(["true"], HOME, workdir)
 
 
-@pytest.mark.parametrize("workdir", ["var", "runs/1", "a..b", "..hidden", "数据", "x" * 1024])
+@pytest.mark.parametrize("workdir", ["var", "runs/1", "a..b", "..hidden", "数据", "x" * 255,
+                                     "/".join(["x" * 255] * 4)])
 def test_a_relative_workdir_inside_the_home_is_accepted(workdir: str) -> None:
     assert workdir_problem(workdir) is None
+
+
+@pytest.mark.parametrize("workdir", ["x" * 256, "runs/" + "数" * 86])
+def test_a_component_longer_than_a_file_name_may_be_is_refused(workdir: str) -> None:
+    """NAME_MAX is 255 bytes, counted in UTF-8: 86 three-byte characters are 258."""
+    assert "255 bytes" in (workdir_problem(workdir) or "")
 
 
 def test_the_problem_says_what_is_wrong() -> None:
