@@ -189,16 +189,16 @@ class StreamRedactor:
 
     A secret may be cut anywhere by the writes that carry it (a line break, a pipe's
     chunk, one byte at a time): ``feed`` emits what can no longer be part of a secret
-    and keeps back the tail that could still begin one (the shortest such tail, at most
-    the longest form's length minus one), ``flush`` emits the rest at the end of the
-    stream.  What comes out is exactly what redacting the whole stream at once would
-    give: the leftmost form, the longest where several start at one place.
+    and keeps back the tail that could still begin one (when it looks, the shortest
+    such tail, at most the longest form's length minus one), ``flush`` emits the rest at
+    the end of the stream.  What comes out is exactly what redacting the whole stream at
+    once would give: the leftmost form, the longest where several start at one place.
 
-    The work is linear in the output, whatever the secrets: each piece of output is
-    looked at again only once as much new output has come after it as is kept back
-    (until then a feed only keeps the new text back too, so at most twice the longest
-    form is held), and one look costs in proportion to what it looks at (see
-    :class:`_Forms`).
+    The work is linear in the output, whatever the secrets: what is kept back is looked
+    at again only once as much new output has come after it (until then a feed keeps
+    the new text back too, so at most twice the longest form is held; a tail of a few
+    characters, the usual case, is looked at again at every feed), and one look costs
+    in proportion to what it looks at (see :class:`_Forms`).
     """
 
     def __init__(self, secrets: Iterable[str]) -> None:
@@ -240,7 +240,8 @@ def _secret_set(secrets: Iterable[str]) -> tuple[str, ...]:
 @lru_cache(maxsize=32)
 def _forms(secrets: tuple[str, ...]) -> _Forms | None:
     """The search for one set of secrets, built once per process for each set (a log sync
-    redacts each piece of a task's output with the same secrets)."""
+    redacts each piece of a task's output with the same secrets; the process holds them
+    while it redacts anyway)."""
     targets = redaction_targets(secrets)
     return _Forms(targets) if targets else None
 
