@@ -99,3 +99,24 @@ def test_any_cut_of_self_similar_output_gives_the_whole_text_s_answer(
         at, turn = at + size, turn + 1
     out.append(redactor.flush())
     assert "".join(out) == reference(text, secrets) == redact(text, secrets)
+
+
+def test_each_piece_of_output_is_looked_at_a_bounded_number_of_times(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted, not timed: fed in pieces far shorter than the tail it keeps back, the
+    redactor looks at every character at most about twice (a look waits for as much
+    new output as it keeps), not once per piece."""
+    from shared import secrets
+
+    looked: list[int] = []
+    search = secrets._Forms.redacted
+
+    def counted(self: secrets._Forms, text: str, decided: int) -> tuple[str, str]:
+        looked.append(len(text))
+        return search(self, text, decided)
+
+    monkeypatch.setattr(secrets._Forms, "redacted", counted)
+    longest = max(map(len, redaction_targets([LONG_RUN])))
+    output = "A" * 200_000
+    assert streamed(output, [LONG_RUN], 100) == output
+    assert sum(looked) <= 2 * len(output) + 2 * longest
