@@ -23,6 +23,7 @@ from shared.redis_conn import acknowledged, pinned
 from shared.secrets import StreamRedactor
 from shared.store.tasks import Doc, TaskStore
 from shared.task import records, states
+from shared.task.replica_logs import platform_line, platform_lines
 from shared.task.resolution import decide_policy, decide_validation
 from shared.task.workload import Workload
 from workers.heartbeat import keep_alive
@@ -113,7 +114,8 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
         # a Redis restart (heartbeat still beating) rather than leave the task behind.
         hooks = Hooks(
             started=lambda: insist(lambda: moved.append(started(tasks, task_id, revision))),
-            log=lambda text: _append_log(tasks, task_id, revision, redactor.feed(text)),
+            log=lambda text: _append_log(tasks, task_id, revision,
+                                         redactor.feed(platform_lines(text))),
         )
         try:
             outcome = launcher.launch(workload, hooks)
@@ -147,8 +149,8 @@ def _queue(tasks: TaskStore, workload: Workload, wait: WaitForSlot) -> None:
         return  # cancelled meanwhile
     place = wait.join()
     _append_log(tasks, task_id, revision,
-                f"{wait}: waiting for a run slot, {place - 1} task(s) ahead "
-                f"(at most {wait.cap} run at once on one host)\n")
+                platform_line(f"{wait}: waiting for a run slot, {place - 1} task(s) ahead "
+                              f"(at most {wait.cap} run at once on one host)"))
 
 
 def _claim(tasks: TaskStore, task_id: str, revision: int, min_replicas: int = 0,

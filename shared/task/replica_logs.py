@@ -41,6 +41,20 @@ def platform_line(text: str) -> str:
     return f"{MARK}{shown}\n"
 
 
+def platform_lines(text: str) -> str:
+    """A launcher's message of one or more lines, each marked as the platform's: what a
+    step's output could never be, whatever names or paths the message quotes."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    marked: list[str] = []
+    for line in lines:  # a replica's line keeps its prefix first, as ``only`` reads it
+        head = _LINE.match(line)
+        cut = head.end() if head else 0
+        marked.append(line[:cut] + platform_line(line[cut:]))
+    return "".join(marked)
+
+
 def step_output(text: str) -> str:
     """A step's output as its log keeps it: never the platform's mark."""
     return text.replace(MARK, SHOWN_MARK) if MARK in text else text

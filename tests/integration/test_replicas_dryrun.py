@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared.task.replica_logs import MARK
 from tests.support.stack import Stack, running_stack
 from workers.localstack import RedisServer
 
@@ -30,9 +31,11 @@ def test_three_replicas_each_get_their_identity_and_the_task_succeeds(dry_stack:
     assert done["status"] == "succeeded" and done["replica_exit_codes"] == [0, 0, 0]
     logs = dry_stack.call("GET", f"/api/v1/tasks/{task['id']}/logs", token=user).text
     for k in range(3):
-        assert f"[replica {k}] TASK_REPLICA={k} TASK_REPLICAS=3 RANK={k} WORLD_SIZE=3" in logs
+        # The dry run's own lines, each marked as the platform's after its replica's prefix.
+        assert f"[replica {k}] {MARK}TASK_REPLICA={k} TASK_REPLICAS=3 RANK={k} WORLD_SIZE=3" \
+            in logs
     one = dry_stack.call("GET", f"/api/v1/tasks/{task['id']}/logs?replica=1", token=user)
-    assert one.text.startswith("TASK_REPLICA=1 ") and "[replica" not in one.text
+    assert one.text.startswith(f"{MARK}TASK_REPLICA=1 ") and "[replica" not in one.text
     assert "PET_NODE_RANK=1" in one.text and "RANK=0" not in one.text.replace("_RANK=0", "")
     missing = dry_stack.call("GET", f"/api/v1/tasks/{task['id']}/logs?replica=3", token=user)
     assert missing.status_code == 404 and "0..2" in missing.json()["message"]

@@ -13,6 +13,7 @@ from shared.policy.store import PolicyStore
 from shared.secrets import REDACTED
 from shared.store.tasks import TaskStore
 from shared.task import records, states
+from shared.task.replica_logs import platform_line
 from shared.task.workload import Workload
 from workers import outcomes, stages
 from workers.launchers.base import Hooks, Outcome
@@ -90,7 +91,7 @@ def test_happy_path_walks_every_state(tasks: TaskStore, policies: PolicyStore) -
                                        states.LAUNCHING, states.RUNNING, states.SUCCEEDED]
     doc = tasks.get(task_id)
     assert doc["exit_code"] == 0 and doc["errors"] == []
-    assert tasks.read_log(task_id, 1) == "hello from train\n"
+    assert tasks.read_log(task_id, 1) == platform_line("hello from train")  # the launcher's
 
 
 def test_the_launcher_gets_the_resolved_env(tasks: TaskStore, policies: PolicyStore) -> None:
@@ -366,7 +367,7 @@ def test_secrets_reach_the_launcher_in_clear_and_the_log_redacted(
     env = launcher.launched[0].env_dict()
     assert env["API_TOKEN"] == "tok-123456" and env["DB_PASSWORD"] == "default-pass-42"
     log_text = tasks.read_log(task_id, 1)
-    assert log_text == f"using {REDACTED} and {REDACTED} now\n"
+    assert log_text == platform_line(f"using {REDACTED} and {REDACTED} now")
 
 
 def test_secret_looking_plain_variables_get_a_warning_that_survives_the_policy_stage(
