@@ -25,7 +25,7 @@ case "$1" in
   ps) cat "$FAKE_PODMAN_DIR/listing.json" ;;
   container) cat "$FAKE_PODMAN_DIR/inspect.json" ;;
   volume) [ "$2" = ls ] && echo '[]' ;;
-  pod) [ "$2" = rm ] ;;
+  pod) [ "$2" = rm ] || [ "$2" = stop ] ;;
   *) echo "unexpected: $*" >&2; exit 125 ;;
 esac
 """
@@ -93,7 +93,8 @@ def test_one_listing_per_pass_reports_only_what_changed(podman):
                         "--format json"] * 4
     assert len([c for c in calls if c.startswith("container ")]) == 1  # the failed one, once
     assert [c for c in calls if c.startswith("pod ")] == [
-        f"pod rm --force --ignore {w.run_name}" for w in (done, oom)]
+        c for w in (done, oom) for c in (f"pod stop --ignore --time 0 {w.run_name}",
+                                         f"pod rm --force --ignore {w.run_name}")]
     assert len([c for c in calls if c.startswith("volume rm")]) == 3  # and what each left
     assert [c for c in calls if c.startswith("volume ls")] == ["volume ls --format json"]
 

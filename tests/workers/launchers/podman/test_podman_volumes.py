@@ -184,7 +184,7 @@ FAKE_PODMAN = """#!/bin/sh
 echo "$*" >> "$FAKE_PODMAN_DIR/calls"
 case "$1 $2" in
   "ps "*) cat "$FAKE_PODMAN_DIR/listing.json" ;;
-  "pod rm") exit 0 ;;
+  "pod stop"|"pod rm") exit 0 ;;
   "volume rm") for v in "$@"; do case "$v" in
       *-files) echo "Error: no volume with name $v found: no such volume" >&2; st=1 ;;
     esac; done; exit ${st:-0} ;;
@@ -244,6 +244,7 @@ def test_a_recorded_end_removes_the_pod_its_volumes_and_its_uid(
 
     pod = workload.run_name
     assert podman.calls()[before:] == [
+        f"pod stop --ignore --time 0 {pod}",  # stopped first: its removal then waits for nothing
         f"pod rm --force --ignore {pod}",
         f"volume rm {pod}-work {pod}-tmp {pod}-files"]  # what pod rm left, if any
     assert pod not in watcher.uids.held() and uid not in watcher.uids.held().values()
@@ -259,7 +260,7 @@ def test_an_end_not_yet_recorded_is_reported_until_it_is(watcher: PodmanLauncher
 
     assert watcher.changes() == [done]
     assert watcher.changes() == [done]  # the reconciler could not record it: again
-    assert not [c for c in podman.calls() if c.startswith("pod rm")]  # and kept meanwhile
+    assert not [c for c in podman.calls() if c.startswith("pod ")]  # and kept meanwhile
     watcher.applied(done)
     assert watcher.changes() == []
 
