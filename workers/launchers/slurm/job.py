@@ -22,7 +22,11 @@ As the batch script (no arguments) it
    at the first that fails and leaves the outcome in ``outcome.json``.  Why a step
    failed is read only from what each srun task recorded of its own sandbox
    (``exits/``: exit code, when, an out-of-memory kill counted by the kernel),
-   never from the output, which is the task's and may say anything.
+   never from the output, which is the task's and may say anything.  What srun and the
+   steps print comes through a pipe, a chunk at a time, into the job's output file
+   (this program's stdout) as the task's log keeps it (:class:`JobOutput`): capped by
+   the stored log's own code (``shared.store.outputcap``, written into this file by the
+   launcher), the task's secrets hidden.
 
 A job over several nodes (``nodes`` above 1) has a holder on each: the batch program
 starts one ``hold`` task per node as a step of its own (``srun --overlap``, beside the
