@@ -302,12 +302,11 @@ class _Forms:
         """``(low, high, size)``, in order: at each place in ``[low, high)`` the longest
         form that starts there is ``size`` long; no form starts anywhere else."""
         backwards = text[::-1]
-        if (_first_start(self._ends, backwards, 0) is None
-                or _first_start(self._starts, text, 0) is None):
+        places = _Places(self._ends, backwards)
+        if places.first_from(0) is None or _Places(self._starts, text).first_from(0) is None:
             return []
         n = len(text)
-        found = self._backwards.matches(
-            backwards, lambda at: _first_start(self._ends, backwards, at))
+        found = self._backwards.matches(backwards, places.first_from)
         return [(n - last, n - first + 1, size) for first, last, size in reversed(list(found))]
 
     def _hold(self, text: str, start: int, found: list[tuple[int, int, int]]) -> int:
@@ -448,18 +447,54 @@ class _Backwards:
                 node, at = 0, following
 
 
-def _first_start(grams: ahocorasick.Automaton, text: str, at: int) -> int | None:
-    """The first place from ``at`` where one of the ``grams`` starts in ``text``: found in
-    the order they end, so the few that end just after the first found are looked at too."""
-    first: int | None = None
-    if at >= len(text):
-        return None
-    for end, size in grams.iter(text, at):
-        if first is not None and end - GRAM >= first:
-            break
-        if first is None or end - size + 1 < first:
-            first = end - size + 1
-    return first
+class _Places:
+    """The places where one of ``grams`` starts in ``text``, asked for in increasing order.
+
+    pyahocorasick copies the whole text each time a search begins, so a search begins
+    only on a window of :data:`WINDOW` characters, one after the other; a question past
+    the window opens a new one there (what lies between is never searched: a run passed
+    in one step costs nothing here).  Each character is searched about once."""
+
+    WINDOW = 4096
+
+    def __init__(self, grams: ahocorasick.Automaton, text: str) -> None:
+        self._grams, self._text = grams, text
+        self._found: list[int] = []  # places found, not yet passed (a heap)
+        self._start = self._end = self._sure = 0
+        self._hits: Iterator[tuple[int, int]] = iter(())
+        self._open(0)
+
+    def first_from(self, at: int) -> int | None:
+        """The first place from ``at``; None if there is none."""
+        if at > self._sure and at > self._end - GRAM:  # past what the window can find
+            self._found.clear()
+            self._open(at)
+        while True:
+            while self._found and self._found[0] < at:
+                heapq.heappop(self._found)
+            if self._found and self._found[0] < self._sure:
+                return self._found[0]
+            if not self._more():
+                return self._found[0] if self._found else None
+
+    def _open(self, at: int) -> None:
+        self._start, self._end = at, min(len(self._text), at + self.WINDOW)
+        self._hits = self._grams.iter(self._text[at:self._end])
+        self._sure = max(self._sure, at)  # every place before is known (or not wanted)
+
+    def _more(self) -> bool:
+        """Find one more place, or learn that none is left before ``_sure``; False once
+        the text is searched to its end."""
+        for end, size in self._hits:
+            heapq.heappush(self._found, self._start + end - size + 1)
+            self._sure = max(self._sure, self._start + end - GRAM + 2)
+            return True
+        if self._end >= len(self._text):
+            self._sure = len(self._text)
+            return False
+        self._sure = max(self._sure, self._end - GRAM + 1)
+        self._open(self._end - GRAM + 1)  # a place that the window's end cut is found here
+        return True
 
 
 def _run_end(text: str, at: int, c: str) -> int:

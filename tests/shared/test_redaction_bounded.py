@@ -120,3 +120,24 @@ def test_each_piece_of_output_is_looked_at_a_bounded_number_of_times(
     output = "A" * 200_000
     assert streamed(output, [LONG_RUN], 100) == output
     assert sum(looked) <= 2 * len(output) + 2 * longest
+
+
+def test_the_places_a_form_may_start_are_searched_about_once_each(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted, not timed: a form's start and end every 20 characters, so the backwards
+    pass asks for the next place very often; each question must not search the whole
+    text again (a search of the whole text per question made 2 MB cost minutes)."""
+    from shared import secrets
+
+    searched: list[int] = []
+    open_window = secrets._Places._open
+
+    def counted(self: secrets._Places, at: int) -> None:
+        open_window(self, at)
+        searched.append(self._end - self._start)
+
+    monkeypatch.setattr(secrets._Places, "_open", counted)
+    secret = "xq" + "abcdefgh" * 2 + "zz"
+    text = ("xqa....hzz" + "." * 10) * 10_000
+    assert redact(text, [secret]) == text
+    assert sum(searched) <= 3 * len(text)
