@@ -4,6 +4,7 @@ the quota) and stops only that owner's output, with a line saying so."""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -15,9 +16,11 @@ from shared.access.quotas import LOG_FULL_NOTE, Quotas
 from shared.errors import QuotaExceeded
 from shared.store.logtail import MAX_CHUNK, pieces
 from shared.store.tasks import TaskStore
-from tests.shared.store.test_store_bytes import agree, create, finish, resolve, store
+from shared.task import states
+from tests.shared.store.test_store_bytes import agree, create, finish, patch, resolve, store
 
 KIB = 1024
+OPS = ["create", "log", "log", "log", "again", "resolve", "finish", "patch", "expire"]
 
 
 def small_task(tasks: TaskStore, owner: str, quota: Quotas | None = None) -> str:
@@ -175,3 +178,51 @@ def test_a_log_without_a_counted_task_is_kept_and_counted_nowhere() -> None:
     tasks = TaskStore(r, "t")
     assert tasks.append_log("a" * 32, 1, "hello\n") == 6
     assert not r.keys("t:quota:*")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_count_equals_a_recount_after_any_mix_of_logs_and_changes(seed: int) -> None:
+    """Appends (trimmed past a small limit, stopped by a small quota), logs stored again,
+    new revisions with logs of their own, ends and expiries: after each, every owner's
+    count equals a recount; once all has expired, both are 0."""
+    rng = random.Random(seed)
+    tasks = store(retention=1e-6)
+    tasks.LOG_LIMIT = 6 * KIB
+    quotas = {"mallory": Quotas(0, 0, 0, stored_bytes=24 * KIB), "bob": None}
+    made: list[str] = []
+    for _ in range(120):
+        op, owner = rng.choice(OPS), rng.choice(sorted(quotas))
+        live = [t for t in made if tasks.find(t) is not None]
+        if op == "create" or not live:
+            try:
+                made.append(small_task(tasks, owner, quotas[owner]))
+            except QuotaExceeded:
+                pass
+            continue
+        doc = tasks.get(rng.choice(live))
+        task_id, revision = doc["id"], doc["revision"]
+        text = "".join(rng.choice("ab✓\n") for _ in range(rng.randint(0, 3000)))
+        if op == "log":
+            tasks.append_log(task_id, revision, text)
+        elif op == "again":
+            tasks.logs.replace(task_id, revision, text)
+        elif op == "resolve" and doc["state"] == states.PENDING:
+            resolve(tasks, task_id)
+        elif op == "finish" and doc["state"] == states.RESOLVED:
+            finish(tasks, task_id)
+        elif op == "patch" and doc["state"] in states.FINAL:
+            patch(tasks, task_id, "A", str(rng.random()))
+        elif op == "expire":
+            tasks.expire_finished(time.time())
+        for who in quotas:
+            agree(tasks, who)
+    for task_id in made:
+        if (doc := tasks.find(task_id)) is not None and doc["state"] == states.PENDING:
+            resolve(tasks, task_id)
+        if (doc := tasks.find(task_id)) is not None and doc["state"] == states.RESOLVED:
+            finish(tasks, task_id)
+    while tasks.expire_finished(time.time()):
+        pass
+    for who in quotas:
+        assert tasks.stored_bytes(who) == 0 == tasks.recount_bytes(who)
+    assert not tasks.r.keys("*:log:*")
