@@ -29,8 +29,9 @@ MAX_SHOWN = 40  # characters of a value quoted in a message
 def distance(a: str, b: str, limit: int = 3) -> int:
     """Edit distance with adjacent transpositions (``DEBGU`` is one edit from ``DEBUG``);
     anything above ``limit`` comes back as ``limit + 1``.  rapidfuzz's optimal string
-    alignment, bounded by ``limit``: its work grows with the names' length times the
-    limit, not with the product of their lengths."""
+    alignment, in C and bit-parallel (64 characters a machine word): for two names at the
+    length limit a few thousand word operations, where the pure-Python table it replaces
+    took their product in interpreted steps."""
     return int(OSA.distance(a, b, score_cutoff=limit))
 
 
