@@ -108,7 +108,8 @@ class Settings:
     quota_creates_per_minute: int = 300
     quota_unfinished_tasks: int = 500
     quota_revisions_per_task: int = 500
-    # Bytes one user's task records may take in Redis (over it: 409 quota.stored_bytes).
+    # Bytes one user's tasks (records and logs) may take in Redis (over it: 409
+    # quota.stored_bytes, and their running tasks' output stops, saying so).
     quota_stored_bytes: int = 64 * 1024 * 1024
     # Redis runs with a maxmemory: new work (creations, changes, reruns) is refused with
     # 503 store_full once it uses all but this share of it, kept for running tasks.
