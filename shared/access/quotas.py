@@ -59,13 +59,16 @@ from shared.config import DEFAULTS
 from shared.errors import Problem, QuotaExceeded, TooManyRequests
 from shared.keys import Keys
 from shared.task import states
+from shared.task.replica_logs import platform_line
 
 WINDOW = 60  # seconds: creations are counted per clock minute
-# Written in a log where its owner's stored bytes stopped the output (a fixed text: the
-# store writes it once, and not again while the log still ends with it).
-LOG_FULL_NOTE = ("\ntaskenv: output dropped from here: the owner's tasks and logs take "
-                 "all of their stored-bytes quota (quota.stored_bytes); output is kept "
-                 "again once finished tasks expire\n")
+# Written in a log where its owner's stored bytes stopped the output, marked as the
+# platform's line (a fixed text: the store writes it once, and not again while the log
+# still ends with it).
+LOG_FULL_NOTE = "\n" + platform_line(
+    "taskenv: output dropped from here: the owner's tasks and logs take all of their "
+    "stored-bytes quota (quota.stored_bytes); output is kept again once finished tasks "
+    "expire")
 
 
 @dataclass(frozen=True)
