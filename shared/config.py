@@ -140,9 +140,6 @@ class Settings:
     # root); "warn" runs them with what it can enforce and says, at start and in every
     # task's log, what it could not.
     local_containment: str = "enforce"
-    # The unprivileged host user and group every local step runs as (see docs/launchers.md).
-    local_task_uid: int = 65534
-    local_task_gid: int = 65534
     # The host uids tasks run as (local and Slurm steps): each live task revision holds one
     # of FIRST .. FIRST+COUNT-1 of its own, and its group of the same number (see
     # shared/store/uids.py).  Above subordinate-uid ranges and systemd's container range,
