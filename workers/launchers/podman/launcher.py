@@ -36,7 +36,8 @@ What podman 4.3 does differently from Kubernetes, and what this module does abou
   apart removes the volumes of pods no longer there (a worker that died).
 - It runs a container's user as the same uid on the host, so every pod's steps as
   65534 would share the kernel's per-uid budgets.  Each pod's containers run as a host
-  uid claimed for it from the host's pool (:mod:`.uids`), released when it is removed.
+  uid of the deployment's task uid range, claimed for the pod on this host
+  (:mod:`.uids`) and released when it is removed.
 
 The pod is named after the workload's ``run_name``: a second launch of the same
 revision (a redelivery, a retry, a concurrent launch) has its play refused with
@@ -527,7 +528,7 @@ class PodmanLauncher:
         anything is left over; a volume in use is never removed.  An older version's
         shared ``work`` or ``tmp`` is reported, never mounted by a pod of this one, and
         left to the operator (another program's volume may have the name).  The volumes
-        removed."""
+        found left over (each removed unless a container uses it)."""
         listed = self.podman("volume", "ls", "--format", "json")
         if listed.returncode != 0:
             raise self._error("volume ls", listed)
@@ -548,10 +549,9 @@ class PodmanLauncher:
                 left.append(name)
         if left:
             removed = self.podman("volume", "rm", *left)
-            if removed.returncode != 0:
-                log.info("podman: left-over volumes not all removed: %s",
-                         _podman_message(removed.stderr))
-            log.info("podman: removed left-over volumes %s", ", ".join(left))
+            log.info("podman: left-over volumes of pods no longer there: %s%s",
+                     ", ".join(left), "" if removed.returncode == 0 else
+                     f" (not all removed: {_podman_message(removed.stderr)})")
         self.uids.release_stale(self.live_pods, older_than, now)
         return left
 
@@ -756,9 +756,10 @@ def own_volumes(spec: dict[str, Any], pod: str) -> None:
     the volume after the ConfigMap (the caller names the ConfigMap the same)."""
     renamed: dict[str, str] = {}
     for volume in spec.get("volumes") or []:
-        renamed[volume["name"]] = volume["name"] = volume_name(pod, volume["name"])
+        own = renamed[volume["name"]] = volume_name(pod, volume["name"])
+        volume["name"] = own
         if "configMap" in volume:
-            volume["configMap"]["name"] = volume["name"]
+            volume["configMap"]["name"] = own
     for container in [*spec.get("initContainers", []), *spec.get("containers", [])]:
         for mount in container.get("volumeMounts") or []:
             mount["name"] = renamed[mount["name"]]
