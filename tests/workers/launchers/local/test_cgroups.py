@@ -28,16 +28,43 @@ def v2_tree(root: Path) -> Path:
 
 
 def test_v2_enables_the_controllers_and_writes_the_limits(tmp_path: Path) -> None:
+    """The task's cgroup holds the cpu quota; its ``steps`` leaf the memory and process
+    limits (every step), its ``runner`` leaf none: the runner's CPU is the task's."""
     parent = v2_tree(tmp_path / "cg")
     tree = Cgroups(tmp_path / "cg", self_cgroup="0::/system.slice/taskenv.service\n")
     assert tree.version == 2
     group = tree.create("taskenv-t1-r1", LIMITS)
     made = parent / "taskenv-t1-r1"
     assert (parent / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
-    assert (made / "memory.max").read_text() == str(64 << 20)
-    assert (made / "pids.max").read_text() == "128"
+    assert (made / "cgroup.subtree_control").read_text() == "+memory +pids"
     assert (made / "cpu.max").read_text() == "150000 100000"
-    assert group.procs_files == [str(made / "cgroup.procs")]
+    assert (made / "steps" / "memory.max").read_text() == str(64 << 20)
+    assert (made / "steps" / "pids.max").read_text() == "128"
+    assert not (made / "runner" / "memory.max").exists()
+    assert group.procs_files == [str(made / "steps" / "cgroup.procs")]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_runner_is_charged_to_the_task_s_cpu_and_goes_back_before_removal(
+        tmp_path: Path, version: int) -> None:
+    own = "/system.slice/taskenv.service"
+    if version == 2:
+        v2_tree(tmp_path / "cg")
+        tree = Cgroups(tmp_path / "cg", self_cgroup=f"0::{own}\n")
+        runner, home = tmp_path / "cg" / own.lstrip("/") / "t" / "runner", \
+            tmp_path / "cg" / own.lstrip("/")
+    else:
+        v1_tree(tmp_path / "cg", own)
+        tree = Cgroups(tmp_path / "cg", self_cgroup=f"4:cpu,cpuacct:{own}\n3:pids:{own}\n"
+                                                   f"2:memory:{own}\n")
+        runner, home = tmp_path / "cg" / "cpu" / own.lstrip("/") / "t", \
+            tmp_path / "cg" / "cpu" / own.lstrip("/")
+    group = tree.create("t", LIMITS)
+    group.charge_runner(4242)
+    assert (runner / "cgroup.procs").read_text() == "4242"
+    assert 4242 not in group.processes()  # never killed as one of the task's
+    group.release_runner(4242)
+    assert (home / "cgroup.procs").read_text() == "4242"
 
 
 def test_v2_reads_what_the_kernel_did_from_its_counters(tmp_path: Path) -> None:
@@ -45,11 +72,13 @@ def test_v2_reads_what_the_kernel_did_from_its_counters(tmp_path: Path) -> None:
     tree = Cgroups(tmp_path / "cg", parent="/system.slice/taskenv.service", self_cgroup="0::/\n")
     group = tree.create("t", LIMITS)
     assert (group.oom_kills(), group.pids_refused()) == (0, 0)
-    (parent / "t" / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
-    (parent / "t" / "pids.events").write_text("max 7\n")
+    (parent / "t" / "steps" / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\n"
+                                                          "oom_kill 1\n")
+    (parent / "t" / "steps" / "pids.events").write_text("max 7\n")
     assert (group.oom_kills(), group.pids_refused()) == (1, 7)
     left = tree.existing("t")  # what a dead runner left, found again to be removed
-    assert left is not None and left.dirs == {"": parent / "t"}
+    assert left is not None and left.dirs == {"": parent / "t" / "steps"}
+    assert left.top == parent / "t"
 
 
 def v1_tree(root: Path, own: str) -> None:

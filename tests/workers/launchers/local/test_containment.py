@@ -29,7 +29,7 @@ from shared.task import records, states
 from shared.task.workload import Workload
 from workers import stages
 from workers.launchers.common.containment import ENTER
-from workers.launchers.common.containment.cgroups import Cgroups
+from workers.launchers.common.containment.cgroups import Cgroups, own_cgroups
 from workers.launchers.local.launcher import (
     LocalLauncher,
     SandboxUnavailable,
@@ -209,6 +209,31 @@ def test_open_files_stop_at_the_limit(tasks: TaskStore, settings: Settings) -> N
     job = launch(tasks, settings, [["python3", "-c", code]], task_max_open_files=256)
     final(tasks, job.task_id)
     assert "STOPPED Too many open files" in tasks.read_log(job.task_id, 1)
+
+
+def test_the_runner_s_cpu_is_the_task_s_own(tasks: TaskStore, settings: Settings) -> None:
+    """What the runner spends reading, redacting and storing a task's output counts in
+    the task's cpu quota: a step printing as fast as it can at ``cpu: 100m`` slows
+    itself, never the host.  The runner is in the task's cpu cgroup while the steps
+    run (never counted among the task's processes), and the output is redacted."""
+    flood = shell("yes 'output the runner reads, redacts and stores' | head -c 20000000; "
+                  "echo FLOODED")
+    job = launch(tasks, settings, [flood], resources={"cpu": "100m"})
+    pid = int((Path(settings.work_dir).resolve() / job.task_id / "r1" / "runner.pid")
+              .read_text().split()[0])
+    deadline = time.monotonic() + 30
+    while not (group := Cgroups().existing(cgroup_name(job))) or not group.processes():
+        assert time.monotonic() < deadline, "the step never started"
+        time.sleep(0.05)
+    assert group.version == 1  # this host's; the v2 layout is checked on a fake tree
+    cpu = group.dirs["cpu"]
+    assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "10000"
+    runner_in = own_cgroups(Path(f"/proc/{pid}/cgroup").read_text())["cpu"]
+    assert Cgroups().root / "cpu" / runner_in.lstrip("/") == cpu
+    assert pid not in group.processes()  # the runner is never killed as the task's
+    doc = final(tasks, job.task_id, timeout=120)
+    assert doc["state"] == states.SUCCEEDED, doc
+    assert tasks.read_log(job.task_id, 1).rstrip().endswith("FLOODED")
 
 
 def test_one_huge_line_keeps_the_runner_small_and_the_log_says_what_was_cut(

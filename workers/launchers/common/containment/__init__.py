@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from shared.task.limits import Limits, show_bytes
 from workers.launchers.common.containment import seccomp
@@ -100,6 +100,8 @@ def plan_for(limits: Limits, settings: Any, abilities: Abilities,
 class Jail:
     """One revision's containment, as the runner applies it around each step."""
 
+    charged: ClassVar[Jail | None] = None  # whose cpu quota this runner is charged to
+
     def __init__(self, plan: Plan, name: str, home: Path) -> None:
         self.plan = plan
         self.name = name
@@ -122,9 +124,14 @@ class Jail:
         return self.mounted
 
     def start(self) -> None:
+        """The task's cgroup, made; this process (the runner) charged to its cpu quota, so
+        what the runner spends on the task's output is the task's own CPU."""
         if self.plan.cgroup_parent is not None:
             self.cgroup = Cgroups(parent=self.plan.cgroup_parent).create(self.name,
                                                                          self.plan.limits)
+            if Jail.charged is None:  # a task of several replicas: to the first one's
+                self.cgroup.charge_runner(os.getpid())
+                Jail.charged = self
 
     def wrap(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], tuple[int, ...]]:
         """The helper's argv around bwrap's (``argv``), and the descriptors to pass on.
@@ -167,6 +174,9 @@ class Jail:
     def end(self) -> None:
         """Kill what is left, remove the cgroup and the home's contents."""
         if self.cgroup is not None:
+            if Jail.charged is self:
+                self.cgroup.release_runner(os.getpid())
+                Jail.charged = None
             self.cgroup.remove()
         if self.mounted is not None:
             unmount_home(self.mounted, self.home)

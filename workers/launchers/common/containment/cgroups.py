@@ -2,16 +2,22 @@
 
 One cgroup per task revision, made under the runner's own cgroup (or
 ``local_cgroup_parent``), so the whole stack's limits still cover it; the runner
-stays outside it, so an out-of-memory kill takes a step, never the process that must
-report it.  Both kernel interfaces are supported:
+stays outside its memory and process limits, so an out-of-memory kill takes a step,
+never the process that must report it.  The runner's **CPU** is the task's, though:
+what it spends reading, redacting and storing the task's output is charged to the
+task's own cpu quota (:meth:`TaskCgroup.charge_runner`), so a task that prints fast
+slows itself, never a neighbour.  Both kernel interfaces are supported:
 
 * **cgroup v1** (one hierarchy per controller, ``/sys/fs/cgroup/memory/...``):
   ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes`` where swap is
   accounted, so swap is no way around it), ``pids.max``, ``cpu.cfs_quota_us``;
-* **cgroup v2** (one unified tree): ``memory.max``, ``memory.swap.max=0``,
-  ``pids.max``, ``cpu.max``, after enabling the controllers in the parent's
-  ``cgroup.subtree_control``.  The parent must be delegated to the platform and hold
-  no process itself (v2's rule): on a systemd host, ``Delegate=yes`` on the workers'
+  The runner joins the task's cpu cgroup only: v1's controllers are separate trees.
+* **cgroup v2** (one unified tree): the task's cgroup holds ``cpu.max`` and two
+  leaves, ``steps`` (``memory.max``, ``memory.swap.max=0``, ``pids.max``: every step)
+  and ``runner`` (no limit of its own: the runner, under the task's cpu quota), after
+  enabling the controllers in the parent's ``cgroup.subtree_control`` (and memory and
+  pids in the task's).  The parent must be delegated to the platform and hold no
+  process itself (v2's rule): on a systemd host, ``Delegate=yes`` on the workers'
   unit with the workers in a leaf of it.
 
 What the kernel did is read back from its counters: ``oom_kill`` in
@@ -58,8 +64,21 @@ class TaskCgroup:
     """The directories of one task's cgroup (one per v1 controller, one on v2)."""
 
     version: int
-    dirs: dict[str, Path]  # controller → directory ("" on v2)
+    dirs: dict[str, Path]  # controller → directory the steps join ("" on v2: ``steps``)
     base: dict[str, int] = field(default_factory=dict)  # counters when it was made
+    runner: Path | None = None  # where the runner's CPU is charged to the task's quota
+    top: Path | None = None  # v2: the task's own directory, parent of the two leaves
+    came_from: Path | None = None  # the runner's own cgroup, to go back to before removal
+
+    def charge_runner(self, pid: int) -> None:
+        """Move the runner (``pid``, all its threads) to where its CPU is the task's."""
+        if self.runner is not None and self.came_from is not None:
+            _write(self.runner / "cgroup.procs", pid)
+
+    def release_runner(self, pid: int) -> None:
+        """The runner back where it came from, before the cgroup is removed."""
+        if self.runner is not None and self.came_from is not None:
+            _write(self.came_from / "cgroup.procs", pid)
 
     @property
     def procs_files(self) -> list[str]:
@@ -89,8 +108,11 @@ class TaskCgroup:
         return self.counter("pids", "pids.events", "max")
 
     def processes(self) -> list[int]:
+        """The task's processes (the steps: never the runner, wherever it is charged)."""
         pids: set[int] = set()
         for procs in self.procs_files:
+            if self.runner is not None and procs == str(self.runner / "cgroup.procs"):
+                continue
             try:
                 pids |= {int(p) for p in Path(procs).read_text().split()}
             except OSError:
@@ -111,7 +133,10 @@ class TaskCgroup:
                     except ProcessLookupError:
                         pass
             time.sleep(0.02)
-        for directory in dict.fromkeys(self.dirs.values()):
+        leaves = [*dict.fromkeys(self.dirs.values())]
+        if self.version == 2 and self.top is not None:
+            leaves = [self.top / "steps", self.top / "runner", self.top]
+        for directory in leaves:
             try:
                 directory.rmdir()
             except FileNotFoundError:
@@ -129,9 +154,11 @@ class Cgroups:
         self.version = self._version()
         if self.version == 2:
             self.parents = {"": root / (parent or mine.get("", "/")).lstrip("/")}
+            self.own_cpu = root / mine.get("", "/").lstrip("/")  # this process's cgroup
         else:
             self.parents = {c: root / c / (parent or mine.get(c, "/")).lstrip("/")
                             for c in V1_CONTROLLERS if (root / c).is_dir()}
+            self.own_cpu = root / "cpu" / mine.get("cpu", "/").lstrip("/")
 
     def _version(self) -> int:
         controllers = self.root / "cgroup.controllers"
@@ -171,28 +198,39 @@ class Cgroups:
         if "cpu" in dirs:
             _write(dirs["cpu"] / "cpu.cfs_period_us", CFS_PERIOD_US)
             _write(dirs["cpu"] / "cpu.cfs_quota_us", limits.millicpu * CFS_PERIOD_US // 1000)
-        return TaskCgroup(1, dirs)
+        return TaskCgroup(1, dirs, runner=dirs.get("cpu"), came_from=self.own_cpu)
 
     def _create_v2(self, name: str, limits: Limits) -> TaskCgroup:
         parent = self.parents[""]
         available = set((parent / "cgroup.controllers").read_text().split())
         wanted = [c for c in ("memory", "pids", "cpu") if c in available]
         _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
-        directory = parent / name
-        directory.mkdir(exist_ok=True)
-        _write(directory / "memory.max", limits.memory_bytes)
-        _write_if_there(directory / "memory.swap.max", 0)
-        _write(directory / "pids.max", limits.pids)
+        top = parent / name
+        top.mkdir(exist_ok=True)
         if "cpu" in wanted:
-            _write(directory / "cpu.max", f"{limits.millicpu * CFS_PERIOD_US // 1000} "
-                                          f"{CFS_PERIOD_US}")
-        return TaskCgroup(2, {"": directory})
+            _write(top / "cpu.max", f"{limits.millicpu * CFS_PERIOD_US // 1000} "
+                                    f"{CFS_PERIOD_US}")
+        _write(top / "cgroup.subtree_control",
+               " ".join(f"+{c}" for c in wanted if c != "cpu"))
+        steps, runner = top / "steps", top / "runner"
+        steps.mkdir(exist_ok=True)
+        runner.mkdir(exist_ok=True)
+        _write(steps / "memory.max", limits.memory_bytes)
+        _write_if_there(steps / "memory.swap.max", 0)
+        _write(steps / "pids.max", limits.pids)
+        return TaskCgroup(2, {"": steps}, runner=runner if "cpu" in wanted else None,
+                          top=top, came_from=self.own_cpu)
 
     def existing(self, name: str) -> TaskCgroup | None:
         """A task's cgroup left behind (its runner died), to remove it."""
         name = safe_name(name)
+        if self.version == 2:
+            top = self.parents[""] / name
+            return TaskCgroup(2, {"": top / "steps"}, runner=top / "runner",
+                              top=top) if top.is_dir() else None
         dirs = {c: p / name for c, p in self.parents.items() if (p / name).is_dir()}
-        return TaskCgroup(self.version, dirs) if dirs else None
+        # The cpu directory may hold the runner too: the steps are found in the others.
+        return TaskCgroup(self.version, dirs, runner=dirs.get("cpu")) if dirs else None
 
 
 def _write(path: Path, value: object) -> None:
