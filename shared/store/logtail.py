@@ -151,6 +151,12 @@ class LogTail:
         for n, piece in enumerate(pieces(text) if text else [b""]):
             self._counted(task_id, revision, piece, len(text.encode()), replace=n == 0)
 
+    def ends_with(self, task_id: str, revision: int, text: str) -> bool:
+        """Whether the log ends with ``text`` (one read of that many bytes)."""
+        data = text.encode()
+        end = self.r.getrange(self.keys.log(task_id, revision), -len(data), -1)
+        return (end.encode() if isinstance(end, str) else end) == data
+
     def size(self, task_id: str, revision: int) -> int:
         """The log's end: every byte written to it, dropped ones included."""
         pipe = self.r.pipeline(transaction=True)

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from redis.sentinel import SentinelConnectionPool
 
+from shared.access.quotas import LOG_FULL_NOTE
 from shared.config import Settings
 from shared.env.received import Look, Looks
 from shared.redis_conn import connect_for
@@ -68,7 +69,10 @@ class KeptOutput:
         size = self.tasks.append_log(self.task_id, self.revision, clean)
         if size is None or self.copy is None:
             return
-        if size < self.end + len(clean.encode()):  # shorter than what it was given
+        # Shorter than what it was given: a failover lost writes, unless the owner's quota
+        # stopped the output (the log then ends with the note that says so).
+        if size < self.end + len(clean.encode()) and not self.tasks.logs.ends_with(
+                self.task_id, self.revision, LOG_FULL_NOTE):
             self.lost = True
         self.end = size
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 
 import fakeredis
 
+from shared.access.quotas import LOG_FULL_NOTE, Quotas
 from shared.policy.model import Resolved
 from shared.secrets import REDACTED
 from shared.store.logtail import TAIL_KEPT, OutputCap
 from shared.store.tasks import TaskStore
 from shared.task.workload import Workload
+from tests.shared.store.test_store_bytes import create, resolve, store
 from workers.launchers.local.report import LogWriter
 from workers.launchers.local.runner import READ_CHUNK, copy_output
 
@@ -100,6 +103,23 @@ def test_output_a_failover_lost_is_stored_again_from_the_runners_copy() -> None:
     log = tasks.read_log("t1", 1)
     assert log.endswith(f"epoch 1 {REDACTED}\nepoch 2\n") and SECRET not in log
     assert log.startswith("\x1ftaskenv: a Redis failover lost part of this output")  # marked
+
+
+def test_output_the_owners_quota_stopped_is_not_taken_for_a_failover_loss() -> None:
+    """Past the owner's stored-bytes quota the log keeps what fits and says so: the
+    runner's copy is not stored again over it (which would say a failover lost it)."""
+    tasks = store()
+    task_id = create(tasks, [{"name": "A", "value": "1"}], owner="mallory",
+                     budget=Quotas(0, 0, 0, stored_bytes=16 * 1024))
+    resolve(tasks, task_id)
+    workload = dataclasses.replace(job(), task_id=task_id)
+    writer = LogWriter(tasks, workload, limit=TaskStore.LOG_LIMIT, keep_copy=True)
+    for _ in range(10):
+        writer("x" * 4095 + "\n")
+    writer.flush()
+    assert not writer.store_again()
+    log = tasks.read_log(task_id, 1)
+    assert log.endswith(LOG_FULL_NOTE) and "failover" not in log
 
 
 def test_a_lost_last_append_is_found_at_the_end_and_nothing_is_rewritten_otherwise() -> None:
