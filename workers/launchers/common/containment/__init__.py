@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -100,7 +101,10 @@ def plan_for(limits: Limits, settings: Any, abilities: Abilities,
 class Jail:
     """One revision's containment, as the runner applies it around each step."""
 
-    charged: ClassVar[Jail | None] = None  # whose cpu quota this runner is charged to
+    # Whose cpu quota this runner is charged to: one jail's of its replicas, chosen and
+    # given back under the lock (a task's replicas start and end on threads of their own).
+    charged: ClassVar[Jail | None] = None
+    charging: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, plan: Plan, name: str, home: Path) -> None:
         self.plan = plan
@@ -129,9 +133,10 @@ class Jail:
         if self.plan.cgroup_parent is not None:
             self.cgroup = Cgroups(parent=self.plan.cgroup_parent).create(self.name,
                                                                          self.plan.limits)
-            if Jail.charged is None:  # a task of several replicas: to the first one's
-                self.cgroup.charge_runner(os.getpid())
-                Jail.charged = self
+            with Jail.charging:
+                if Jail.charged is None:  # a task of several replicas: the first one's
+                    self.cgroup.charge_runner(os.getpid())
+                    Jail.charged = self
 
     def wrap(self, argv: list[str], env: dict[str, str]) -> tuple[list[str], tuple[int, ...]]:
         """The helper's argv around bwrap's (``argv``), and the descriptors to pass on.
@@ -174,9 +179,10 @@ class Jail:
     def end(self) -> None:
         """Kill what is left, remove the cgroup and the home's contents."""
         if self.cgroup is not None:
-            if Jail.charged is self:
-                self.cgroup.release_runner(os.getpid())
-                Jail.charged = None
+            with Jail.charging:
+                if Jail.charged is self:
+                    self.cgroup.release_runner(os.getpid())
+                    Jail.charged = None
             self.cgroup.remove()
         if self.mounted is not None:
             unmount_home(self.mounted, self.home)

@@ -26,6 +26,7 @@ What the kernel did is read back from its counters: ``oom_kill`` in
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.task.limits import Limits
+
+log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu")
@@ -141,6 +144,8 @@ class TaskCgroup:
                 directory.rmdir()
             except FileNotFoundError:
                 pass
+            except OSError as exc:  # still busy: said, never the run's outcome lost over it
+                log.warning("cgroup %s not removed yet: %s", directory, exc)
 
 
 class Cgroups:
