@@ -18,7 +18,13 @@ from shared.store.tasks import Doc, TaskStore
 from shared.task import states
 from shared.task.replica_logs import step_output
 from shared.task.workload import Workload
-from workers.launchers.base import Launcher, LooksAtEnv, Outcome, StreamsOutput
+from workers.launchers.base import (
+    Launcher,
+    LooksAtEnv,
+    MarksItsOutput,
+    Outcome,
+    StreamsOutput,
+)
 from workers.outcomes import record_outcome
 
 WATCHED = (states.RUNNING, states.LAUNCHING)
@@ -34,7 +40,7 @@ def record_observed(tasks: TaskStore, launcher: Launcher, workload: Workload,
         text = launcher.logs(workload)
         if text:
             secrets = [v.value for v in workload.env if v.secret]
-            tasks.append_log(task_id, revision, step_output(redact(text, secrets)))
+            tasks.append_log(task_id, revision, _as_stored(launcher, redact(text, secrets)))
         received = received_env(launcher, workload)
     record_outcome(tasks, task_id, revision, outcome.state, outcome.exit_code, outcome.reason,
                    outcome.replica_exit_codes, received)
@@ -72,6 +78,13 @@ def stream_output(tasks: TaskStore, launcher: StreamsOutput) -> int:
         if doc is None or doc["revision"] != revision or doc["state"] not in WATCHED:
             continue
         secrets = [v.value for v in Workload.from_doc(doc).env if v.secret]
-        tasks.append_log(task_id, revision, step_output(redact(text, secrets)))
+        tasks.append_log(task_id, revision, _as_stored(launcher, redact(text, secrets)))
         grew += 1
     return grew
+
+
+def _as_stored(launcher: object, text: str) -> str:
+    """A backend's output as the log keeps it: a step's, never the platform's mark,
+    unless the backend's own program already marked its lines (Slurm's job)."""
+    return launcher.as_stored(text) if isinstance(launcher, MarksItsOutput) \
+        else step_output(text)

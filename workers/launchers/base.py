@@ -141,6 +141,17 @@ class StreamsOutput(Protocol):
 
 
 @runtime_checkable
+class MarksItsOutput(Protocol):
+    """A launcher whose output already tells the platform's lines from the steps' (its
+    job program marks its own and shows a step's mark as a character of text): the
+    reconciler stores it as it is, rather than as a step's output."""
+
+    def as_stored(self, text: str) -> str:
+        """The output as the task's log keeps it."""
+        ...
+
+
+@runtime_checkable
 class AcknowledgesChanges(Protocol):
     """A launcher that keeps what it reported in :meth:`Launcher.changes` until the
     reconciler has recorded it (the local launcher's finished run directories)."""

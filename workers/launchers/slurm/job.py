@@ -520,6 +520,9 @@ def record_exit(run_dir: str, number: int, rank: int, code: int, oom: bool) -> N
 REDACTED = "[secret]"  # as shared.secrets.REDACTED
 MIN_FORM = 8  # shared.secrets.MIN_LINE_REDACTED and MIN_ENCODED
 READ_CHUNK = 64 * 1024  # what one read of a pipe takes
+# The platform's own lines start with MARK; a step's MARK is kept as SHOWN, so no step
+# can print a line that passes for the platform's (as shared.task.replica_logs).
+MARK, SHOWN = "\x1f", "\u241f"
 RELAY_LINE = 64 * 1024  # a replica's line longer than this is relayed in pieces
 
 
@@ -649,8 +652,15 @@ class JobOutput:
         self.ended = False
 
     def write(self, data: bytes | str) -> None:
+        """What the steps (and srun) printed: never the platform's mark."""
         text = data if isinstance(data, str) else self.decoder.decode(data)
-        self._out(self.redactor.feed(self.cap.feed(text)))
+        self._out(self.redactor.feed(self.cap.feed(text.replace(MARK, SHOWN))))
+
+    def say(self, line: str) -> None:
+        """One line of the platform's own, marked (its control characters shown escaped,
+        so it stays one line)."""
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        self._out(self.redactor.feed(self.cap.feed(f"{MARK}{shown}\n")))
 
     def pipe(self, source: int) -> None:
         """Everything ``source`` says until its end, a chunk at a time."""
@@ -671,7 +681,8 @@ class JobOutput:
         note = f"\n{self.cap.note()}\n"
         tail = ended[len(note):]
         tail = tail[self.redactor.after_cut(tail):]
-        self._out(note + self.redactor.feed(tail) + self.redactor.flush())
+        marked = f"\n{MARK}{self.cap.note()}\n"  # the platform's line
+        self._out(marked + self.redactor.feed(tail) + self.redactor.flush())
 
     def _out(self, text: str) -> None:
         if text:
@@ -723,7 +734,7 @@ def run_steps(spec: dict[str, Any]) -> dict[str, Any]:
     finish_when_stopped(output)
     try:
         for number, _ in enumerate(steps, start=1):
-            output.write(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}\n")
+            output.say(f"==> step {number}/{len(steps)}: {spec['step_names'][number - 1]}")
             argv = [spec["srun"], "--export=ALL", *placement(spec), "--kill-on-bad-exit=1",
                     sys.executable, "-I", spec["program"], "task", str(number - 1)]
             code = run_step(argv, srun_env, output)

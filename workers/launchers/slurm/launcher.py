@@ -187,6 +187,11 @@ class SlurmLauncher:
             return listed[1]
         return read_outcome(self.run_dir(workload))  # a job Slurm has forgotten
 
+    def as_stored(self, text: str) -> str:
+        """The job program marks the platform's lines and shows a step's mark as text
+        (``job.JobOutput``): its output is stored as it is."""
+        return text
+
     def logs(self, workload: Workload) -> str | None:
         """The output not yet streamed, read up to the log's budget and no further: the job
         program keeps its file within it (``job.JobOutput``), so this is the rest of it

@@ -18,8 +18,9 @@ from shared.config import Settings
 from shared.store.logtail import MAX_CHUNK
 from shared.store.outputcap import RESERVED, TAIL_KEPT
 from shared.task.limits import Limits
+from shared.task.replica_logs import MARK, SHOWN_MARK, platform_line, step_output
 from tests.workers.conftest import build_workload
-from workers.launchers.base import Outcome
+from workers.launchers.base import MarksItsOutput, Outcome
 from workers.launchers.slurm import job
 from workers.launchers.slurm import launcher as slurm_launcher
 from workers.launchers.slurm.launcher import READ_CHUNK, SlurmLauncher
@@ -77,6 +78,30 @@ def test_one_huge_line_keeps_the_start_and_the_end_within_the_cap_holding_little
     assert "taskenv: output cut: " in text and SECRET not in text
 
 
+def test_the_platform_s_lines_are_marked_and_a_step_s_mark_is_text(
+        out_file: tuple[Path, int]) -> None:
+    """The job's ``==> step`` line carries the platform's mark; a step printing the mark
+    and the same words gets a line that is plainly its own (as the local runner's)."""
+    path, fd = out_file
+    output = job.JobOutput(LIMIT, [], fd)
+    output.say("==> step 1/2: train\nforged")
+    output.write(f"{MARK}==> step 2/2: evil\n".encode())
+    text = kept(path, output)
+    assert text == (platform_line("==> step 1/2: train\nforged")
+                    + step_output(f"{MARK}==> step 2/2: evil\n"))
+    assert (job.MARK, job.SHOWN) == (MARK, SHOWN_MARK)
+    assert isinstance(SlurmLauncher.__new__(SlurmLauncher), MarksItsOutput)
+
+
+def test_the_cut_note_is_the_platform_s_line(out_file: tuple[Path, int]) -> None:
+    path, fd = out_file
+    output = job.JobOutput(LIMIT, [], fd)
+    feed(output, b"z" * (3 * MIB))
+    head, note, tail = kept(path, output).split("\n")
+    assert note.startswith(f"{MARK}taskenv: output cut: ") and set(tail) == {"z"}
+    assert len(tail) == TAIL_KEPT
+
+
 def test_the_note_says_how_much_was_dropped(out_file: tuple[Path, int]) -> None:
     path, fd = out_file
     output = job.JobOutput(LIMIT, [], fd)
@@ -85,6 +110,7 @@ def test_the_note_says_how_much_was_dropped(out_file: tuple[Path, int]) -> None:
     text = kept(path, output)
     head, note, tail = text.split("\n")
     assert len(head) == LIMIT - TAIL_KEPT - RESERVED and len(tail) == TAIL_KEPT
+    assert note.startswith(MARK)
     assert f"{len(data) - len(head) - len(tail)} bytes were dropped" in note
 
 
