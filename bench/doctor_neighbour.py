@@ -5,7 +5,9 @@ redis-server.  In turns: a plain one-step task alone (**quiet**), then the same 
 POSTed right after a task whose file is the worst of ``bench.doctor.pathological``'s
 64 KiB inputs (**beside a hostile one**), and right after one whose file is a plain
 64 KiB shell script (**beside a plain script**: what any other user's script costs its
-neighbour on a machine of two cores, the hostile one's yardstick).  Each plain
+neighbour on a machine of two cores, the hostile one's yardstick), and right after a
+task with an env name at the length limit and a script reading a near miss of it
+(**beside a hostile name**: the near-miss search of the policy stage).  Each plain
 task is timed from its POST to its final state; the median of each over the turns, and
 their ratio (target ≤ 1.2: the doctor's budget keeps one reading from holding a worker).
 ``python -m bench.doctor_neighbour`` (``--quick``) runs it alone.
@@ -26,6 +28,7 @@ from bench.doctor import pathological
 from bench.pipeline import Taskenv
 from bench.processes import Processes, run_alone
 from bench.report import say
+from shared.env.envlist import MAX_NAME_LENGTH
 from shared.task import states
 
 PREFIX = "neighbourbench"
@@ -65,12 +68,26 @@ def scripted_body(which: str) -> dict[str, Any]:
             "files": [{"path": script["path"], "content": script["content"]}]}
 
 
+def long_name_body() -> dict[str, Any]:
+    """A task with one env name at the length limit and a script reading the same name
+    with one character changed: the near-miss search at its widest."""
+    name = "TRAINER_" + "LEARNING_RATE_" * ((MAX_NAME_LENGTH - 8) // 14)
+    name = (name + "X" * MAX_NAME_LENGTH)[:MAX_NAME_LENGTH]
+    near = name[:-2] + name[-1] + name[-2]
+    script = f'import os\nprint(os.environ.get("{near}"))\n'
+    return {"name": "long-name", "steps": [["python3", "train.py"]],
+            "env": [{"name": name, "value": "1"}],
+            "files": [{"path": "train.py", "content": script}]}
+
+
 def measure(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> dict[str, Any]:
     stack = Taskenv(procs, client, args, prefix=PREFIX)
     stack.start_api()
     stack.start_workers()
     turns = 5 if args.quick else 9
-    beside = {"beside a hostile one": HOSTILE, "beside a plain script": "plain shell"}
+    beside = {"beside a hostile one": lambda: scripted_body(HOSTILE),
+              "beside a plain script": lambda: scripted_body("plain shell"),
+              "beside a hostile name": long_name_body}
     took: dict[str, list[float]] = {"quiet": [], **{name: [] for name in beside}}
     found: dict[str, Any] = {}
     try:
@@ -78,12 +95,12 @@ def measure(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> 
         for _ in range(turns):
             started = time.monotonic()
             took["quiet"].append(until_final(stack, post(stack, plain_body())) - started)
-            for name, which in beside.items():
-                other = post(stack, scripted_body(which))
+            for name, body in beside.items():
+                other = post(stack, body())
                 started = time.monotonic()
                 took[name].append(until_final(stack, post(stack, plain_body())) - started)
                 until_final(stack, other)  # the next one starts quiet again
-                if which == HOSTILE:
+                if name == "beside a hostile one":
                     found = stack.store.find(other) or {}
     finally:
         stack.stop_workers()
@@ -95,6 +112,8 @@ def measure(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> 
             "ratio": round(median["beside a hostile one"] / median["quiet"], 3),
             # What any 64 KiB script of another user costs its neighbour on this machine:
             "ratio_beside_plain": round(median["beside a plain script"] / median["quiet"], 3),
+            "ratio_beside_long_name": round(median["beside a hostile name"] / median["quiet"],
+                                            3),
             "target": 1.2, "hostile_input": HOSTILE, "hostile_final": found.get("state"),
             "hostile_warned_too_complex": "doctor.too_complex" in warned}
 
@@ -105,7 +124,8 @@ def phase(procs: Processes, client: redis.Redis, args: argparse.Namespace) -> di
         f"{result['median_ms']['beside a hostile one']:.0f} ms against "
         f"{result['median_ms']['quiet']:.0f} ms quiet: x{result['ratio']:.2f} "
         f"(target ≤ {result['target']}); beside a plain 64 KiB script x"
-        f"{result['ratio_beside_plain']:.2f}; the hostile task ended {result['hostile_final']}")
+        f"{result['ratio_beside_plain']:.2f}; the hostile task ended {result['hostile_final']};"
+        f" beside a name at the length limit x{result['ratio_beside_long_name']:.2f}")
     return result
 
 

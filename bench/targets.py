@@ -27,6 +27,7 @@ LIMITS = {
     "doctor_pathological": 2.0,  # a hostile 64 KiB script's reading / a plain one's
     "hostile_name": 2.0,  # a preview with a name at the length limit / with a plain name
     "hostile_secret": 2.0,  # redaction of 2 MB, a secret sharing its prefix / a plain one
+    "neighbour": 1.2,  # another tenant's task beside a hostile input / on a quiet stack
 }
 
 
@@ -89,6 +90,9 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         "hostile_name_vs_plain": results.get("hostile_input", {}).get("worst_doctor_ratio"),
         "hostile_secret_vs_plain": results.get("hostile_input", {}).get(
             "redaction", {}).get("worst_ratio"),
+        "neighbour_beside_hostile_script": results.get("doctor_neighbour", {}).get("ratio"),
+        "neighbour_beside_long_name": results.get("doctor_neighbour", {}).get(
+            "ratio_beside_long_name"),
     }
 
 
@@ -96,7 +100,7 @@ def judge(results: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]
     r = ratios(results)
     return r, [*_pipeline_targets(results, r), *_store_targets(results, r),
                *_growth_targets(results, r), *doctor_targets(results),
-               *hostile_input_targets(results)]
+               *hostile_input_targets(results), *neighbour_targets(results)]
 
 
 def _pipeline_targets(results: dict[str, Any], r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -200,6 +204,22 @@ def doctor_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ", ".join(f"{name} x{ratio:.2f}" for name, ratio in found["ratios"].items()),
         f"slowest: {worst}, {ms[worst]:.1f} ms ({found['readings'][worst]}); plain "
         f"scripts {ms['plain shell']:.1f} ms (shell), {ms['plain python']:.1f} ms (python)")]
+
+
+def neighbour_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Another tenant's plain task beside a hostile one, against a quiet stack, when
+    measured (bench/doctor_neighbour.py): a hostile script, a name at the length limit."""
+    found = results.get("doctor_neighbour")
+    if not found:
+        return []
+    ms = found["median_ms"]
+    return [_target(f"neighbour: another tenant's task {what} within 1.2 x a quiet stack's",
+                    found[key], "<=", LIMITS["neighbour"], f"{ms[name]:.0f} ms",
+                    f"quiet {ms['quiet']:.0f} ms")
+            for what, key, name in (
+                ("beside a hostile script", "ratio", "beside a hostile one"),
+                ("beside a name at the length limit", "ratio_beside_long_name",
+                 "beside a hostile name")) if key in found]
 
 
 def hostile_input_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
