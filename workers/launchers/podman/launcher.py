@@ -91,6 +91,7 @@ from workers.launchers.podman.uids import UidPool
 # The node a podman task runs on (this launch worker's host), as a per-node default's glob
 # (``when: {node: ...}``) sees it.
 HOST = socket.gethostname()
+LOG_FILE_MIN = 64 * 1024  # the least conmon takes (its read buffer): see podman-run(1), --log-opt
 # What podman starts every container with, unless the env sets it (``received``).
 PODMAN_OWN = ("PATH", "HOME", "HOSTNAME", "TERM", "container")
 # podman's messages for trouble that a later attempt can get past.
@@ -139,6 +140,7 @@ class PodmanLauncher:
         self.listed: dict[tuple[str, int], Outcome] = {}  # the last listing's view
         self.images_present: set[str] = set()  # local images found; forgotten on a failed play
         self.log_budget = log_budget(settings.log_max_bytes, TaskStore.LOG_LIMIT)
+        self.log_file_max = max(LOG_FILE_MIN, 64 * self.log_budget)
         # The last listing's view of each replica container: outcome and when it exited.
         self.replica_seen: dict[tuple[str, int], dict[int, tuple[Outcome, float | None]]] = {}
         self.first_failure: dict[tuple[str, int], int] = {}  # by task: its first failed replica
@@ -647,7 +649,13 @@ class PodmanLauncher:
         return None
 
     def play_file(self, path: Path) -> subprocess.CompletedProcess[str]:
-        return self.podman("kube", "play", "--start=false", "--quiet", str(path))
+        """Each container's log file on this host is capped (conmon truncates it past the
+        size and goes on writing): a step printing for ever fills no disk.  The cap is
+        64 times the budget read of it at the end, so output cut on the host was far
+        past what the log keeps anyway; what is read is then the start of what the
+        host kept."""
+        return self.podman("kube", "play", "--start=false", "--quiet",
+                           "--log-opt", f"max-size={self.log_file_max}", str(path))
 
     def _check_image(self, image: str) -> None:
         """A local image that is missing cannot be pulled: say so instead of trying.

@@ -22,6 +22,7 @@ import pytest
 from shared.config import DEFAULT_IMAGE, Settings
 from shared.env.identity import Group, replica_env
 from shared.errors import LaunchFailed, PermanentError, TransientError
+from shared.store.outputcap import RESERVED
 from shared.store.tasks import TaskStore
 from shared.task import manifest
 from shared.task.workload import Resources, Workload
@@ -444,6 +445,22 @@ def test_the_step_runs_unprivileged_within_its_limits(launcher: PodmanLauncher, 
     assert "WORK-WRITABLE" in lines and outcome.state == "succeeded"
     # (Podman 4.3 plays an emptyDir as a volume on disk, whatever its medium and
     # sizeLimit: /work and /tmp are not size-capped here, as they are on Kubernetes.)
+
+
+def test_a_container_s_log_file_on_the_host_stays_within_its_cap(make_workload):
+    """A step printing far more than the log keeps fills no disk: conmon truncates the
+    container's log file past ``log_file_max`` (64 times the budget read of it)."""
+    launcher = PodmanLauncher(Settings(log_max_bytes=RESERVED + 1024))
+    assert launcher.log_file_max == 64 * 1024
+    printed = 6 * launcher.log_file_max
+    workload = make_workload([["sh", "-c", f"head -c {printed} /dev/zero | tr '\\0' y; "
+                                           "echo; echo THE-END"]])
+    outcome, logs = run(launcher, workload)
+    assert outcome.state == "succeeded"
+    path = podman("inspect", "--format", "{{.LogPath}}",
+                  launcher.container_name(workload, 0)).stdout.strip()
+    assert 0 < Path(path).stat().st_size <= launcher.log_file_max, path
+    assert "output cut" in logs and len(logs) < 4096  # the budget of what the file kept
 
 
 def test_a_huge_log_is_read_up_to_the_budget_and_says_so(launcher: PodmanLauncher,
