@@ -42,7 +42,8 @@ PREFIX = "limitbench"
 class Uncontained(LocalLauncher):
     """The local launcher as it was before limits: the bwrap sandbox alone."""
 
-    def containment_spec(self, workload: Workload, limits: Limits) -> dict[str, Any]:
+    def containment_spec(self, workload: Workload, limits: Limits,
+                         uid: int | None) -> dict[str, Any]:
         return {}
 
 

@@ -9,7 +9,8 @@ Starts its own redis-server (a fresh directory), then:
    beside a hostile script against a quiet stack (``bench/doctor_neighbour.py``);
    a tenant's hostile input against a plain one: the doctor's preview of a name at
    the length limit, redaction of 2 MB with a secret sharing the output's prefix
-   (``bench/hostile_input.py``);
+   (``bench/hostile_input.py``); and another tenant's local task beside one flooding its
+   output with a hostile secret against a quiet host (``bench/output_neighbour.py``);
 2. POST throughput with no worker running (``bench/api_cost.py``): a no-op Flask
    JSON endpoint, the same plus one Redis write and one Celery ``send_task``
    (``bench/noop_api.py``, both under waitress threads=8), and
@@ -63,6 +64,7 @@ from bench import (
     hostile_input,
     local_limits,
     local_start,
+    output_neighbour,
     podman_launch,
     reconcile_cost,
     report,
@@ -149,6 +151,7 @@ def measure(procs: Processes, args: argparse.Namespace) -> dict[str, Any]:
         "sharing the output's prefix):")
     results["hostile_input"] = hostile_input.phase(args.quick)
     say("\n".join(f"    {line}" for line in hostile_input.lines(results["hostile_input"])))
+    results["output_neighbour"] = output_neighbour.phase(procs, client, args)
     say(f"[2/6] POST throughput, no worker running (redis-server "
         f"{results['meta']['machine']['redis_server']})")
     results["post"] = api_cost.measure(procs, client, args)

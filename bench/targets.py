@@ -93,6 +93,7 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
         "neighbour_beside_hostile_script": results.get("doctor_neighbour", {}).get("ratio"),
         "neighbour_beside_long_name": results.get("doctor_neighbour", {}).get(
             "ratio_beside_long_name"),
+        "neighbour_beside_output_flood": results.get("output_neighbour", {}).get("ratio"),
     }
 
 
@@ -208,18 +209,27 @@ def doctor_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def neighbour_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Another tenant's plain task beside a hostile one, against a quiet stack, when
-    measured (bench/doctor_neighbour.py): a hostile script, a name at the length limit."""
+    measured: a hostile script, a name at the length limit (bench/doctor_neighbour.py),
+    a local task flooding its output with a hostile secret (bench/output_neighbour.py)."""
+    out: list[dict[str, Any]] = []
     found = results.get("doctor_neighbour")
-    if not found:
-        return []
-    ms = found["median_ms"]
-    return [_target(f"neighbour: another tenant's task {what} within 1.2 x a quiet stack's",
-                    found[key], "<=", LIMITS["neighbour"], f"{ms[name]:.0f} ms",
-                    f"quiet {ms['quiet']:.0f} ms")
-            for what, key, name in (
-                ("beside a hostile script", "ratio", "beside a hostile one"),
-                ("beside a name at the length limit", "ratio_beside_long_name",
-                 "beside a hostile name")) if key in found]
+    if found:
+        ms = found["median_ms"]
+        out += [_target(f"neighbour: another tenant's task {what} within 1.2 x a quiet "
+                        "stack's", found[key], "<=", LIMITS["neighbour"],
+                        f"{ms[name]:.0f} ms", f"quiet {ms['quiet']:.0f} ms")
+                for what, key, name in (
+                    ("beside a hostile script", "ratio", "beside a hostile one"),
+                    ("beside a name at the length limit", "ratio_beside_long_name",
+                     "beside a hostile name")) if key in found]
+    flood = results.get("output_neighbour")
+    if flood and "skipped" not in flood:
+        ms = flood["median_ms"]
+        out.append(_target("neighbour: another tenant's local task beside a task flooding "
+                           "output with a hostile secret within 1.2 x a quiet host's",
+                           flood["ratio"], "<=", LIMITS["neighbour"],
+                           f"{ms['beside a flood']:.0f} ms", f"quiet {ms['quiet']:.0f} ms"))
+    return out
 
 
 def hostile_input_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
