@@ -14,9 +14,7 @@ import ast
 import dataclasses
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,21 +22,28 @@ from shared.config import Settings
 from shared.env.envlist import Limits as EnvLimits
 from shared.errors import TransientError
 from shared.policy.store import PolicyStore
-from shared.redis_conn import connect
 from shared.store.tasks import TaskStore
 from shared.store.uids import UidsExhausted
 from shared.task import records, states
 from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
+from tests.workers.launchers.local.test_containment import (
+    final,
+    launch,
+    redis_server,
+    settings,
+    tasks,
+)
 from workers import stages
 from workers.launchers.base import Outcome
 from workers.launchers.common.containment.cgroups import Cgroups
 from workers.launchers.local.launcher import LocalLauncher, cgroup_name
 from workers.launchers.slurm.launcher import SlurmLauncher
-from workers.localstack import RedisServer
 
 pytestmark = pytest.mark.sandbox  # real bwrap sandboxes, runner processes and cgroups
+__all__ = ["redis_server", "settings", "tasks"]  # the fixtures, shared
+UP_THEN_SLEEP = ["python3", "-c", "print('UP', flush=True); import time; time.sleep(120)"]
 
 # Tenant A: every inotify instance its uid may have, then processes up to a limit of 24 for
 # its uid, all held until the task is cancelled.
@@ -115,44 +120,6 @@ print("PARENT", os.getppid(), flush=True)
 """
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def settings(redis_server: RedisServer, tmp_path: Path) -> Settings:
-    return Settings(redis_url=redis_server.url, key_prefix=f"u{time.monotonic_ns()}",
-                    work_dir=str(tmp_path / "work"), heartbeat_seconds=1)
-
-
-@pytest.fixture
-def tasks(settings: Settings) -> TaskStore:
-    return TaskStore(connect(settings.redis_url), settings.key_prefix)
-
-
-def launch(tasks: TaskStore, settings: Settings, owner: str,
-           steps: list[list[str]]) -> Workload:
-    """A task of ``owner``, created, validated and resolved by the real stages, launched."""
-    doc, _ = tasks.create(records.new_task({"name": "tenant", "steps": steps, "env": []},
-                                           owner))
-    policies = PolicyStore(tasks.r, f"unused-{time.monotonic_ns()}")
-    assert stages.validate(tasks, EnvLimits(), doc["id"], 1)
-    assert stages.apply_policy(tasks, policies, doc["id"], 1)
-    stages.launch(tasks, LocalLauncher(settings), doc["id"], 1, settings.heartbeat_seconds)
-    return Workload.from_doc(tasks.get(doc["id"]))
-
-
-def final(tasks: TaskStore, task_id: str, timeout: float = 60.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while (doc := tasks.get(task_id))["state"] not in states.FINAL:
-        assert time.monotonic() < deadline, doc["state"]
-        time.sleep(0.05)
-    return doc
-
-
 def log_shows(tasks: TaskStore, task_id: str, text: str, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while text not in (log := tasks.read_log(task_id, 1)):
@@ -190,13 +157,14 @@ def uids_of(job: Workload) -> set[int]:
 
 def test_one_tenant_holding_its_uid_s_kernel_budgets_leaves_another_s_whole(
         tasks: TaskStore, settings: Settings) -> None:
-    hog = launch(tasks, settings, "tenant-a", [["python3", "-c", HOG]])
+    hog = launch(tasks, settings, owner="tenant-a", steps=[["python3", "-c", HOG]])
     try:
         hog_log = log_shows(tasks, hog.task_id, "HOLDING")
         assert re.search(r"INOTIFY \d+ Too many open files", hog_log), hog_log
         forked = int(re.search(r"FORKED (\d+)", hog_log).group(1))  # type: ignore[union-attr]
         assert 0 < forked < 24  # its uid's processes reached the limit
-        neighbour = launch(tasks, settings, "tenant-b", [["python3", "-c", NEIGHBOUR]])
+        neighbour = launch(tasks, settings, owner="tenant-b",
+                           steps=[["python3", "-c", NEIGHBOUR]])
         doc = final(tasks, neighbour.task_id)
         log = tasks.read_log(neighbour.task_id, 1)
         assert doc["state"] == states.SUCCEEDED, log
@@ -217,7 +185,7 @@ def test_one_tenant_holding_its_uid_s_kernel_budgets_leaves_another_s_whole(
 
 def test_a_task_s_uid_goes_back_to_the_pool_when_it_ends(tasks: TaskStore,
                                                          settings: Settings) -> None:
-    job = launch(tasks, settings, "tenant-a", [["true"]])
+    job = launch(tasks, settings, owner="tenant-a", steps=[["true"]])
     assert final(tasks, job.task_id)["state"] == states.SUCCEEDED
     uid = host_uid(tasks.read_log(job.task_id, 1))
     launcher = LocalLauncher(settings)
@@ -231,8 +199,7 @@ def test_a_task_s_uid_goes_back_to_the_pool_when_it_ends(tasks: TaskStore,
 def test_with_every_uid_held_a_launch_waits_and_never_shares_one(
         tasks: TaskStore, settings: Settings) -> None:
     settings = dataclasses.replace(settings, task_uid_count=1)
-    holder = launch(tasks, settings, "tenant-a", [["python3", "-c", "print('UP', flush=True); "
-                                                   "import time; time.sleep(120)"]])
+    holder = launch(tasks, settings, owner="tenant-a", steps=[UP_THEN_SLEEP])
     uid = host_uid(log_shows(tasks, holder.task_id, "UP"))
     doc, _ = tasks.create(records.new_task({"name": "tenant", "steps": [["true"]], "env": []},
                                            "tenant-b"))
@@ -258,8 +225,7 @@ def test_with_every_uid_held_a_launch_waits_and_never_shares_one(
 def test_a_runner_that_lost_its_uid_stops_its_steps_before_sharing_it(
         tasks: TaskStore, settings: Settings) -> None:
     settings = dataclasses.replace(settings, task_uid_count=1)  # one uid to give
-    job = launch(tasks, settings, "tenant-a", [["python3", "-c", "print('UP', flush=True); "
-                                                "import time; time.sleep(120)"]])
+    job = launch(tasks, settings, owner="tenant-a", steps=[UP_THEN_SLEEP])
     uid = host_uid(log_shows(tasks, job.task_id, "UP"))
     pool = LocalLauncher(settings).uids
     pool.release(job.task_id, 1)  # as if its lease had lapsed ...
@@ -272,7 +238,7 @@ def test_a_runner_that_lost_its_uid_stops_its_steps_before_sharing_it(
 
 def test_the_sandbox_s_init_is_neither_writable_nor_readable_from_a_step(
         tasks: TaskStore, settings: Settings) -> None:
-    job = launch(tasks, settings, "tenant-a", [["python3", "-c", INIT]])
+    job = launch(tasks, settings, owner="tenant-a", steps=[["python3", "-c", INIT]])
     doc = final(tasks, job.task_id)
     log = tasks.read_log(job.task_id, 1)
     assert doc["state"] == states.SUCCEEDED, log

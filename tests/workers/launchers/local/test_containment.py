@@ -61,11 +61,13 @@ def tasks(settings: Settings) -> TaskStore:
 
 
 def launch(tasks: TaskStore, settings: Settings, steps: list[list[str]],
-           resources: dict[str, Any] | None = None, **overrides: Any) -> Workload:
-    """A task created, validated and resolved by the real stages, then launched."""
+           resources: dict[str, Any] | None = None, owner: str = "mallory",
+           **overrides: Any) -> Workload:
+    """A task of ``owner`` created, validated and resolved by the real stages, then
+    launched."""
     settings = Settings(**{**settings.__dict__, **overrides})
     data = {"name": "attack", "steps": steps, "env": [], "resources": resources}
-    doc, _ = tasks.create(records.new_task(data, "mallory"))
+    doc, _ = tasks.create(records.new_task(data, owner))
     policies = PolicyStore(tasks.r, f"unused-{time.monotonic_ns()}")
     assert stages.validate(tasks, EnvLimits(), doc["id"], 1)
     assert stages.apply_policy(tasks, policies, doc["id"], 1)
