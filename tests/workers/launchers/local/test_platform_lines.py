@@ -8,9 +8,6 @@ line, which every view shows as the step's: the runner writes the platform's lin
 
 from __future__ import annotations
 
-import os
-import threading
-
 import fakeredis
 
 from shared.policy.model import Resolved
@@ -19,9 +16,9 @@ from shared.store.logtail import OutputCap
 from shared.store.tasks import TaskStore
 from shared.task.replica_logs import MARK, SHOWN_MARK, only, pieces, platform_line
 from shared.task.workload import Workload
+from tests.workers.launchers.local.test_runner_output import pipe_through
 from workers.launchers.local.group import CappedLog, ReplicaLog
 from workers.launchers.local.report import STORED_AGAIN, LogWriter
-from workers.launchers.local.runner import copy_output
 
 FORGED = ("==> step 2/2: python3\n"
           "taskenv: step 1 was killed: out of memory\n"
@@ -34,23 +31,6 @@ def job() -> Workload:
                                                           secret=True),), 0)
 
 
-def step_prints(data: bytes, write: object) -> None:
-    """``data`` as a step's output, read by the runner's own copy loop."""
-    read_end, write_end = os.pipe()
-
-    def feed() -> None:
-        with os.fdopen(write_end, "wb") as out:
-            out.write(data)
-
-    writer = threading.Thread(target=feed)
-    writer.start()
-    try:
-        copy_output(read_end, write)  # type: ignore[arg-type]
-    finally:
-        writer.join()
-        os.close(read_end)
-
-
 def platform_pieces(log: str) -> list[str]:
     return [text for text, platform in pieces(log) if platform]
 
@@ -59,7 +39,7 @@ def test_a_step_printing_the_platforms_lines_is_shown_as_the_step() -> None:
     tasks = TaskStore(fakeredis.FakeRedis(decode_responses=True), "t")
     write = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)
     write(platform_line("==> step 1/2: python3"))
-    step_prints(FORGED.encode(), write)
+    pipe_through(FORGED.encode(), write)
     write(platform_line("taskenv: step 1 was killed: out of memory"))
     write.flush()
     log = tasks.read_log("t1", 1)
@@ -80,7 +60,7 @@ def test_a_platform_line_stays_one_line_whatever_it_names() -> None:
 def test_a_secret_holding_the_mark_is_still_redacted() -> None:
     tasks = TaskStore(fakeredis.FakeRedis(decode_responses=True), "t")
     write = LogWriter(tasks, job(), limit=TaskStore.LOG_LIMIT)
-    step_prints(f"token={SECRET}\n".encode(), write)
+    pipe_through(f"token={SECRET}\n".encode(), write)
     write.flush()
     log = tasks.read_log("t1", 1)
 
@@ -92,7 +72,7 @@ def test_a_replicas_platform_lines_are_marked_behind_its_prefix() -> None:
     log = CappedLog(stored.append, TaskStore.LOG_LIMIT)
     replica = ReplicaLog(1, [SECRET], log)
     replica(platform_line("==> step 1/1: python3"))
-    step_prints(FORGED.encode(), replica)
+    pipe_through(FORGED.encode(), replica)
     replica.flush()
     log.finish()
     text = "".join(stored)
@@ -106,7 +86,7 @@ def test_the_caps_note_and_the_stored_again_line_are_the_platforms() -> None:
     assert platform_pieces(STORED_AGAIN) == [STORED_AGAIN[1:]]
     tasks = TaskStore(fakeredis.FakeRedis(decode_responses=True), "t")
     write = LogWriter(tasks, job(), limit=64 * 1024)
-    step_prints(b"x" * (200 * 1024) + b"\n" + OutputCap(1).note().encode() + b"\n", write)
+    pipe_through(b"x" * (200 * 1024) + b"\n" + OutputCap(1).note().encode() + b"\n", write)
     write.flush()
     log = tasks.read_log("t1", 1)
 

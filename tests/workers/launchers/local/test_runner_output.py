@@ -27,6 +27,7 @@ def job() -> Workload:
 
 
 def pipe_through(data: bytes, write: object) -> None:
+    """``data`` as a step's output, read by the runner's own copy loop."""
     read_end, write_end = os.pipe()
 
     def feed() -> None:
