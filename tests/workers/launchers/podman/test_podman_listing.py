@@ -46,14 +46,20 @@ class FakePodman:
         return path.read_text().splitlines() if path.exists() else []
 
 
+def install_fake(home: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> FakePodman:
+    """``script`` as the ``podman`` on the PATH, its calls and answers kept in ``home``."""
+    home.mkdir(exist_ok=True)
+    program = home / "podman"
+    program.write_text(script)
+    program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{home}:/usr/bin:/bin")
+    monkeypatch.setenv("FAKE_PODMAN_DIR", str(home))
+    return FakePodman(home)
+
+
 @pytest.fixture
 def podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakePodman:
-    script = tmp_path / "podman"
-    script.write_text(FAKE_PODMAN)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_PODMAN_DIR", str(tmp_path))
-    return FakePodman(tmp_path)
+    return install_fake(tmp_path, monkeypatch, FAKE_PODMAN)
 
 
 def listed(workload: Any, state: str = "running", exit_code: int = 0) -> dict[str, Any]:

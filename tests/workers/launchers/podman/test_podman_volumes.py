@@ -10,9 +10,7 @@ PATH) records the calls a removal makes.
 
 from __future__ import annotations
 
-import json
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from shared.task import manifest
 from shared.task.files import TaskFile
 from shared.task.workload import Workload
 from tests.workers.conftest import build_workload
+from tests.workers.launchers.podman.test_podman_listing import FakePodman, install_fake, listed
 from workers.launchers.base import Change, Outcome
 from workers.launchers.podman.launcher import POD_REMOVED, PodmanLauncher
 from workers.launchers.podman.uids import UidPool
@@ -194,39 +193,15 @@ esac
 """
 
 
-class FakePodman:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-
-    def lists(self, containers: list[dict[str, Any]]) -> None:
-        (self.home / "listing.json").write_text(json.dumps(containers))
-
-    def calls(self) -> list[str]:
-        path = self.home / "calls"
-        return path.read_text().splitlines() if path.exists() else []
-
-
 @pytest.fixture
 def podman(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakePodman:
-    home = tmp_path / "fake"
-    home.mkdir()
-    script = home / "podman"
-    script.write_text(FAKE_PODMAN)
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{home}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_PODMAN_DIR", str(home))
-    return FakePodman(home)
+    return install_fake(tmp_path / "fake", monkeypatch, FAKE_PODMAN)
 
 
 @pytest.fixture
 def watcher(podman: FakePodman, tmp_path: Path) -> PodmanLauncher:
     """A launcher whose podman is the fake (made after PATH names it)."""
     return PodmanLauncher(Settings(launcher="podman", work_dir=str(tmp_path / "work")))
-
-
-def listed(workload: Workload, state: str = "running", exit_code: int = 0) -> dict[str, Any]:
-    return {"Names": [f"{workload.run_name}-{manifest.CONTAINER_NAME}"], "State": state,
-            "ExitCode": exit_code, "Labels": manifest.task_labels(workload)}
 
 
 def test_a_recorded_end_removes_the_pod_its_volumes_and_its_uid(
