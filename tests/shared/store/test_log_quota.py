@@ -128,9 +128,8 @@ def test_output_goes_on_once_finished_tasks_expire() -> None:
     assert agree(tasks) == tasks.recount_bytes("mallory")
 
 
-def test_a_long_text_reaches_redis_a_chunk_per_command() -> None:
-    tasks = store()
-    task_id = small_task(tasks, "mallory")
+def bytes_per_command(tasks: TaskStore) -> list[int]:
+    """From now on, the size of each text the log's script is sent, in order."""
     sent: list[int] = []
     script = tasks.logs._append
 
@@ -139,6 +138,13 @@ def test_a_long_text_reaches_redis_a_chunk_per_command() -> None:
         return script(keys=keys, args=args)
 
     tasks.logs._append = spy  # type: ignore[assignment]
+    return sent
+
+
+def test_a_long_text_reaches_redis_a_chunk_per_command() -> None:
+    tasks = store()
+    task_id = small_task(tasks, "mallory")
+    sent = bytes_per_command(tasks)
     text = ("é" * 100_000 + "\n") * 3
     tasks.append_log(task_id, 1, text)
     assert max(sent) <= MAX_CHUNK and sum(sent) == len(text.encode())
@@ -150,14 +156,7 @@ def test_a_log_stored_again_reaches_redis_a_chunk_per_command_and_is_counted() -
     task_id = small_task(tasks, "mallory")
     record = agree(tasks)
     tasks.append_log(task_id, 1, "lost to a failover\n" * 100)
-    sent: list[int] = []
-    script = tasks.logs._append
-
-    def spy(keys: Any, args: Any, client: Any = None) -> Any:
-        sent.append(len(args[0]))
-        return script(keys=keys, args=args)
-
-    tasks.logs._append = spy  # type: ignore[assignment]
+    sent = bytes_per_command(tasks)
     text = "ü" * (MAX_CHUNK + 10)  # over two chunks: its length is twice that in bytes
     tasks.logs.replace(task_id, 1, text)
     assert log_of(tasks, task_id) == text and max(sent) <= MAX_CHUNK and len(sent) == 3
