@@ -561,10 +561,23 @@ class EndpointAllowanceIn(Strict):
     reason = fields.String(load_default="", validate=validate.Length(max=1000))
 
 
+# A policy body that names neither list: refused, so that a PUT of ``{}`` (or of rules
+# alone) cannot wipe every default and protected entry by mistake.
+NEITHER_LIST = ("give defaults, protected or both (an omitted one is empty): a policy with "
+                "neither would wipe every default and protected entry; send "
+                "\"defaults\": [] to save one without any")
+
+
 class PolicyIn(Strict):
-    # Both lists are required: a PUT with an empty body must not wipe the policy.
-    defaults = fields.List(fields.Nested(DefaultIn), required=True)
-    protected = fields.List(fields.Nested(ProtectedIn), required=True)
+    class Meta(Strict.Meta):
+        description = ("A whole policy, the new version: an omitted list is empty, but a "
+                       "body must give defaults, protected or both (answered 422 otherwise: "
+                       "a PUT of {} never wipes the policy).")
+
+    defaults = fields.List(fields.Nested(DefaultIn), load_default=list, metadata={
+        "description": "Omitted: none (if protected is given)."})
+    protected = fields.List(fields.Nested(ProtectedIn), load_default=list, metadata={
+        "description": "Omitted: none (if defaults is given)."})
     on_conflict = fields.String(load_default=REJECT, validate=validate.OneOf(ON_CONFLICT))
     rules = fields.List(fields.Nested(RuleIn), load_default=list)
     strict_env = StrictBool(load_default=False, metadata={
@@ -575,6 +588,11 @@ class PolicyIn(Strict):
         "description": "The platform's policy only: the endpoint variables (HF_ENDPOINT, "
                        "HTTPS_PROXY, ...) it lets one project's policy give a value "
                        "(docs/policy.md)."})
+
+    @ma.validates_schema(pass_original=True, skip_on_field_errors=False)
+    def one_list_at_least(self, data: dict[str, Any], original: Any, **kwargs: Any) -> None:
+        if isinstance(original, dict) and not {"defaults", "protected"} & original.keys():
+            raise ma.ValidationError(NEITHER_LIST, field_name="defaults")
 
 
 class DefaultOut(EnvOut):

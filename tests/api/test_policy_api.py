@@ -174,3 +174,58 @@ def test_a_per_node_default_is_saved_and_what_may_not_depend_on_the_node_is_refu
             ("when.invalid", "defaults[1].when.node"),
             ("when.node_kind", "protected[0].when.node")} <= found, found
     assert client.get(POLICY).get_json()["version"] == saved["version"]  # nothing saved
+
+
+# The policies of docs/policy.md's worked example, as written there: the project's gives
+# no protected list, the platform's no other list empty.
+PLATFORM_EXAMPLE = {
+    "defaults": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+    "protected": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128",
+                   "reason": "egress goes through the proxy"}],
+    "rules": [{"name": "NUM_WORKERS", "min": 1, "max": 64,
+               "description": "a node has 64 cores"}]}
+PROJECT_EXAMPLE = {
+    "defaults": [{"name": "NCCL_DEBUG", "value": "INFO"},
+                 {"name": "NCCL_IB_DISABLE", "value": "0", "when": {"gpus": ">=1"}}],
+    "rules": [{"name": "DATA_ROOT", "required": True,
+               "description": "jobs read their data from a project volume"}]}
+
+
+def test_an_omitted_list_is_an_empty_one_on_every_policy_endpoint(client: FlaskClient) -> None:
+    assert client.post("/api/v1/projects", json={"name": "vision"}).status_code == 201
+    project = "/api/v1/projects/vision/policy"
+
+    platform = put(client, PLATFORM_EXAMPLE)
+    saved = client.put(project, json=PROJECT_EXAMPLE)
+    only_protected = client.post(f"{POLICY}/impact", json={"protected": [
+        {"name": "NUM_WORKERS", "reason": "the scheduler sets it"}]})
+    drafted = client.post(f"{project}/impact", json=PROJECT_EXAMPLE)
+
+    assert platform["rules"][0]["name"] == "NUM_WORKERS"
+    assert saved.status_code == 200, saved.get_json()
+    assert saved.get_json()["protected"] == [] and len(saved.get_json()["defaults"]) == 2
+    assert only_protected.status_code == drafted.status_code == 200, only_protected.get_json()
+    assert client.get(project).get_json()["rules"][0]["name"] == "DATA_ROOT"
+
+
+def test_a_policy_with_neither_list_is_422_naming_the_rule_and_saves_nothing(
+        client: FlaskClient, policies: PolicyStore, error_shape: ErrorShape) -> None:
+    assert client.post("/api/v1/projects", json={"name": "vision"}).status_code == 201
+    put(client, policy())
+    project = "/api/v1/projects/vision/policy"
+
+    answers = [client.put(POLICY, json={}),
+               client.put(POLICY, json={"rules": [{"name": "LR", "max": 1}]}),
+               client.put(project, json={"on_conflict": "drop"}),
+               client.post(f"{POLICY}/impact", json={}),
+               client.post(f"{project}/impact", json={"strict_env": True})]
+
+    for response in answers:
+        assert response.status_code == 422, response.get_json()
+        body = response.get_json()
+        error_shape(body)
+        [problem] = body["errors"]
+        assert problem["field"] == "defaults" and problem["rule"] == "schema"
+        assert "give defaults, protected or both" in problem["message"]
+    assert policies.versions() == [1]  # the platform's policy is as it was
+    assert client.get(f"{project}/versions").get_json()["versions"] == []
