@@ -190,21 +190,25 @@ class Client:
     def preview(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.json("POST", "/env/preview", json=body)
 
-    # policy
-    def policy(self) -> dict[str, Any]:
-        return self.json("GET", "/policy")
+    # policy: the platform's, or with ``project`` that project's layer
+    @staticmethod
+    def policy_path(project: str | None) -> str:
+        return "/policy" if project is None else f"/projects/{segment(project)}/policy"
 
-    def put_policy(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.json("PUT", "/policy", json=body)
+    def policy(self, project: str | None = None) -> dict[str, Any]:
+        return self.json("GET", self.policy_path(project))
 
-    def policy_versions(self) -> dict[str, Any]:
-        return self.json("GET", "/policy/versions")
+    def put_policy(self, body: dict[str, Any], project: str | None = None) -> dict[str, Any]:
+        return self.json("PUT", self.policy_path(project), json=body)
 
-    def policy_version(self, version: int) -> dict[str, Any]:
-        return self.json("GET", f"/policy/versions/{segment(version)}")
+    def policy_versions(self, project: str | None = None) -> dict[str, Any]:
+        return self.json("GET", f"{self.policy_path(project)}/versions")
 
-    def policy_impact(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.json("POST", "/policy/impact", json=body)
+    def policy_version(self, version: int, project: str | None = None) -> dict[str, Any]:
+        return self.json("GET", f"{self.policy_path(project)}/versions/{segment(version)}")
+
+    def policy_impact(self, body: dict[str, Any], project: str | None = None) -> dict[str, Any]:
+        return self.json("POST", f"{self.policy_path(project)}/impact", json=body)
 
     # the doctor's catalog
     def catalog(self, project: str | None = None) -> dict[str, Any]:

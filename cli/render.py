@@ -189,12 +189,54 @@ def prose_cell(text: Any) -> Text:
     return Text("\n".join(prose_lines(text)))
 
 
+def scope_label(scope: Any) -> str:
+    """A policy scope as read: ``platform``, ``project vision`` (the API's
+    ``project:vision``); no scope is the platform's (records from before projects)."""
+    if not scope:
+        return "platform"
+    kind, sep, name = str(scope).partition(":")
+    return shown(f"{kind} {name}" if sep else kind)
+
+
+def policy_versions(doc: dict[str, Any], missing: str = "-") -> str:
+    """Each scope's policy version a task (or a preview) was resolved with, the platform's
+    first: ``platform v3, project ml v2``; a record holding only ``policy_version`` was
+    resolved with the platform's alone."""
+    versions = doc.get("policy_versions")
+    if isinstance(versions, dict) and versions:
+        ordered = sorted(versions.items(), key=lambda item: item[0] != "platform")
+        return ", ".join(f"{scope_label(scope)} v{shown(number)}" for scope, number in ordered)
+    version = doc.get("policy_version")
+    return missing if version is None else f"platform v{shown(version)}"
+
+
+def overrode(variable: dict[str, Any]) -> str:
+    """What a resolved variable took precedence over, each with its scope, and which scope
+    did it: ``platform default (by project vision v7)``, ``user (by platform v4)``.
+    Records from before scopes hold the sources alone (``overrode``)."""
+    shadowed = [s for s in variable.get("shadowed") or [] if isinstance(s, dict)]
+    if shadowed:
+        parts = [f"{scope_label(s['scope'])} {s.get('source')}" if s.get("scope")
+                 else str(s.get("source")) for s in shadowed]
+    else:
+        parts = [str(o) for o in variable.get("overrode") or []]
+    if not parts:
+        return ""
+    text = ", ".join(parts)
+    if not variable.get("scope"):
+        return text  # the task's own value (or an identity variable): its source says so
+    version = variable.get("policy_version")
+    by = scope_label(variable["scope"]) + ("" if version is None else f" v{version}")
+    return f"{text} (by {by})"
+
+
 def env_table(variables: Iterable[dict[str, Any]], title: str | None = None) -> Table:
-    """Resolved variables: value (masked by the API when secret), source, what it overrode."""
+    """Resolved variables: value (masked by the API when secret), source, what it overrode
+    and which scope's policy did it."""
     grid = table("name", "value", "source", "overrode", "secret", title=title)
     for v in variables:
-        row(grid, v.get("name"), v.get("value"), v.get("source", ""),
-            ", ".join(v.get("overrode") or []), "yes" if v.get("secret") else "")
+        row(grid, v.get("name"), v.get("value"), v.get("source", ""), overrode(v),
+            "yes" if v.get("secret") else "")
     return grid
 
 
@@ -239,7 +281,8 @@ def tokens_table(items: Iterable[dict[str, Any]]) -> Table:
 
 
 def policy_tables(policy: dict[str, Any]) -> list[Table | Text]:
-    head = line(f"policy version {policy.get('version')}, on conflict: "
+    head = line(f"{scope_label(policy.get('scope'))} policy version {policy.get('version')}, "
+                f"on conflict: "
                 f"{policy.get('on_conflict')}, by {policy.get('author') or '-'} "
                 f"at {when(policy.get('created_at')) or '-'}")
     defaults = table("name", "value", "secret", title="defaults (injected into every task)")
@@ -361,7 +404,7 @@ def task_facts(doc: dict[str, Any]) -> Table:
     facts = [("task", doc.get("id")), ("name", doc.get("name")), ("owner", doc.get("owner")),
              ("project", doc.get("project") or "-"), ("status", doc.get("status")),
              ("revision", doc.get("revision")), ("outcome", Text(outcome or "-")),
-             ("policy version", doc.get("policy_version")),
+             ("policy", policy_versions(doc)),
              ("image", doc.get("image") or "(the launcher's default)"),
              ("created", when(doc.get("created_at"))), ("updated", when(doc.get("updated_at")))]
     if doc.get("cancelled_by"):
@@ -375,14 +418,14 @@ def task_facts(doc: dict[str, Any]) -> Table:
 
 def revisions_table(items: Iterable[dict[str, Any]]) -> Table:
     grid = table("revision", "state", "how", "by", "made", "started", "ended", "exit code",
-                 "policy version", title="revisions, oldest first")
+                 "policy", title="revisions, oldest first")
     for r in items:
         how = r.get("how") or ""
         if r.get("rerun_of"):
             how += f" of {r['rerun_of']}" + (" (pinned)" if r.get("pinned_from") else "")
         row(grid, r.get("revision"), r.get("state"), how, r.get("made_by"),
             when(r.get("made_at")), when(r.get("started_at")), when(r.get("ended_at")),
-            "" if r.get("exit_code") is None else r["exit_code"], r.get("policy_version"))
+            "" if r.get("exit_code") is None else r["exit_code"], policy_versions(r, missing=""))
     return grid
 
 

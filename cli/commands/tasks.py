@@ -202,7 +202,10 @@ def preview(app: App, task_file: Path, env_file: Path | None,
     body = group_options(taskfile.body(task_file, env_file), replicas, None, nodes)
     asked: dict[str, Any] = {"name": body.get("name") or "preview", "env": body["env"],
                              "policy_version": policy_version}
-    asked.update({k: body[k] for k in ("replicas", "procs_per_replica", "nodes") if k in body})
+    # What the policies' conditions and layers look at: the task's project (its policy
+    # applies), GPUs and image, as the task file gives them.
+    asked.update({k: body[k] for k in ("replicas", "procs_per_replica", "nodes", "project",
+                                       "resources", "image") if k in body})
     # The task file's own files, and the scripts named with --script (read, never run);
     # sent only when there are some: a server without them still answers.
     files = with_scripts(list(body.get("files") or []), scripts)
@@ -212,7 +215,7 @@ def preview(app: App, task_file: Path, env_file: Path | None,
         asked["strict_env"] = True
     result = app.client().preview(asked)
     app.out.print(render.env_table(result.get("variables") or [],
-                                   title=f"policy version {result.get('policy_version')}"))
+                                   title=f"policy: {render.policy_versions(result)}"))
     render.print_doctor(app.err, result.get("doctor"))
     for differ in result.get("differs") or []:
         app.err.print(render.line(f"{differ.get('name')} differs per replica: "
