@@ -13,16 +13,19 @@ from flask import Flask
 from api import auth, errors, health, metrics, replication
 from api.console import app as console
 from api.rest import admin, catalog, policy, preview, projects, revisions, tasks
-from shared.config import Settings
+from shared.config import process_settings, read_settings
 from workers.services import Enqueue, build_services
 
 
 def create_app(test_config: Mapping[str, Any] | None = None,
                redis_client: redis.Redis | None = None,
                enqueue: Enqueue | None = None) -> Flask:
-    """Build the API; tests hand in a Redis client (fakeredis) and an enqueue spy."""
-    overrides = dict(test_config or {})
-    settings = Settings.from_env(**overrides)
+    """Build the API; tests hand in settings, a Redis client (fakeredis) and an enqueue spy.
+
+    Without ``test_config``, the process's own settings (``read_settings``, as every
+    taskenv process reads them); with it, the environment and those, never ``var/``."""
+    settings = process_settings() if test_config is None else read_settings(
+        var=None, **test_config)
     app = Flask(__name__, template_folder="console/templates", static_folder="console/static")
     app.config.from_mapping(
         API_TITLE="taskenv",

@@ -1,51 +1,31 @@
 """Operator commands: ``python -m api.cli create-token|rotate-secrets``.
 
-They reach Redis directly, with the same settings as the services: ``TASKENV_*``
-variables first, then what ``make run`` wrote under ``var/`` in the current directory
-(``var/redis.url`` while it runs, ``var/secret.key``).  Without either, they say what to
-set instead of failing with a traceback.
+They reach Redis directly, with the settings every taskenv process reads
+(:func:`shared.config.read_settings`): ``TASKENV_*`` variables first, then what ``make
+run`` wrote under ``var/`` in the current directory (``var/redis.url`` while it runs,
+``var/secret.key``).  Without either, they say what to set instead of failing with a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
-from collections.abc import Mapping
-from pathlib import Path
 
 import redis
 
 from shared.access.tokens import ROLES
-from shared.config import Settings
+from shared.config import REDIS_URL_FILE, VAR, process_settings
+from shared.config import shown_url as shown
 from shared.errors import NotFound
-from workers.localstack import REDIS_URL_FILE
 from workers.services import Services, build_services
 
-VAR = Path("var")
 NO_REDIS = ("set TASKENV_REDIS_URL to the platform's Redis, or run this in the directory "
             f"where `make run` runs (it writes {VAR / REDIS_URL_FILE} while it runs)")
 
 
 class OperatorError(Exception):
     """What the operator must set or start; printed as it is, never as a traceback."""
-
-
-def local_settings(environ: Mapping[str, str] | None = None, var: Path = VAR) -> Settings:
-    """The services' settings, completed by what ``make run`` keeps in ``var``."""
-    environ = os.environ if environ is None else environ
-    found: dict[str, str] = {}
-    for setting, name in (("redis_url", REDIS_URL_FILE), ("secret_keys", "secret.key")):
-        path = var / name
-        if not environ.get(f"TASKENV_{setting.upper()}") and path.is_file():
-            found[setting] = path.read_text().strip()
-    return Settings.from_env(environ, **found)
-
-
-def shown(url: str) -> str:
-    """A Redis URL fit to print: its password left out."""
-    return re.sub(r"//[^@/]*@", "//***@", url)
 
 
 def create_token(svc: Services, owner: str, role: str) -> int:
@@ -84,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--role", choices=ROLES, default="user")
     sub.add_parser("rotate-secrets", help="re-encrypt stored secrets with the first key")
     args = parser.parse_args(argv)
-    settings = local_settings()
+    settings = process_settings()
     try:
         svc = build_services(settings)
         svc.redis.ping()

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 PREFIX = "TASKENV_"
+# What ``make run`` keeps in ``var/`` of its directory (0600), read by every process
+# started there without the setting: the Redis it runs (while it runs) and its keys.
+VAR = Path("var")
+REDIS_URL_FILE = "redis.url"
+SECRET_KEY_FILE = "secret.key"  # noqa: S105 - a file name, not a secret
+FROM_VAR = (("redis_url", REDIS_URL_FILE), ("secret_keys", SECRET_KEY_FILE))
 # What a task that names no image carries until a launcher puts it in its own default
 # image (a setting per launcher: TASKENV_PODMAN_IMAGE, TASKENV_KUBE_IMAGE).  It is the
 # local runtime image deploy/image/build.sh makes, which only a podman host has.
@@ -185,10 +193,36 @@ def _typed(kind: object, raw: str) -> Any:
     return raw
 
 
+def read_settings(environ: Mapping[str, str] | None = None, var: Path | None = VAR,
+                  **overrides: Any) -> Settings:
+    """The settings of any taskenv process: defaults, then ``TASKENV_*`` variables, then
+    what ``make run`` keeps in ``var`` (``var/redis.url`` while it runs,
+    ``var/secret.key``) for a setting the environment does not hold, then ``overrides``.
+
+    The API, every worker, the reconciler and the operator commands read theirs here, so
+    a process started by hand in ``make run``'s directory (``make worker``) joins that
+    stack with its keys.  A variable set in the environment wins even when empty: an
+    explicit ``TASKENV_SECRET_KEYS=`` means no keys.  ``var=None``: the environment only.
+    """
+    environ = os.environ if environ is None else environ
+    found: dict[str, str] = {}
+    for setting, name in FROM_VAR:
+        path = None if var is None else var / name
+        if path is not None and PREFIX + setting.upper() not in environ \
+                and setting not in overrides and path.is_file():
+            found[setting] = path.read_text().strip()
+    return Settings.from_env(environ, **found, **overrides)
+
+
 @functools.cache
 def process_settings() -> Settings:
-    """This process's settings, read from the environment once."""
-    return Settings.from_env()
+    """This process's settings (:func:`read_settings`), read once."""
+    return read_settings()
+
+
+def shown_url(url: str) -> str:
+    """A Redis URL fit to print or log: its password left out."""
+    return re.sub(r"//[^@/;]*@", "//***@", url)
 
 
 # Every setting's default, in one place: the domain's own settings objects (``Limits``,

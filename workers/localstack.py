@@ -29,7 +29,7 @@ from pathlib import Path
 import redis
 
 from shared import logs
-from shared.config import Settings, process_settings
+from shared.config import REDIS_URL_FILE, SECRET_KEY_FILE, Settings, process_settings
 from shared.metrics import MULTIPROC_ENV
 from workers.launchers.registry import setup_problems
 from workers.queues import QUEUES
@@ -55,9 +55,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# Where a running local stack says which Redis it uses (with its password, so 0600): the
-# operator commands (``python -m api.cli``) read it from the same directory.
-REDIS_URL_FILE = "redis.url"
+# Where a running local stack says which Redis it uses (with its password, so 0600): every
+# process started in the same directory without TASKENV_REDIS_URL (the operator commands,
+# ``make worker``) reads it there (shared.config.read_settings).
 
 
 def write_private(path: Path, text: str) -> None:
@@ -229,7 +229,7 @@ def local_credentials(directory: Path) -> dict[str, str]:
     out = {}
     for setting, name, make in (
         ("TASKENV_ADMIN_TOKEN", "admin.token", lambda: PREFIX + secrets.token_urlsafe(32)),
-        ("TASKENV_SECRET_KEYS", "secret.key", new_key),
+        ("TASKENV_SECRET_KEYS", SECRET_KEY_FILE, new_key),
         ("TASKENV_SESSION_SECRET", "session.key", lambda: secrets.token_urlsafe(32)),
     ):
         if not os.environ.get(setting):
