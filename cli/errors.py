@@ -10,6 +10,12 @@ class UsageProblem(Exception):
     """The command line, a file it names or the configuration is wrong (exit code 4)."""
 
 
+class TaskFileMalformed(UsageProblem):
+    """The task file is malformed (exit code 4, as for any usage problem), whichever check
+    caught it: the CLI's (not YAML, not a mapping, a key it does not know, an ``env`` or
+    ``files`` that is no list of entries) or the API's check of the request's shape."""
+
+
 class EnvRejected(Exception):
     """The env itself is bad, found before anything was sent (exit code 2, as when the
     API or a stage rejects it): a name in both the task file and the .env file, a .env
@@ -43,6 +49,13 @@ class ApiError(Exception):
     def rejects_env(self) -> bool:
         """The API refused the env (its own checks or the policy's), not the request."""
         return self.code in ENV_REFUSALS
+
+    @property
+    def refuses_shape(self) -> bool:
+        """The API refused the request's shape (422, every problem its schema's): for a
+        body made from a task file, the task file is malformed."""
+        return (self.status == 422 and not self.rejects_env and bool(self.problems)
+                and all(p.get("rule") == "schema" for p in self.problems))
 
     @property
     def transient(self) -> bool:

@@ -26,7 +26,9 @@ Exit codes (one per outcome, whichever check caught it):
      storing (422 env_invalid or policy_conflict), by the validation or policy
      stage, or, for preview, it would be
   3  the task was cancelled
-  4  usage or configuration error (bad flags, unreadable file, no token)
+  4  usage or configuration error: bad flags, an unreadable file, a malformed
+     task file (not YAML, a key it does not take, a value of the wrong shape),
+     whether the CLI or the API finds it, no token
   5  the API refused the request for another reason, or could not be reached"""
 
 

@@ -56,7 +56,19 @@ def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = N
     return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
 
 
-@click.command(epilog="\b\n" + TABLE)
+SUBMIT_HELP = f"""Create a task from TASK_FILE, a YAML file holding the body of POST
+/api/v1/tasks: these keys, and no other (a key it does not know is refused, exit code 4).
+
+\b
+{taskfile.keys_help()}
+
+Without --follow, prints the new task's id and exits 0 once the API accepted it.
+An env that sets a variable the platform sets per replica (RANK, MASTER_ADDR, ...)
+is refused here, before anything is submitted (exit code 2).  A malformed task file
+exits 4, whether the CLI or the API finds it."""
+
+
+@click.command(help=SUBMIT_HELP, epilog="\b\n" + TABLE)
 @click.argument("task_file", type=existing_file)
 @click.option("--env-file", type=existing_file,
               help="A .env file whose variables are added to the task's env (never evaluated).")
@@ -77,20 +89,15 @@ def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = N
 def submit(app: App, task_file: Path, env_file: Path | None, secrets: tuple[str, ...],
            follow: bool, idempotency_key: str | None, replicas: int | None,
            procs_per_replica: int | None, nodes: int | None) -> int:
-    """Create a task from TASK_FILE (YAML: name, image, workdir, steps, env, resources,
-    replicas, procs_per_replica, nodes).
-
-    Without --follow, prints the new task's id and exits 0 once the API accepted it.
-    An env that sets a variable the platform sets per replica (RANK, MASTER_ADDR, ...)
-    is refused here, before anything is submitted (exit code 2).
-    """
+    # (its help is SUBMIT_HELP: the task file's keys come from taskfile.KEYS)
     body = group_options(taskfile.body(task_file, env_file, secrets), replicas,
                          procs_per_replica, nodes)
     problems = taskfile.identity_problems(body["env"])
     if problems:
         render.print_problems(app.err, "the env would be rejected:", problems)
         return Exit.REJECTED
-    accepted = app.client().create_task(body, idempotency_key)
+    with taskfile.shape_checked_by_the_api(task_file):
+        accepted = app.client().create_task(body, idempotency_key)
     render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
     if not follow:
         click.echo(render.shown(accepted["id"]))
@@ -213,7 +220,8 @@ def preview(app: App, task_file: Path, env_file: Path | None,
         asked["files"] = files
     if strict_env:
         asked["strict_env"] = True
-    result = app.client().preview(asked)
+    with taskfile.shape_checked_by_the_api(task_file):
+        result = app.client().preview(asked)
     app.out.print(render.env_table(result.get("variables") or [],
                                    title=f"policy: {render.policy_versions(result)}"))
     render.print_doctor(app.err, result.get("doctor"))
