@@ -108,14 +108,34 @@ class Parsed:
     unparsable: list[str] = field(default_factory=list)
 
 
+def shipped(repo: Path, under: str) -> list[Path]:
+    """The files under ``under`` that the repository ships: those git tracks, and any
+    other beside them in a directory it ships files in.  A directory of the reader's own
+    (the overlay the README has them copy from the example, ``overlays/prod``) is theirs,
+    not the repository's: its files are not checked as the repository's.  Outside a git
+    checkout, every file."""
+    top = repo / under
+    every = sorted(p for p in top.rglob("*") if p.is_file())
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--", under], cwd=repo,
+                                capture_output=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return every
+    tracked = {repo / name for name in listed.decode().split("\0") if name}
+    if not tracked:  # not a checkout of this repository (a bare copy): all of it
+        return every
+    directories = {path.parent for path in tracked}
+    return [p for p in every if p in tracked or p.parent in directories]
+
+
 def kubernetes_docs(repo: Path) -> list[str]:
     """deploy/k8s/README.md first (the walkthrough the others assume), then the Slurm
-    READMEs, docs/kubernetes.md and every manifest's comments."""
+    READMEs, docs/kubernetes.md and every shipped manifest's comments."""
     docs = ["deploy/k8s/README.md"]
     docs += sorted(str(p.relative_to(repo)) for p in (repo / "deploy" / "slurm").rglob("README.md"))
     docs.append("docs/kubernetes.md")
     for top in ("deploy/k8s", "deploy/slurm"):
-        docs += sorted(str(p.relative_to(repo)) for p in (repo / top).rglob("*.yaml"))
+        docs += [str(p.relative_to(repo)) for p in shipped(repo, top) if p.suffix == ".yaml"]
     return [d for d in docs if (repo / d).is_file()]
 
 
@@ -414,7 +434,10 @@ def walk_docs(repo: Path, docs: Sequence[str], workdir: Path,
     a copy of where ``docs[0]`` left it."""
     walk = Walk(render=render)
     first = _State(workdir / "walkthrough", docs[0])
-    shutil.copytree(repo / "deploy", first.root / "deploy", symlinks=True)
+    for path in shipped(repo, "deploy"):  # as the repository ships it: no overlay of the reader's
+        target = first.root / path.relative_to(repo)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
     _replay(walk, first, _commands(repo, docs[0], walk))
     for n, doc in enumerate(docs[1:], 1):
         state = _State(workdir / f"doc-{n}", doc, dict(first.created), first.built)

@@ -17,7 +17,11 @@ import pytest
 
 from tests.deploy import doc_blocks
 from tests.deploy.doc_blocks import Mismatch
-from tests.deploy.test_k8s_manifests import setting_names
+from tests.deploy.test_k8s_manifests import (
+    follow_step_2_and_the_slurm_component,
+    git_copy,
+    setting_names,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 README = "deploy/k8s/README.md"
@@ -82,6 +86,18 @@ def test_the_admin_token_is_read_from_the_secret_that_holds_it(doc_walk):
     name = read.argv[read.argv.index("secret") + 1]
     assert "TASKENV_ADMIN_TOKEN" in known.keys[("Secret", "taskenv", name)]
     assert name == "taskenv-api"
+
+
+@pytest.mark.kubectl
+def test_the_walkthrough_in_a_checkout_where_the_reader_followed_it_already(tmp_path, doc_walk):
+    """A reader's own overlays/prod in the tree (step 2 and the Slurm component, done by
+    hand) changes nothing of what the walkthrough's replay copies, renders and finds."""
+    repo = git_copy(tmp_path / "checkout")
+    follow_step_2_and_the_slurm_component(repo)
+    walk = doc_blocks.walk_docs(repo, [README], tmp_path / "walk")
+    assert not walk.mismatches, report(walk.mismatches)
+    again = [r.objects for r in walk.renders if r.applied]
+    assert again == [r.objects for r in doc_walk.renders if r.applied and r.command.doc == README]
 
 
 # --- the mistakes a new user met, brought back -------------------------------------------------
