@@ -126,13 +126,14 @@ def value_warnings(variables: Iterable[Valued], catalog: Catalog) -> list[Proble
         if why:
             where = f" ({entry.source})" if entry.source else ""
             problems.append(Problem(rule=VALUE, variable=var.name,
-                                    message=f"{var.name}: the value {_shown(var.value)} {why}"
-                                            f"{where}"))
+                                    message=f"{var.name}: {why}{where}"))
     return problems
 
 
 def outside(entry: Entry, value: str) -> str | None:
-    """Why ``value`` is outside ``entry``'s documented values or type; None if it is not."""
+    """Why ``value`` is outside ``entry``'s documented values or type, as a clause that
+    names what it is about (``the value 'verbose' is not one of ...``, ``'expandable_segment'
+    is not a documented option ...``); None if it is not."""
     check = _CHECKS.get(entry.type)
     return check(entry, value) if check is not None else None
 
@@ -140,19 +141,21 @@ def outside(entry: Entry, value: str) -> str | None:
 def _enum(entry: Entry, value: str) -> str | None:
     if not entry.values or _member(entry, value.strip()):
         return None
-    return f"is not one of the documented values {_listing(entry.values)}"
+    return f"the value {_shown(value)} is not one of the documented values {_listing(entry.values)}"
 
 
 def _list(entry: Entry, value: str) -> str | None:
     wrong = [item for item in value.split(",") if not _member(entry, item.strip())]
     if not entry.values or not wrong:
         return None
-    return (f"has {_listing(tuple(wrong))}, not among the documented values "
-            f"{_listing(entry.values)}")
+    return (f"the value {_shown(value)} has {_listing(tuple(wrong))}, not among the "
+            f"documented values {_listing(entry.values)}")
 
 
 def _options(entry: Entry, value: str) -> str | None:
-    """``key:value,key:value``: each key must be a documented option."""
+    """``key:value,key:value``: each key must be a documented option.  Each wrong item is
+    named on its own (``'expandable_segment' is not a documented option (did you mean
+    'expandable_segments'?)``), then the documented options."""
     problems: list[str] = []
     for item in (i.strip() for i in value.split(",") if i.strip()):
         key, colon, _ = item.partition(":")
@@ -160,29 +163,31 @@ def _options(entry: Entry, value: str) -> str | None:
             problems.append(f"{item!r} is not of the form option:value")
         elif entry.values and key.strip() not in entry.values:
             guesses = likely(key.strip(), entry.values, same_family=False)
-            hint = f" (did you mean {guesses[0]}?)" if guesses else ""
+            hint = f" (did you mean {guesses[0]!r}?)" if guesses else ""
             problems.append(f"{key.strip()!r} is not a documented option{hint}")
     if not problems:
         return None
-    return "has " + "; ".join(problems) + f"; documented options: {_listing(entry.values)}"
+    return "; ".join(problems) + f"; documented options: {_listing(entry.values)}"
 
 
 def _number(entry: Entry, value: str) -> str | None:
     try:
         number = int(value.strip()) if entry.type == "int" else float(value.strip())
     except ValueError:
-        return f"is not {'a whole number' if entry.type == 'int' else 'a number'}"
+        return (f"the value {_shown(value)} is not "
+                f"{'a whole number' if entry.type == 'int' else 'a number'}")
     if entry.min is not None and number < entry.min:
-        return f"is below the documented minimum {entry.min:g}"
+        return f"the value {_shown(value)} is below the documented minimum {entry.min:g}"
     if entry.max is not None and number > entry.max:
-        return f"is above the documented maximum {entry.max:g}"
+        return f"the value {_shown(value)} is above the documented maximum {entry.max:g}"
     return None
 
 
 def _hf_bool(entry: Entry, value: str) -> str | None:
     if value.strip().upper() in HF_TRUE + HF_FALSE:
         return None
-    return (f"is read as false: only {', '.join(HF_TRUE)} (any case) mean true")
+    return (f"the value {_shown(value)} is read as false: only {', '.join(HF_TRUE)} "
+            "(any case) mean true")
 
 
 def _member(entry: Entry, value: str) -> bool:

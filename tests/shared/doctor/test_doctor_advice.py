@@ -48,7 +48,7 @@ def test_same_family_only() -> None:
     ("NCCL_DEBUG", "verbose", "not one of the documented values VERSION, WARN, INFO, TRACE"),
     ("CUDA_LAUNCH_BLOCKING", "yes", "0, 1"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segment:True",
-     "'expandable_segment' is not a documented option (did you mean expandable_segments?)"),
+     "'expandable_segment' is not a documented option (did you mean 'expandable_segments'?)"),
     ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments", "not of the form option:value"),
     ("HF_HUB_OFFLINE", "enabled", "is read as false"),
     ("MKL_NUM_THREADS", "0", "below the documented minimum 1"),
@@ -61,6 +61,27 @@ def test_a_value_outside_the_documented_ones_is_named(name: str, value: str,
                                                       expected: str) -> None:
     message = warned(EnvVar(name, value))[name]
     assert expected in message and "https://" in message
+
+
+@pytest.mark.parametrize(("name", "value", "start"), [
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segment:True",
+     "PYTORCH_CUDA_ALLOC_CONF: 'expandable_segment' is not a documented option (did you mean "
+     "'expandable_segments'?); documented options: backend, max_split_size_mb,"),
+    ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments,max_split_size_mb:128,roundup:4",
+     "PYTORCH_CUDA_ALLOC_CONF: 'expandable_segments' is not of the form option:value; "
+     "'roundup' is not a documented option"),
+    ("NCCL_DEBUG", "verbose", "NCCL_DEBUG: the value 'verbose' is not one of the documented"),
+    ("OMP_PROC_BIND", "close,nearby", "OMP_PROC_BIND: the value 'close,nearby' has nearby, "
+                                      "not among the documented values"),
+    ("MKL_NUM_THREADS", "0", "MKL_NUM_THREADS: the value '0' is below the documented minimum 1"),
+    ("HF_HUB_OFFLINE", "enabled", "HF_HUB_OFFLINE: the value 'enabled' is read as false"),
+])
+def test_a_value_warning_reads_as_one_sentence_about_what_is_wrong(name: str, value: str,
+                                                                    start: str) -> None:
+    """Each clause has its own subject: never "the value X has Y is not ..."."""
+    message = warned(EnvVar(name, value))[name]
+    assert message.startswith(start), message
+    assert " has '" not in message
 
 
 @pytest.mark.parametrize(("name", "value"), [
