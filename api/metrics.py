@@ -6,7 +6,8 @@ line written while the request is answered and returned in the response's
 ``X-Request-ID`` header, so a user's report can be matched to the API's log.
 
 ``/metrics`` needs no token, as ``/healthz`` does not: it shows counts and timings
-by route, state, stage and queue, never a task id, a user, a project or a value.  With
+by route, state, stage and queue, never a task id, a user, a project or a value; the
+counters the operations guide alerts on are listed at 0 until their first event.  With
 an admin's bearer token the same scrape also splits task transitions by project (a
 tenant's name is not for anyone who can reach the port).  It is served on the API's
 own address; put it behind the same network policy as the API.
@@ -22,7 +23,7 @@ import uuid
 from flask import Blueprint, Flask, Response, g, request
 
 from api import auth
-from api.context import svc
+from api.context import services_of, svc
 from shared import logs, metrics
 from workers.queues import QUEUES
 
@@ -69,6 +70,8 @@ def _unbind(_: BaseException | None) -> None:
 
 
 def init_app(app: Flask) -> None:
+    # The series the operations guide alerts on, at 0 before their first event.
+    metrics.start_at_zero(services_of(app).settings.launcher, QUEUES)
     app.before_request(_begin)
     app.after_request(_end)
     app.teardown_request(_unbind)

@@ -14,11 +14,16 @@ when scraped.
 
 Labels are bounded: a route is the Flask endpoint, never the path; a stage, state,
 launcher, reason, action or queue comes from a fixed set in the code; a project is
-named only if the project store knows it, else ``other``.  A task id or a variable
-name is never a label.  Project names are tenants' names: a scrape without an admin's
-token (and every worker's or reconciler's own port, which has no tokens) gets the
-samples summed over ``project`` (``project=""``, :class:`WithoutTenants`), never a
-project's name.
+named only if the project store knows it, else ``other`` (a task in no project too).
+A task id or a variable name is never a label.  Project names are tenants' names: a
+scrape without an admin's token (and every worker's or reconciler's own port, which
+has no tokens) gets the samples summed over ``project`` (``project=""``,
+:class:`WithoutTenants`), never a project's name.
+
+The counters the operations guide alerts on (launch errors, the reconciler's passes
+and actions, consumer restarts) exist at 0 from a process's start, each label set the
+guide names (:func:`start_at_zero`): an alert on ``rate()`` or ``increase()`` needs a
+series before its first event, or the first event is never seen as an increase.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shared.errors import LaunchFailed, SecretsUnavailable, TaskenvError, TransientError
 from shared.keys import Keys
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,15 @@ CONSUMER_RESTARTS = Counter("taskenv_consumer_restarts",
                             "Workers that shut down because their consumer stalled.",
                             ["queue"])
 
+# The label values the operations guide names for the counters it alerts on (README,
+# "Operations"): each series exists at 0 from the start (start_at_zero).
+LAUNCH_ERROR_REASONS = (LaunchFailed.code, TransientError.code, SecretsUnavailable.code,
+                        "redis", "unexpected")
+RECONCILER_ACTION_NAMES = ("requeued", "relaunched", "lost", "never_started", "finished",
+                           "expired")
+RECONCILER_RESULTS = ("ok", "failed")
+NO_PROJECT = "other"  # the label of a task in no project, and of a project not known
+
 PROJECT_CACHE_SECONDS = 60.0
 PROJECT_CACHE_SIZE = 1000
 _projects_known: dict[str, tuple[bool, float]] = {}
@@ -87,9 +102,10 @@ def multiprocess_mode() -> bool:
 
 
 def project_label(project: str | None, exists: Callable[[str], bool]) -> str:
-    """The project as a label: itself if the store knows it (asked once a minute)."""
+    """The project as a label: itself if the store knows it (asked once a minute), else
+    ``other``, as for a task in no project."""
     if not project:
-        return ""
+        return NO_PROJECT
     now = time.monotonic()
     known = _projects_known.get(project)
     if known is None or known[1] < now:
@@ -97,7 +113,35 @@ def project_label(project: str | None, exists: Callable[[str], bool]) -> str:
             _projects_known.clear()
         known = (exists(project), now + PROJECT_CACHE_SECONDS)
         _projects_known[project] = known
-    return project if known[0] else "other"
+    return project if known[0] else NO_PROJECT
+
+
+def start_at_zero(launcher: str, queues: Iterable[str]) -> None:
+    """Every series the operations guide alerts on, at 0 until its first event (in
+    multiprocess mode, written to this process's file, so the API's scrape lists them)."""
+    for reason in LAUNCH_ERROR_REASONS:
+        LAUNCH_ERRORS.labels(launcher=launcher, reason=reason)
+    for action in RECONCILER_ACTION_NAMES:
+        RECONCILER_ACTIONS.labels(action=action)
+    for result in RECONCILER_RESULTS:
+        RECONCILER_PASSES.labels(result=result)
+    for queue in queues:
+        CONSUMER_RESTARTS.labels(queue=queue)
+
+
+def error_reason(exc: BaseException) -> str:
+    """A bounded name for why a launch failed: a domain error's code, or its kind."""
+    if isinstance(exc, TaskenvError):
+        return exc.code
+    if isinstance(exc, redis.RedisError):
+        return "redis"
+    return "unexpected"
+
+
+def launch_failed(launcher: str, exc: BaseException) -> None:
+    """Count a launch that failed, whether the backend or taskenv's own step before it
+    (reading the revision, opening its secrets) failed it."""
+    LAUNCH_ERRORS.labels(launcher=launcher, reason=error_reason(exc)).inc()
 
 
 def task_entered(state: str, project: str | None, exists: Callable[[str], bool]) -> None:

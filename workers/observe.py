@@ -19,12 +19,10 @@ from contextvars import Token
 from datetime import datetime
 from typing import Any
 
-import redis
 from celery import signals
 
 from shared import logs, metrics
 from shared.config import process_settings
-from shared.errors import TaskenvError
 from shared.task.workload import Workload
 from workers.launchers.base import Change, Hooks, Launcher, Outcome
 from workers.queues import SENT_AT, stage_of
@@ -70,15 +68,6 @@ def _finished(task_id: str, task: Any, **_: Any) -> None:
     logs.unbind(started[1])
 
 
-def error_reason(exc: BaseException) -> str:
-    """A bounded name for why a launch failed: a domain error's code, or its kind."""
-    if isinstance(exc, TaskenvError):
-        return exc.code
-    if isinstance(exc, redis.RedisError):
-        return "redis"
-    return "unexpected"
-
-
 class CountingLauncher:
     """A launcher that counts the errors its launches raise (by launcher and reason)."""
 
@@ -92,7 +81,7 @@ class CountingLauncher:
         try:
             return self.inner.launch(workload, hooks)
         except Exception as exc:
-            metrics.LAUNCH_ERRORS.labels(launcher=self.name, reason=error_reason(exc)).inc()
+            metrics.launch_failed(self.name, exc)
             raise
 
     def observe(self, workload: Workload) -> Outcome | None:

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from shared import metrics
 from shared.doctor.checkup import Doctor
 from shared.doctor.store import CatalogStore
 from shared.env.envlist import Limits
@@ -102,13 +103,19 @@ def launch(tasks: TaskStore, launcher: Launcher, task_id: str, revision: int,
     With ``min_replicas``, only once the claim is on that many replicas (see
     :func:`_claim`)."""
     with keep_alive(tasks, task_id, revision, heartbeat_seconds):
-        doc = _claim(tasks, task_id, revision, min_replicas, replica_wait_ms)
-        if doc is None:
-            _skip("launch", task_id, revision)
-            return
-        workload = Workload.from_doc(doc)
-        # Secrets are hidden whole even when the launcher's messages cut one in pieces.
-        redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        try:
+            doc = _claim(tasks, task_id, revision, min_replicas, replica_wait_ms)
+            if doc is None:
+                _skip("launch", task_id, revision)
+                return
+            workload = Workload.from_doc(doc)
+            # Secrets are hidden whole even when the launcher's messages cut one in pieces.
+            redactor = StreamRedactor(v.value for v in workload.env if v.secret)
+        except Exception as exc:
+            # Failed before the backend was called (the record unreadable, its secrets
+            # not opening with this worker's keys): a launch error all the same.
+            metrics.launch_failed(launcher.name, exc)
+            raise
         moved: list[bool] = []  # whether each move the launch made found the revision
         # Once the workload may be running, no write may fail the launch: each waits out
         # a Redis restart (heartbeat still beating) rather than leave the task behind.

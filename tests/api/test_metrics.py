@@ -25,7 +25,10 @@ from workers import stages
 
 
 def samples(client: FlaskClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    resp = client.get("/metrics")
+    return samples_of(client.get("/metrics"))
+
+
+def samples_of(resp: Any) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     assert resp.status_code == 200
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(resp.get_data(as_text=True))
@@ -80,8 +83,11 @@ def test_tasks_entering_each_state_are_counted(app: Flask, client: FlaskClient) 
     assert stages.validate(services.tasks, services.limits, resp.json["id"], 1)
     after = samples(client)
     for state in ("pending", "validated"):
-        assert (value(after, "taskenv_task_transitions_total", state=state, project="")
-                - value(before, "taskenv_task_transitions_total", state=state, project="")) == 1
+        # An admin's scrape (``client`` holds an admin's token): a task in no project is
+        # counted under ``other``.
+        assert (value(after, "taskenv_task_transitions_total", state=state, project="other")
+                - value(before, "taskenv_task_transitions_total", state=state,
+                        project="other")) == 1
 
 
 def test_a_project_is_a_label_only_if_the_store_knows_it(
@@ -92,7 +98,41 @@ def test_a_project_is_a_label_only_if_the_store_knows_it(
     known = {"vision"}
     assert metrics.project_label("vision", known.__contains__) == "vision"
     assert metrics.project_label(f"made-up-{uuid.uuid4().hex}", known.__contains__) == "other"
-    assert metrics.project_label(None, known.__contains__) == ""
+    assert metrics.project_label(None, known.__contains__) == "other"  # no project: other
+
+
+def test_a_task_in_no_project_is_counted_as_other_in_an_admins_scrape(
+        app: Flask, client: FlaskClient) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    before = samples_of(app.test_client().get("/metrics", headers=admin))
+    resp = client.post("/api/v1/tasks", json={"name": "t", "steps": [["true"]]})
+    assert resp.status_code == 202
+    after = samples_of(app.test_client().get("/metrics", headers=admin))
+    pending = ("taskenv_task_transitions_total", frozenset({("state", "pending"),
+                                                            ("project", "other")}))
+    assert after.get(pending, 0.0) - before.get(pending, 0.0) == 1
+    assert not any(("project", "") in labels for _, labels in after)
+
+
+# The series README "Operations" alerts on, each label set it names.
+ALERTED = [("taskenv_launch_errors_total", {"reason": reason})
+           for reason in ("launch_failed", "unavailable", "secrets_unavailable", "redis",
+                          "unexpected")] + [
+    ("taskenv_reconciler_actions_total", {"action": action})
+    for action in ("requeued", "relaunched", "lost", "never_started", "finished", "expired")] + [
+    ("taskenv_reconciler_passes_total", {"result": "ok"}),
+    ("taskenv_reconciler_passes_total", {"result": "failed"})] + [
+    ("taskenv_consumer_restarts_total", {"queue": queue})
+    for queue in ("validate", "policy", "launch")]
+
+
+def test_the_counters_the_docs_alert_on_are_listed_from_the_start(app: Flask) -> None:
+    scraped = samples(app.test_client())
+    launcher = app.extensions["taskenv"].settings.launcher
+    for name, labels in ALERTED:
+        if name == "taskenv_launch_errors_total":
+            labels = {**labels, "launcher": launcher}
+        assert (name, frozenset(labels.items())) in scraped, (name, labels)
 
 
 def test_queue_depths_are_read_from_redis_when_scraped(app: Flask, client: FlaskClient) -> None:

@@ -26,6 +26,7 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.api.test_metrics import ALERTED
 from tests.support.stack import Stack, api_url, stack_env, start_front, wait_until_serving
 from workers.localstack import RedisServer, start_worker, stop_all
 from workers.queues import QUEUES
@@ -42,6 +43,7 @@ class Ops:
     workers: dict[str, subprocess.Popen[bytes]]
     front: list[subprocess.Popen[bytes]]
     root: Path
+    first: Samples | None = None  # the API's /metrics as soon as it serves
 
     def stop_worker(self, queue: str) -> int:
         """SIGTERM (Celery's warm shutdown) and wait for the worker to exit."""
@@ -66,6 +68,7 @@ def ops(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
     running.front = start_front(env, logs)
     try:
         wait_until_serving(env)
+        running.first = scrape(running.stack)
         yield running
     finally:
         stop_all([*running.workers.values(), *running.front])
@@ -105,6 +108,20 @@ def task_body(env: list[dict[str, Any]] | None = None) -> dict[str, Any]:
 
 def test_readyz_is_ok_once_every_stage_and_the_reconciler_are_up(ops: Ops) -> None:
     assert eventually(lambda: readiness(ops.stack).status_code == 200), readiness(ops.stack).text
+
+
+def test_a_fresh_stack_lists_the_counters_the_docs_alert_on_at_zero(ops: Ops) -> None:
+    """Every process writes its own file (multiprocess mode): the API's scrape lists each
+    series the operations guide alerts on before anything happened to count."""
+    assert ops.first is not None
+    for name, labels in ALERTED:
+        if name == "taskenv_launch_errors_total":
+            labels = {**labels, "launcher": "local"}
+        key = (name, frozenset(labels.items()))
+        assert key in ops.first, key
+        if labels.get("result") != "ok" and labels.get("action") not in ("finished",
+                                                                          "expired"):
+            assert ops.first[key] == 0, key
 
 
 def test_metrics_move_as_tasks_flow(ops: Ops) -> None:
