@@ -65,3 +65,46 @@ def example_runs_both_scripts_in_its_own_project(run: Run) -> Iterator[None]:
     assert run.api("GET", "/api/v1/projects/examples/policy").json()["defaults"], "no defaults"
     status, again = run.reader.shell.run("make example")
     assert status == 0, again  # a second run works too
+
+
+# docs/policy.md's worked example: the platform's policy it replaces, to compare with the
+# one its last block puts back.
+WORKED: dict[str, object] = {}
+
+
+def policy_entries(policy: dict[str, object]) -> dict[str, object]:
+    return {k: policy.get(k) for k in ("defaults", "protected", "rules", "on_conflict")}
+
+
+@check("docs/policy.md", "A worked example")
+def worked_example_keeps_the_platforms_policy(run: Run) -> Iterator[None]:
+    WORKED["before"] = policy_entries(run.api("GET", "/api/v1/policy").json())
+    yield
+    saved = run.api("GET", "/api/v1/policy").json()
+    assert [r["name"] for r in saved["rules"]] == ["NUM_WORKERS"], saved
+
+
+@check("docs/policy.md", "A worked example", 2)
+def worked_example_project_policy_without_a_protected_list_is_saved(run: Run) -> Iterator[None]:
+    before = run.api("GET", "/api/v1/projects/vision/policy").json()["version"]
+    yield
+    assert "Missing data" not in run.output, run.output
+    saved = run.api("GET", "/api/v1/projects/vision/policy").json()
+    # The file gives no protected list: saved as an empty one, in one new version.
+    assert (saved["version"], saved["protected"]) == (before + 1, []), saved
+    assert [d["name"] for d in saved["defaults"]] == ["NCCL_DEBUG", "NCCL_IB_DISABLE"], saved
+    assert [r["name"] for r in saved["rules"]] == ["DATA_ROOT"], saved
+
+
+@check("docs/policy.md", "A worked example", 3)
+def worked_example_preview_names_both_scopes_versions(run: Run) -> None:
+    platform = run.api("GET", "/api/v1/policy").json()["version"]
+    project = run.api("GET", "/api/v1/projects/vision/policy").json()["version"]
+    assert f"policy: platform v{platform}, project vision v{project}" in run.output, run.output
+    assert f"platform default (by project vision v{project})" in run.output, run.output
+
+
+@check("docs/policy.md", "A worked example", 5)
+def worked_example_puts_the_platforms_policy_back(run: Run) -> None:
+    after = policy_entries(run.api("GET", "/api/v1/policy").json())
+    assert after == WORKED["before"], (after, WORKED["before"])
