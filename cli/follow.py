@@ -1,5 +1,10 @@
 """Following a task: its states and its output as they come, until it is final.
 
+A revision superseded by a later one (an env change, a rerun) is followed into that
+one: a line says so, and the new revision's states and output follow, until the task
+is final.  Once a revision is resolved (its scripts read by the doctor), ``resolved``
+is called with it, before any of its output is printed.
+
 Each poll reads the task (with ``If-None-Match``: a ``304`` while nothing changed),
 then the log from the byte offset already printed (``GET /tasks/{id}/logs?offset=n``,
 as the console's live page does): a poll costs what was written since, and a step's
@@ -26,11 +31,20 @@ from cli.outcome import is_final
 from cli.render import shown
 
 MAX_INTERVAL = 2.0
+# The states of a revision the policy stage has not looked at yet: past them, the doctor's
+# findings on it are known (or it ended before, and has none).
+UNRESOLVED = frozenset({"pending", "validated"})
+# The rules of the doctor's findings among a revision's warnings and errors.
+DOCTOR_RULES = ("doctor.", "rule.documented")
 
 
-def finished(doc: dict[str, Any], revision: int) -> bool:
-    """Final for the revision followed, or superseded by a later revision."""
-    return doc["revision"] > revision or is_final(doc["status"])
+def resolved(doc: dict[str, Any]) -> bool:
+    """The revision is past validation and policy (or ended before them)."""
+    return doc.get("status", doc.get("state")) not in UNRESOLVED
+
+
+def by_doctor(problem: dict[str, Any]) -> bool:
+    return str(problem.get("rule") or "").startswith(DOCTOR_RULES)
 
 
 @dataclass
@@ -88,22 +102,37 @@ class Follower:
             offset = after
 
     def stream(self, task_id: str, revision: int, write: Callable[[str], None],
-               replica: int | None = None) -> dict[str, Any]:
-        """Print each state ``revision`` passes (on the progress console) and its output as
-        it grows (through ``write``), until it is final; the last state read."""
+               replica: int | None = None,
+               on_resolved: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+        """Print each state the task passes from ``revision`` on (on the progress console)
+        and its output as it grows (through ``write``), until the task is final; a revision
+        superseded by a later one is followed into it.  ``on_resolved`` is called once per
+        revision, with the task, when it is first read resolved, before its output.  The
+        last state read."""
         self.started, offset, last, pause = self.clock(), 0, None, self.interval
         doc: dict[str, Any] | None = None
         etag: str | None = None
+        told = 0  # the last revision ``on_resolved`` was called for
         while True:
             # Read before the logs: when final, the logs are complete.  Unchanged: a 304.
             doc, etag = self.task_again(task_id, doc, etag)
+            if doc["revision"] > revision:
+                # What the superseded revision printed before it stopped, then the new one.
+                self.drain(task_id, revision, offset, write, replica)
+                self.progress.print(Text(shown(
+                    f"task {task_id}: revision {revision} was superseded by revision "
+                    f"{doc['revision']}")))
+                revision, offset = doc["revision"], 0
             state = (doc["status"], doc["revision"])
             if state != last:
                 self.progress.print(Text(shown(self.label(task_id, doc))))
+            if on_resolved is not None and told < revision and resolved(doc):
+                told = revision
+                on_resolved(doc)
             printed = False
             if doc["status"] != "rejected":  # a rejected revision never ran: no output
                 offset, printed = self.drain(task_id, revision, offset, write, replica)
-            if finished(doc, revision):
+            if is_final(doc["status"]):
                 return doc
             if state != last or printed:
                 last, pause = state, self.interval
@@ -111,6 +140,20 @@ class Follower:
             else:
                 self.sleep(pause)
                 pause = min(pause * 1.5, MAX_INTERVAL)
+
+    def until_resolved(self, task_id: str, revision: int, limit: float) -> dict[str, Any]:
+        """The task once ``revision`` is resolved (or ended), superseded by a later
+        revision, or ``limit`` seconds have passed, whichever comes first: polled as a
+        follow polls, a ``304`` while nothing changed."""
+        deadline, pause = self.clock() + limit, self.interval
+        doc: dict[str, Any] | None = None
+        etag: str | None = None
+        while True:
+            doc, etag = self.task_again(task_id, doc, etag)
+            if doc["revision"] != revision or resolved(doc) or self.clock() >= deadline:
+                return doc
+            self.sleep(min(pause, max(0.0, deadline - self.clock())))
+            pause = min(pause * 1.5, MAX_INTERVAL)
 
     def label(self, task_id: str, doc: dict[str, Any]) -> str:
         elapsed = self.clock() - self.started

@@ -11,10 +11,14 @@ from rich.text import Text
 
 from cli import envfile, prompt, render, taskfile
 from cli.app import App, pass_app
-from cli.errors import UsageProblem
+from cli.errors import ApiError, UsageProblem
+from cli.follow import Follower, by_doctor, resolved
 from cli.outcome import Exit
 from shared.env.identity import INDEX_NAMES
 
+# The doctor's advice on the env as set: printed from the API's answer already.
+ADVICE_RULES = ("doctor.near_miss", "doctor.value")
+RESOLVE_PATIENCE = 30.0  # seconds env set waits for the new revision to be resolved
 REVISION_NOTE = ("a running container's env cannot change: the new revision is validated, "
                  "resolved and launched anew")
 
@@ -106,10 +110,62 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...],
     return list(entries.values())
 
 
-def print_accepted(app: App, accepted: dict[str, Any]) -> None:
+def print_accepted(app: App, accepted: dict[str, Any], changed: list[str]) -> None:
+    """The new revision, the doctor's advice on the env, then, once the revision is
+    resolved, the doctor's findings on the variables that changed."""
     app.err.print(render.line(f"task {accepted['id']}: revision {accepted['revision']} "
                               f"{accepted['status']} ({REVISION_NOTE})"))
     render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
+    print_revision_findings(app, accepted["id"], accepted["revision"], changed)
+
+
+def print_revision_findings(app: App, task_id: str, revision: int, names: list[str]) -> None:
+    """What the doctor found about ``names`` in the revision, once the policy stage has
+    resolved it (waited for at most ``RESOLVE_PATIENCE`` seconds): a script's read of one
+    with no value left, one that no script reads, a read a default now satisfies, an
+    undocumented name; or that it found nothing about them.  A revision rejected meanwhile
+    is said to be, with each error."""
+    try:
+        doc = Follower(app.client(), app.err).until_resolved(task_id, revision,
+                                                             RESOLVE_PATIENCE)
+    except ApiError as exc:  # the revision is made: what it was asked is done
+        app.err.print(render.block(render.prose(
+            f"the doctor's findings on revision {revision} could not be read: {exc}"),
+            style="yellow"))
+        return
+    which = ", ".join(names)
+    if doc["revision"] != revision:
+        app.err.print(render.line(f"task {task_id}: revision {revision} was superseded by "
+                                  f"revision {doc['revision']} before it was resolved"))
+        return
+    if not resolved(doc):
+        app.err.print(render.line(
+            f"task {task_id}: revision {revision} is still {doc['status']} after "
+            f"{RESOLVE_PATIENCE:g} s: `taskenv show {task_id}` lists the doctor's findings "
+            "once it is resolved"))
+        return
+    wanted = set(names)
+    problems = [p for p in [*(doc.get("errors") or []), *(doc.get("warnings") or [])]
+                if by_doctor(p) and p.get("rule") not in ADVICE_RULES
+                and p.get("variable") in wanted]
+    report = doc.get("doctor") or {}
+    defaults = [d for d in report.get("from_defaults") or [] if d.get("name") in wanted]
+    if problems or defaults:
+        app.err.print(render.line(f"doctor, revision {revision} ({which}):",
+                                  style="bold yellow"))
+        for problem in problems:
+            app.err.print(render.block(render.indented(render.problem_line(problem), "  "),
+                                       style="yellow"))
+        for item in defaults:
+            app.err.print(render.block(render.indented(render.prose(item.get("message")),
+                                                       "  ")))
+    elif report:
+        read = ", ".join(str(s.get("path", "")) for s in report.get("scripts") or [])
+        app.err.print(render.line(f"doctor, revision {revision}: read {read or 'no script'}; "
+                                  f"nothing to say of {which}"))
+    if doc["status"] == "rejected":
+        render.print_problems(app.err, f"task {task_id} revision {revision} was rejected:",
+                              doc.get("errors") or [])
 
 
 @env.command("set")
@@ -128,7 +184,8 @@ def set_env(app: App, task_id: str, pairs: tuple[str, ...], secrets: tuple[str, 
     entries = assignments(pairs, secrets, env_file)
     if not entries:
         raise UsageProblem("nothing to set: give NAME=VALUE, --env-file FILE or --secret NAME")
-    print_accepted(app, app.client().patch_env(task_id, entries, []))
+    print_accepted(app, app.client().patch_env(task_id, entries, []),
+                   [e["name"] for e in entries])
     return Exit.SUCCEEDED
 
 
@@ -138,7 +195,7 @@ def set_env(app: App, task_id: str, pairs: tuple[str, ...], secrets: tuple[str, 
 @pass_app
 def unset_env(app: App, task_id: str, names: tuple[str, ...]) -> int:
     """Delete variables (a new revision)."""
-    print_accepted(app, app.client().patch_env(task_id, [], list(names)))
+    print_accepted(app, app.client().patch_env(task_id, [], list(names)), list(names))
     return Exit.SUCCEEDED
 
 

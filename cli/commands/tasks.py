@@ -13,7 +13,7 @@ from rich.text import Text
 from cli import render, taskfile
 from cli.app import App, pass_app
 from cli.errors import ApiError
-from cli.follow import Follower
+from cli.follow import Follower, by_doctor
 from cli.outcome import TABLE, Exit, for_status
 
 existing_file = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -31,10 +31,22 @@ def log_writer() -> Callable[[str], None]:
     return write
 
 
-def report(app: App, doc: dict[str, Any]) -> Exit:
-    """The outcome of a final revision, on stderr; its exit code."""
+def print_findings(app: App, doc: dict[str, Any]) -> None:
+    """The doctor's findings on a resolved revision, on stderr: its report on the scripts,
+    and its warnings of the doctor's rules (a read with no value, a variable no script
+    reads, an undocumented name)."""
     render.print_doctor(app.err, doc.get("doctor"))
-    render.print_problems(app.err, "warnings:", doc.get("warnings") or [], style="yellow")
+    render.print_problems(app.err, "warnings:", filter(by_doctor, doc.get("warnings") or []),
+                          style="yellow")
+
+
+def report(app: App, doc: dict[str, Any], findings_shown: bool = False) -> Exit:
+    """The outcome of a final revision, on stderr; its exit code.  ``findings_shown``: the
+    doctor's findings were printed when it was resolved, and are not again."""
+    if not findings_shown:
+        render.print_doctor(app.err, doc.get("doctor"))
+    warnings = [w for w in doc.get("warnings") or [] if not (findings_shown and by_doctor(w))]
+    render.print_problems(app.err, "warnings:", warnings, style="yellow")
     status = doc["status"]
     if status == "rejected":
         render.print_problems(app.err, f"task {doc['id']} was rejected:", doc.get("errors") or [])
@@ -51,9 +63,18 @@ def report(app: App, doc: dict[str, Any]) -> Exit:
 
 def follow_to_end(app: App, task_id: str, revision: int, replica: int | None = None) -> Exit:
     """Stream the revision's output (one replica's, or all) while it runs (states on
-    stderr); exit with its outcome."""
-    doc = Follower(app.client(), app.err).stream(task_id, revision, log_writer(), replica)
-    return report(app, doc) if doc["revision"] == revision else Exit.SUCCEEDED
+    stderr), and a later revision's that supersedes it, until the task is final; each
+    revision's doctor's findings once it is resolved, before its output.  Exit with the
+    final revision's outcome."""
+    told: set[int] = set()
+
+    def resolved(doc: dict[str, Any]) -> None:
+        print_findings(app, doc)
+        told.add(doc["revision"])
+
+    doc = Follower(app.client(), app.err).stream(task_id, revision, log_writer(), replica,
+                                                 on_resolved=resolved)
+    return report(app, doc, findings_shown=doc["revision"] in told)
 
 
 SUBMIT_HELP = f"""Create a task from TASK_FILE, a YAML file holding the body of POST
@@ -120,7 +141,9 @@ def group_options(body: dict[str, Any], replicas: int | None,
 @click.option("--replica", type=click.IntRange(min=0),
               help="Only this replica's output (a task of several prefixes each line with "
                    "[replica k]).")
-@click.option("--follow", is_flag=True, help="Keep printing new output until the task is final.")
+@click.option("--follow", is_flag=True,
+              help="Keep printing new output until the task is final (a revision an env "
+                   "change or a rerun supersedes is followed into the new one).")
 @pass_app
 def logs(app: App, task_id: str, revision: int | None, replica: int | None,
          follow: bool) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import cli.commands.env
 import cli.commands.tasks
 from cli.follow import Follower
 from cli.main import main
@@ -49,8 +50,9 @@ def follow_on_a_clock_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    monkeypatch.setattr(cli.commands.tasks, "Follower",
-                        functools.partial(Follower, sleep=sleep, clock=lambda: now[0]))
+    for module in (cli.commands.tasks, cli.commands.env):
+        monkeypatch.setattr(module, "Follower",
+                            functools.partial(Follower, sleep=sleep, clock=lambda: now[0]))
 
 
 @pytest.fixture

@@ -57,6 +57,17 @@ class Log(Answer):
                         headers={"Log-Offset": str(len(data)), "Log-Skipped": "0"})
 
 
+@dataclass
+class RevisionLogs(Answer):
+    """Each revision's log as it stands at this answer (``body``: revision -> text), read
+    as :class:`Log` reads one, the revision asked for by ``?revision=n``."""
+
+    def response(self, request: Request) -> Response:
+        logs: dict[int, str] = self.body
+        text = logs.get(int(request.args.get("revision", max(logs))), "")
+        return Log(self.status, text).response(request)
+
+
 def api_error(status: int, code: str, message: str, *problems: dict[str, Any]) -> Answer:
     return Answer(status, {"code": code, "message": message, "errors": list(problems)})
 

@@ -50,11 +50,14 @@ def test_submit_and_env_set_print_the_advice(api: FakeApi, run, tmp_path: Path) 
                 "advice": [NEAR_MISS]}
     api.on("POST", "/tasks", Answer(202, accepted))
     api.on("PATCH", "/tasks/t1/env", Answer(202, {**accepted, "revision": 2}))
+    api.on("GET", "/tasks/t1", Answer(200, {"id": "t1", "revision": 2, "status": "running",
+                                            "warnings": [NEAR_MISS], "errors": []}))
     result = run("submit", str(task_file))
     assert result.out == "t1\n"
     assert "advice:" in result.err and "did you mean NCCL_DEBUG" in result.err
     changed = run("env", "set", "t1", "NCCL_DEBGU=WARN")
-    assert "did you mean NCCL_DEBUG" in changed.err
+    assert changed.code == 0, changed.err
+    assert changed.err.count("did you mean NCCL_DEBUG") == 1  # the advice, once
 
 
 def test_preview_sends_the_scripts_and_prints_the_report(api: FakeApi, run,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from dotenv import dotenv_values
 
-from tests.cli.fake_api import Answer, FakeApi, Log, api_error
+from tests.cli.fake_api import Answer, FakeApi, Log, RevisionLogs, api_error
 
 TASK_YAML = "name: demo\nsteps:\n  - [sh, -c, 'echo hi']\nenv:\n  - {name: LR, value: '0.01'}\n"
 PROTECTED = {"variable": "DATA_ROOT", "rule": "policy.protected",
@@ -188,6 +188,7 @@ def test_env_get_shows_sources_and_masked_secrets(api: FakeApi, run):
 def test_env_set_and_unset_send_a_patch(api: FakeApi, run, monkeypatch: pytest.MonkeyPatch):
     api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
                                                   "status": "pending", "url": "/x"}))
+    api.on("GET", "/tasks/t1", task("running", 2))
     monkeypatch.setattr("sys.stdin", io.StringIO("typed-secret\n"))  # piped: no getpass
 
     set_result = run("env", "set", "t1", "LR=0.5", "EXPR=a=b", "--secret", "KEY")
@@ -195,7 +196,7 @@ def test_env_set_and_unset_send_a_patch(api: FakeApi, run, monkeypatch: pytest.M
 
     assert set_result.code == unset_result.code == 0
     assert "revision 2 pending" in set_result.err
-    assert [s.body for s in api.seen] == [
+    assert [s.body for s in api.seen if s.method == "PATCH"] == [
         {"set": [{"name": "LR", "value": "0.5"}, {"name": "EXPR", "value": "a=b"},
                  {"name": "KEY", "value": "typed-secret", "secret": True}], "unset": []},
         {"set": [], "unset": ["LR", "EXPR"]}]
@@ -599,3 +600,122 @@ def test_preview_of_a_script_the_task_file_carries_sends_that_path_once(
     sent = api.seen[0].body["files"]
     assert [f["path"] for f in sent] == ["train.py", "prepare.sh"]
     assert sent[0]["content"] == "import os\nos.environ['LR']\n"
+
+
+UNREAD = {"variable": "LR", "rule": "doctor.script_unread",
+          "message": "LR is set by the task but no script reads it (a typo?); the scripts "
+                     "read LEARNING_RATE"}
+REPORT = {"scripts": [{"path": "train.py", "language": "python", "reads": ["LEARNING_RATE"]}],
+          "missing": [], "unread": [], "unknowable": [],
+          "from_defaults": [{"name": "EPOCHS", "message": "train.py line 4 reads EPOCHS: set "
+                                                          "by a default of platform"}]}
+
+
+def test_logs_follow_goes_on_into_the_revision_that_supersedes_the_one_followed(
+        api: FakeApi, run):
+    api.on("GET", "/tasks/t1", task("running"), task("running"), task("pending", 2),
+           task("running", 2), task("succeeded", 2, exit_code=0))
+    api.on("GET", "/tasks/t1/logs", RevisionLogs(200, {1: "one\n"}),
+           RevisionLogs(200, {1: "one\nstopped\n", 2: ""}),
+           RevisionLogs(200, {1: "one\nstopped\n", 2: "two\n"}),
+           RevisionLogs(200, {1: "one\nstopped\n", 2: "two\ndone\n"}))
+
+    result = run("logs", "t1", "--follow")
+
+    assert (result.code, result.out) == (0, "one\nstopped\ntwo\ndone\n")
+    said = [result.err.index(s) for s in (
+        "revision 1: running", "revision 1 was superseded by revision 2",
+        "revision 2: pending", "revision 2: succeeded", "task t1 succeeded")]
+    assert said == sorted(said), result.err
+    asked = [(s.query["revision"], s.query["offset"])
+             for s in api.requests_to("GET", "/tasks/t1/logs")]
+    assert asked[0] == ("1", "0") and ("1", "4") in asked and ("2", "0") in asked
+    assert asked[-1] == ("2", "9")
+
+
+def test_a_follow_exits_with_the_outcome_of_the_revision_that_ended_the_task(
+        api: FakeApi, run, task_file: Path):
+    accept(api)
+    api.on("GET", "/tasks/t1", task("running"), task("failed", 2, exit_code=4))
+    api.on("GET", "/tasks/t1/logs", RevisionLogs(200, {1: "", 2: "bad\n"}))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert (result.code, result.out) == (1, "bad\n")
+    assert "revision 1 was superseded by revision 2" in result.err
+    assert "exit code 4" in result.err
+
+
+def test_follow_prints_the_doctors_findings_once_resolved_and_not_again_at_the_end(
+        api: FakeApi, run, task_file: Path):
+    accept(api)
+    policy = {"variable": "NCCL_DEBUG", "rule": "policy.default", "message": "kept WARN"}
+    resolved = {"doctor": REPORT, "warnings": [UNREAD, policy]}
+    api.on("GET", "/tasks/t1", task("pending"), task("running", **resolved),
+           task("failed", exit_code=1, **resolved))
+    api.on("GET", "/tasks/t1/logs", Log(200, ""), Log(200, "Traceback\n"))
+
+    result = run("submit", str(task_file), "--follow")
+
+    assert result.code == 1 and result.out == "Traceback\n"
+    assert result.err.count("LR is set by the task but no script reads it") == 1
+    assert result.err.count("doctor: read train.py") == 1
+    assert result.err.index("revision 1: running") < result.err.index("doctor: read train.py") \
+        < result.err.index("no script reads it") < result.err.index("task t1 failed")
+    assert result.err.index("no script reads it") < result.err.index("kept WARN")
+    # Printed before the output: the first log read comes after the resolved task's read.
+    reads = [(s.method, s.path.rsplit("/", 1)[-1]) for s in api.seen if s.method == "GET"]
+    assert reads[:3] == [("GET", "t1"), ("GET", "logs"), ("GET", "t1")]
+
+
+def test_env_set_prints_the_doctors_findings_on_what_it_changed_once_resolved(
+        api: FakeApi, run):
+    api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
+                                                  "status": "pending", "url": "/x"}))
+    other = {**UNREAD, "variable": "BATCH", "message": "BATCH is set by the task but no "
+                                                       "script reads it"}
+    api.on("GET", "/tasks/t1", task("pending", 2), task("validated", 2),
+           task("resolved", 2, doctor=REPORT, warnings=[UNREAD, other]))
+
+    result = run("env", "set", "t1", "LR=0.005")
+
+    assert result.code == 0, result.err
+    assert "doctor, revision 2 (LR):" in result.err
+    assert "LR: LR is set by the task but no script reads it (a typo?); the scripts read " \
+           "LEARNING_RATE (doctor.script_unread)" in result.err
+    assert "BATCH" not in result.err  # unchanged: not this change's finding
+    assert len(api.requests_to("GET", "/tasks/t1")) == 3
+
+
+def test_env_unset_says_a_default_now_satisfies_a_read_or_that_nothing_was_found(
+        api: FakeApi, run):
+    api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 3,
+                                                  "status": "pending", "url": "/x"}))
+    api.on("GET", "/tasks/t1", task("running", 3, doctor=REPORT, warnings=[UNREAD]))
+
+    unset = run("env", "unset", "t1", "EPOCHS")
+    quiet = run("env", "unset", "t1", "NOTE")
+
+    assert unset.code == quiet.code == 0
+    assert "doctor, revision 3 (EPOCHS):" in unset.err
+    assert "train.py line 4 reads EPOCHS: set by a default of platform" in unset.err
+    assert "LR" not in unset.err.split("doctor, revision 3")[1]
+    assert "doctor, revision 3: read train.py; nothing to say of NOTE" in quiet.err
+
+
+def test_env_set_says_when_the_revision_is_not_resolved_in_time_or_was_rejected(
+        api: FakeApi, run):
+    api.on("PATCH", "/tasks/t1/env", Answer(202, {"id": "t1", "revision": 2,
+                                                  "status": "pending", "url": "/x"}))
+    api.on("GET", "/tasks/t1", task("pending", 2))
+    waited = run("env", "set", "t1", "LR=1")
+    missing = {"variable": "HUB_REPO", "rule": "doctor.script_unset",
+               "message": "train.py line 8 reads HUB_REPO, which this task does not set"}
+    api.on("GET", "/tasks/t1", task("rejected", 2, doctor=REPORT, errors=[missing]))
+    rejected = run("env", "unset", "t1", "HUB_REPO")
+
+    assert waited.code == rejected.code == 0
+    assert "revision 2 is still pending after 30 s: `taskenv show t1` lists the doctor's " \
+           "findings once it is resolved" in waited.err
+    assert "doctor, revision 2 (HUB_REPO):" in rejected.err
+    assert "task t1 revision 2 was rejected:" in rejected.err

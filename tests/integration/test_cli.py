@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import queue
 import re
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -225,6 +227,84 @@ def test_submit_follow_prints_output_while_the_task_runs(stack: Stack, user: str
     assert rest.endswith("last line\n") and "first line" not in rest
     assert ended_at - first_at > 2.5, (first_at, ended_at)  # shown while the step slept
     assert "running" in err and "succeeded" in err
+
+
+class Watched:
+    """A ``taskenv`` command left running, its stdout and stderr read as one stream, line by
+    line as they come (a thread reads them)."""
+
+    def __init__(self, stack: Stack, token: str, *args: str) -> None:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(stack.work_dir),
+               "TASKENV_URL": stack.base, "TASKENV_TOKEN": token}
+        self.proc = subprocess.Popen([str(TASKENV), *args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put("")  # the end
+
+    def until(self, text: str, timeout: float = 60) -> str:
+        """Every line up to the first holding ``text``."""
+        deadline = time.monotonic() + timeout
+        while not self.seen or text not in self.seen[-1]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never came: {''.join(self.seen)}"
+            line = self.lines.get(timeout=left)
+            assert line, f"ended before {text!r}: {''.join(self.seen)}"
+            self.seen.append(line)
+        return "".join(self.seen)
+
+    def stop(self) -> None:
+        """Killed if it still runs; its pipe closed."""
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.reader.join(timeout=30)  # it reads to the end of the pipe, then stops
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+    def end(self, timeout: float = 90) -> str:
+        """Everything it printed, once it has exited."""
+        self.proc.wait(timeout=timeout)
+        while (line := self.lines.get(timeout=10)) != "":
+            self.seen.append(line)
+        return "".join(self.seen)
+
+
+SUPERSEDED_YAML = """\
+name: superseded
+steps:
+  - [python3, -c, "import os, time; print('lr is', os.environ['LR'], flush=True); \\
+      time.sleep(300 if os.environ['LR'] == '0.01' else 0)"]
+env:
+  - {name: LR, value: "0.01"}
+"""
+
+
+def test_logs_follow_goes_on_into_the_revision_an_env_change_makes(stack: Stack, user: str,
+                                                                   tmp_path: Path):
+    (tmp_path / "task.yaml").write_text(SUPERSEDED_YAML, encoding="utf-8")
+    task_id = taskenv(stack, user, "submit", str(tmp_path / "task.yaml")).stdout.strip()
+    follower = Watched(stack, user, "logs", task_id, "--follow")
+    try:
+        follower.until("lr is 0.01")  # revision 1 runs, and would for minutes
+        changed = taskenv(stack, user, "env", "set", task_id, "LR=0.005")
+        seen = follower.end()
+    finally:
+        follower.stop()
+
+    assert changed.returncode == 0, changed.stderr
+    assert follower.proc.returncode == 0, seen
+    said = [seen.index(s) for s in (
+        "lr is 0.01", f"task {task_id}: revision 1 was superseded by revision 2",
+        f"task {task_id} revision 2: ", "lr is 0.005", f"task {task_id} succeeded")]
+    assert said == sorted(said), seen
+    assert stack.task(task_id)["revision"] == 2
 
 
 def test_show_then_cancel_a_running_task(stack: Stack, user: str, tmp_path: Path):
