@@ -5,12 +5,13 @@ advice; a stranger can neither read nor edit the project's catalog."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import Stack
-from tests.integration.test_cli import taskenv
+from tests.integration.test_cli import TASKENV, taskenv
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +116,57 @@ def test_a_tasks_own_files_are_read_by_the_policy_stage_on_the_real_stack(
     assert [m["name"] for m in doc["doctor"]["missing"]] == ["HUB_REPO"]
     assert doc["doctor"]["scripts"][0] == {"path": "train.py", "language": "python",
                                            "reads": ["EPOCHS", "HUB_REPO", "LR"]}
+
+
+TYPO_SCRIPT = """\
+import os
+
+lr = float(os.environ["LEARNING_RATE"])
+print("training at", lr)
+"""
+TYPO_TASK = """\
+name: doctor-typo
+project: lab
+steps:
+  - [python3, train.py]
+env:
+  - {name: LR, value: "0.01"}
+files:
+  - {path: train.py, source: train.py}
+"""
+
+
+def merged(stack: Stack, token: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``taskenv`` with its stderr and stdout in one stream, in the order it wrote them."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(stack.work_dir), "TASKENV_URL": stack.base,
+           "TASKENV_TOKEN": token}
+    return subprocess.run([str(TASKENV), *args], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
+
+
+def test_the_doctors_findings_come_before_the_output_and_after_an_env_change(
+        stack: Stack, tokens: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(TYPO_SCRIPT, encoding="utf-8")
+    (tmp_path / "task.yaml").write_text(TYPO_TASK, encoding="utf-8")
+    missing = "train.py line 3 reads LEARNING_RATE, which this task does not set"
+    unread = "LR is set by the task but no script reads it"
+
+    submitted = merged(stack, tokens["mia"], "submit", str(tmp_path / "task.yaml"), "--follow")
+    assert submitted.returncode == 1, submitted.stdout
+    seen = submitted.stdout
+    assert seen.index(missing) < seen.index("Traceback") < seen.index("KeyError")
+    assert seen.index(unread) < seen.index("Traceback")
+    assert seen.count(unread) == 1  # not again with the outcome
+    task_id = seen.split("task ", 1)[1].split()[0]
+
+    changed = taskenv(stack, tokens["mia"], "env", "set", task_id, "LR=0.005")
+    assert changed.returncode == 0, changed.stderr
+    assert "doctor, revision 2 (LR):" in changed.stderr
+    assert f"LR: {unread}" in changed.stderr and "(doctor.script_unread)" in changed.stderr
+    assert "LEARNING_RATE" in changed.stderr  # the read it may have meant
+
+    followed = merged(stack, tokens["mia"], "logs", task_id, "--follow")
+    assert followed.returncode == 1, followed.stdout
+    seen = followed.stdout
+    assert f"task {task_id} revision 2: " in seen
+    assert seen.index(missing) < seen.index(unread) < seen.index("Traceback")
