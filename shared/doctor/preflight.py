@@ -1,6 +1,7 @@
 """The pre-flight report: the task's scripts, read statically, against its resolved env.
 
-Three findings, each naming the file and line:
+Three findings, each naming the file and the lines: one finding per variable and script
+(and function, for a read inside one), however many times and lines the script reads it:
 
 - a read the resolved env does not satisfy and the script has no default for (the job
   would die with a ``KeyError``, or run on ``None``), with the resolved names it may have
@@ -49,6 +50,7 @@ RUNTIME = (
     "BASH_*", "RANDOM", "SECONDS", "LINENO", "UID", "EUID", "PPID", "HOSTTYPE", "OSTYPE",
 )
 MAX_FINDINGS = 200  # per kind: a report's size never depends on the scripts' size
+MAX_LINES_SHOWN = 10  # in one finding's message; its ``lines`` has every line
 
 
 @lru_cache(maxsize=8192)
@@ -138,14 +140,20 @@ def preflight(files: Iterable[Mapping[str, Any]], resolved: Sequence[Mapping[str
         # Most reads are of a name the task sets itself: settle those by name, at once.
         worth = {n for n in reading.names
                  if by_name.get(n, {}).get("source") in (None, "default", "protected")}
+        judged = _Judged()
         for found in reading.reads:
             if found.name in worth:
-                _judge(report, path, found, by_name, own)
-        report.unknowable += [{"path": path, "line": u.line, "expression": u.expression,
-                               "message": f"{path} line {u.line} reads a variable whose name "
-                                          f"is built at run time ({u.expression}): the "
-                                          "doctor cannot tell which"}
-                              for u in reading.unknowable]
+                _judge(judged, found, by_name, own)
+        judged.into(report, path)
+        seen: set[tuple[int, str]] = set()
+        for u in reading.unknowable:
+            if (u.line, u.expression) in seen:  # one line, one finding
+                continue
+            seen.add((u.line, u.expression))
+            report.unknowable.append({
+                "path": path, "line": u.line, "expression": u.expression,
+                "message": f"{path} line {u.line} reads a variable whose name is built at "
+                           f"run time ({u.expression}): the doctor cannot tell which"})
     read_names = set().union(*(r.names for _, r in readings))
     if complete:  # a script left unread may read any of them
         _unread(report, resolved, read_names, catalog,
@@ -181,29 +189,63 @@ def _past_limits(path: str, index: int, count: int, limits: FileLimits,
             "error": f"{why}: the doctor {unread}"}
 
 
-def _judge(report: Report, path: str, found: Read, by_name: Mapping[str, Mapping[str, Any]],
+@dataclass
+class _Judged:
+    """One script's findings, one per variable (and function) however many times or
+    lines it is read on: each keeps the lines, in order, that read it."""
+
+    missing: dict[tuple[str, str | None], list[int]] = field(default_factory=dict)
+    suggestions: dict[str, list[str]] = field(default_factory=dict)
+    from_defaults: dict[str, tuple[list[int], str, str]] = field(default_factory=dict)
+
+    def into(self, report: Report, path: str) -> None:
+        for (name, function), lines in self.missing.items():
+            lines.sort()
+            guesses = self.suggestions[name]
+            inside = (f" (inside {function}(), which counts whether or not it is called)"
+                      if function else "")
+            hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
+            report.missing.append({
+                "path": path, "line": lines[0], "lines": lines, "name": name,
+                "function": function, "suggestions": guesses,
+                "message": f"{_where(path, lines)} {name}{inside}, which this task does not "
+                           f"set and the script gives no default{hint}"})
+        for name, (lines, source, layer) in self.from_defaults.items():
+            lines.sort()
+            report.from_defaults.append({
+                "path": path, "line": lines[0], "lines": lines, "name": name,
+                "source": source, "scope": layer,
+                "message": f"{_where(path, lines)} {name}: set by a {source} of {layer}"})
+
+
+def _where(path: str, lines: Sequence[int]) -> str:
+    """``train.py line 4 reads``, ``prepare.sh lines 9, 17 and 18 read``; past
+    ``MAX_LINES_SHOWN`` lines, how many more (the finding's ``lines`` has them all)."""
+    if len(lines) == 1:
+        return f"{path} line {lines[0]} reads"
+    shown = [str(n) for n in lines[:MAX_LINES_SHOWN]]
+    if len(lines) > MAX_LINES_SHOWN:
+        shown.append(f"{len(lines) - MAX_LINES_SHOWN:,} more")
+    return f"{path} lines {', '.join(shown[:-1])} and {shown[-1]} read"
+
+
+def _judge(judged: _Judged, found: Read, by_name: Mapping[str, Mapping[str, Any]],
            own: set[str]) -> None:
-    where = f"{path} line {found.line}"
-    inside = f" (inside {found.function}(), which counts whether or not it is called)" \
-        if found.function else ""
     var = by_name.get(found.name)
     if var is not None:
         if var.get("source") in ("default", "protected"):
-            layer = var.get("scope") or "platform"
-            report.from_defaults.append({
-                "path": path, "line": found.line, "name": found.name, "source": var["source"],
-                "scope": layer, "message": f"{where} reads {found.name}: set by a "
-                                           f"{var['source']} of {layer}"})
+            lines, _, _ = judged.from_defaults.setdefault(
+                found.name, ([], var["source"], var.get("scope") or "platform"))
+            if found.line not in lines:
+                lines.append(found.line)
         return
     if found.default or found.name in own or runtime_only(found.name):
         return
-    guesses = list(_guesses(found.name, tuple(by_name)))
-    hint = f"; did you mean {' or '.join(guesses)}?" if guesses else ""
-    report.missing.append({
-        "path": path, "line": found.line, "name": found.name, "function": found.function,
-        "suggestions": guesses,
-        "message": f"{where} reads {found.name}{inside}, which this task does not set and "
-                   f"the script gives no default{hint}"})
+    if found.name not in judged.suggestions:
+        judged.suggestions[found.name] = list(_guesses(found.name, tuple(by_name)))
+    lines = judged.missing.setdefault((found.name, found.function), [])
+    if found.line not in lines:
+        lines.append(found.line)
 
 
 def documented_upstream() -> frozenset[str]:

@@ -76,6 +76,36 @@ def test_abbreviations_are_suggested_both_ways() -> None:
     assert "the scripts read LEARNING_RATE" in report.unread[0]["message"]
 
 
+def test_a_variable_read_again_is_one_finding_naming_each_line() -> None:
+    """Read twice on one line, or on several lines: one finding per variable and script,
+    never the same line twice."""
+    files = [{"path": "t.py", "content": "import os\nprint(os.environ['X'], os.environ['X'])\n"},
+             {"path": "p.sh", "content": "echo $Y $Y\necho \"${Y}/$D\"\ncp $D $Y\n"}]
+    report = preflight(files, resolved_of([]), CATALOG)
+    messages = [p.message for p in report.problems()]
+    assert len(messages) == len(set(messages)), messages
+    assert messages == [
+        "t.py line 2 reads X, which this task does not set and the script gives no default",
+        "p.sh lines 1, 2 and 3 read Y, which this task does not set and the script gives no "
+        "default",
+        "p.sh lines 2 and 3 read D, which this task does not set and the script gives no "
+        "default"]
+    assert [(m["line"], m["lines"]) for m in report.missing] == [(2, [2]), (1, [1, 2, 3]),
+                                                                 (2, [2, 3])]
+    project = [{"name": "Y", "value": "/y", "source": "default", "scope": "project:vision"}]
+    again = preflight(files[1:], project, CATALOG)
+    assert [d["message"] for d in again.from_defaults] == [
+        "p.sh lines 1, 2 and 3 read Y: set by a default of project:vision"]
+
+
+def test_a_finding_names_at_most_ten_lines_and_counts_the_others() -> None:
+    files = [{"path": "p.sh", "content": "echo $Y\n" * 25}]
+    [finding] = preflight(files, resolved_of([]), CATALOG).missing
+    assert finding["lines"] == list(range(1, 26))
+    assert finding["message"].startswith(
+        "p.sh lines 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 15 more read Y, which")
+
+
 def test_runtime_only_names() -> None:
     for name in ("TASK_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "PET_NNODES",
                  "SLURM_PROCID", "CUDA_VISIBLE_DEVICES", "PATH", "HOME", "LC_ALL"):
