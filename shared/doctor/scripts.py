@@ -3,7 +3,8 @@
 Python is read with the standard library's ``ast``: ``os.environ[...]``,
 ``os.environ.get(name, default)``, ``os.getenv(name, default)``, ``.setdefault``,
 ``.pop`` and ``name in os.environ``, through ``import os as ...`` and
-``from os import environ/getenv`` aliases.  A name built at run time
+``from os import environ/getenv`` aliases, and a name given to them (``env = os.environ``,
+read through from that line on: the walk follows the source's order).  A name built at run time
 (``os.environ["LR_" + stage]``) is reported as unknowable, never guessed.  A read
 inside a function counts wherever the function is, called or not: whether it is called
 is a question of run time.
@@ -320,6 +321,10 @@ class _PythonReads:
             self.unknowable.append(Unknowable(line, _text(key)))
 
     def on_assign(self, node: ast.Assign, function: str | None) -> None:
+        # env = os.environ, getenv = os.getenv: a name for them, read through from then on
+        if self._is_environ(node.value) or self._is_getenv(node.value):
+            names = self.environ_names if self._is_environ(node.value) else self.getenv_names
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         for target in node.targets:  # os.environ["X"] = ...: the script sets X itself
             if isinstance(target, ast.Subscript) and self._is_environ(target.value):
                 self.written.add(id(target))

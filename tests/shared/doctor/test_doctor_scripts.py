@@ -98,6 +98,19 @@ def test_python_forms_and_aliases() -> None:
     assert reading.unknowable == (Unknowable(10, "name"),)
 
 
+def test_a_name_given_to_the_environment_is_read_through() -> None:
+    """``env = os.environ`` (examples/linear-regression/train.py): its reads are the
+    script's reads, as are those of ``getenv = os.getenv``."""
+    source = ("import os\nenv = os.environ\nget = os.getenv\n"
+              "def main():\n    lr = float(env['LR'])\n    return env.get('E', 1), get('G')\n")
+    reading = read_python(source)
+    assert [(r.name, r.line, r.default, r.function) for r in reading.reads] == [
+        ("LR", 5, False, "main"), ("E", 6, True, "main"), ("G", 6, False, "main")]
+    example = Path(__file__).parents[3] / "examples" / "linear-regression" / "train.py"
+    assert {"LEARNING_RATE", "EPOCHS", "SEED", "RUN_NOTE", "DATA_DIR"} <= \
+        read("train.py", example.read_text()).names
+
+
 def test_an_unparsable_python_file_says_so() -> None:
     reading = read("broken.py", "import os\nos.environ['A']\ndef (:\n")
     assert reading.language == "python" and reading.reads == ()
