@@ -24,6 +24,18 @@ run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), AP
 	deploy/host/setup.sh run
 	$(PY) -m workers.localstack
 
+# One more worker, started as make run starts each of its own; as many per queue as load
+# needs.  It reaches the platform by TASKENV_* settings, else by the make run in this
+# directory (var/), and refuses to start without what its queue needs.
+worker: install ## One more worker for QUEUE=validate|policy|launch (CONCURRENCY=n), on the platform's Redis
+	$(PY) -m workers.worker $(QUEUE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
+
+# One more worker, started as make run starts each of its own; as many per queue as load
+# needs.  It reaches the platform by TASKENV_* settings, else by the make run in this
+# directory (var/), and refuses to start without what its queue needs.
+worker: install ## One more worker for QUEUE=validate|policy|launch (CONCURRENCY=n), on the platform's Redis
+	$(PY) -m workers.worker $(QUEUE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
+
 test: install ## Run the test suite (unit, API and integration with real Redis, Celery, podman, Slurm)
 	deploy/host/setup.sh test
 	$(PY) -m pytest
@@ -55,7 +67,7 @@ docs-test: install ## Run the docs' shell blocks in reading order on one real st
 clean: ## Remove the virtualenv and local task directories
 	rm -rf $(VENV) var .pytest_cache .hypothesis
 
-.PHONY: help install run test check lint example docs-test clean
+.PHONY: help install run worker test check lint example docs-test clean
 
 image: ## Build the local runtime image for the podman launcher (FORCE=1 rebuilds it)
 	deploy/image/build.sh
