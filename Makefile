@@ -30,12 +30,6 @@ run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), AP
 worker: install ## One more worker for QUEUE=validate|policy|launch (CONCURRENCY=n), on the platform's Redis
 	$(PY) -m workers.worker $(QUEUE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
-# One more worker, started as make run starts each of its own; as many per queue as load
-# needs.  It reaches the platform by TASKENV_* settings, else by the make run in this
-# directory (var/), and refuses to start without what its queue needs.
-worker: install ## One more worker for QUEUE=validate|policy|launch (CONCURRENCY=n), on the platform's Redis
-	$(PY) -m workers.worker $(QUEUE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
-
 test: install ## Run the test suite (unit, API and integration with real Redis, Celery, podman, Slurm)
 	deploy/host/setup.sh test
 	$(PY) -m pytest
