@@ -24,14 +24,22 @@ def check(doc: str, heading: str, n: int = 1):  # type: ignore[no-untyped-def]
 
 
 @check("README.md", "Walk-through with curl")
-def walkthrough_task_runs_both_scripts_in_its_second_revision(run: Run) -> None:
+def walkthrough_shows_each_revisions_output_and_runs_both_scripts(run: Run) -> None:
     task = run.var("TASK")
     assert re.fullmatch(r"[0-9a-f]{32}", task), f"TASK is {task!r}"
-    assert re.search(r'"revision":\s*2\b', run.outputs[-1]), f"step 5: {run.outputs[-1]}"
+    patched = next((out for out in run.outputs if re.search(r'"revision":\s*2\b', out)), "")
+    assert patched, "step 6: the PATCH's answer names revision 2"
     masked = r'"name":\s*"HF_TOKEN",\s*"secret":\s*true,\s*"value":\s*"\*{8}"'
-    assert re.search(masked, run.output), "step 4: HF_TOKEN shows as ********"
+    assert re.search(masked, run.output), "step 5: HF_TOKEN shows as ********"
+    # What the reader saw: revision 1's output, both scripts', before the change of step 6
+    # made revision 2 (which stops a revision still running), then revision 2's.
+    first = run.output.index("prepare sees LEARNING_RATE=0.01")
+    assert run.output.index("train sees [", first) < run.output.index("revision 2 succeeded")
+    assert "prepare sees LEARNING_RATE=0.005" in run.output[run.output.index(patched):]
     doc = run.wait(task, revision=2)
     assert doc["status"] == "succeeded", doc
+    revisions = run.api("GET", f"/api/v1/tasks/{task}/revisions").json()["items"]
+    assert [r["state"] for r in revisions] == ["succeeded", "succeeded"], revisions
     logs = run.api("GET", f"/api/v1/tasks/{task}/logs").text
     assert "prepare sees LEARNING_RATE=0.005" in logs, logs
     assert "train sees" in logs and "HF_TOKEN" in logs and "1,2" in logs, logs

@@ -131,7 +131,8 @@ def bash_parser():  # type: ignore[no-untyped-def]
 
 
 def statements(text: str, where: str = "") -> list[Statement]:
-    """The block's top-level commands, each with the outputs its ``# ->`` comments show."""
+    """The block's top-level commands, each with the outputs its ``# ->`` comments show
+    (commands on one line, ``a; b``, are two; ``a &`` stays one, run in the background)."""
     source = text.encode()
     tree = bash_parser().parse(source)
     if tree.root_node.has_error:
@@ -139,7 +140,10 @@ def statements(text: str, where: str = "") -> list[Statement]:
     found: list[Statement] = []
     for node in tree.root_node.children:
         body = source[node.start_byte:node.end_byte].decode()
-        if node.type != "comment":
+        if not node.is_named:  # a separator between commands on one line: `a; b`, `a & b`
+            if body == "&" and found:
+                found[-1].text += " &"
+        elif node.type != "comment":
             found.append(Statement(node.start_point.row, body))
         elif (expected := EXPECTED.match(body)) and found:
             found[-1].expected.append(expected["text"])

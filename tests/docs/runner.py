@@ -12,18 +12,20 @@ are commands and how a block is marked) as one reader would:
   reinstalls into the shared virtualenv;
 * **one stack** for the whole run, started as ``make run`` starts it
   (``python -m workers.localstack`` in the checkout, the default ``local`` launcher, its
-  own Redis in ``var/``), on a free port given as ``TASKENV_PORT``.  Blocks say
-  ``127.0.0.1:8080``: the runner rewrites that to the stack's address before running a
-  block (and exports ``TASKENV_PORT`` into the shell, so ``make example`` finds the
-  stack as it finds it on 8080).  Apart from a Slurm block's site paths (below), it is
-  the only text of a block the runner changes;
+  own Redis in ``var/``), on a free port given as ``TASKENV_PORT``, exported into the
+  shell as a reader who set it for ``make run`` has it.  A block names the address as
+  the reader's shell finds it, ``127.0.0.1:${TASKENV_PORT:-8080}`` (tests/docs/
+  test_documents.py refuses a block naming ``:8080`` itself), so the block runs as
+  written: the runner changes no text of a block but a Slurm block's site paths
+  (below);
 * **one shell state**: a block is cut into statements by bash's grammar, and each runs
   in ``bash`` (tests/docs/step.sh) from the variables, functions and directory the
-  statements before it left, across blocks and documents, with the virtualenv first on
-  ``PATH`` (as after ``. .venv/bin/activate``) and a ``HOME`` of its own (``taskenv
-  login`` writes there).  As when a block is pasted into a terminal, a failing
-  statement does not stop the ones after it; each that exits non-zero is a failure of
-  its block.  Standard input is empty unless a ``given`` says what the reader types.
+  statements before it left, across blocks and documents, with the ``PATH`` of a new
+  terminal (the virtualenv is on it once a block sources ``.venv/bin/activate``, as
+  the reader does) and a ``HOME`` of its own (``taskenv login`` writes there).  As
+  when a block is pasted into a terminal, a failing statement does not stop the ones
+  after it; each that exits non-zero is a failure of its block.  Standard input is
+  empty unless a ``given`` says what the reader types.
   Each statement and what it printed stay in the run's directory (``statement-N.sh``,
   ``.out``); tests/docs/processes.py holds the checkout, the shell and the stack.
 
@@ -40,14 +42,16 @@ Marks (``<!-- doc-test: KIND … -->`` before a fence):
 * ``slurm``: a ``serve`` block for a Slurm cluster, run against the test cluster of
   tests/support/slurm.py (with the partition the block names).  The site's paths in it,
   ``/etc/slurm/slurm.conf`` and ``/shared/taskenv``, are rewritten to the test cluster's
-  ``slurm.conf`` and a directory of the run (:data:`SLURM_SITE`), as the port is.
+  ``slurm.conf`` and a directory of the run (:data:`SLURM_SITE`).
 * ``kustomize — why``: a block for a Kubernetes cluster: not run; what it applies
   (``kubectl apply -k DIR`` / ``-f FILE``) is rendered with ``kubectl kustomize`` / read
   in the checkout, and tests/deploy/doc_blocks.py's checks (Secret names and keys,
   images, objects the manifests define) on its lines must find nothing.
-* ``given NAME``: tests/docs/given/NAME.sh runs first in the same shell (what the block
-  takes as the reader's own: their task file, a project); tests/docs/given/NAME.stdin,
-  if there is one, is each statement's standard input (what the reader types).
+* ``given NAME``: tests/docs/given/NAME.sh, if there is one, runs first in the same
+  shell (what the block takes as the reader's own); tests/docs/given/NAME.stdin, if
+  there is one, is each statement's standard input (what the reader types).  A given
+  holds only what a reader brings that no document can: files a block uses ship in the
+  repository (``examples/…``) and the block names them by path.
 * ``output``: on a text fence right after a command block: what that block prints.
 
 Outputs.  A ``# -> TEXT`` comment under a statement, or an ``output`` block, is compared
@@ -85,7 +89,6 @@ from workers.localstack import free_port
 
 MANIFEST = HERE / "manifest.txt"
 GIVEN = HERE / "given"
-DOC_ADDRESS = "127.0.0.1:8080"
 SLURM_SITE = ("/etc/slurm/slurm.conf", "/shared/taskenv")
 
 
@@ -168,7 +171,7 @@ class Reader:
         (work / "home").mkdir()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {"PATH": f"{self.cwd / '.venv' / 'bin'}:{SYSTEM_PATH}",
+        self.env = {"PATH": SYSTEM_PATH,
                     "HOME": str(work / "home"), "LANG": "C.UTF-8", "TERM": "dumb",
                     "COLUMNS": "120", "TASKENV_PORT": str(self.port)}
         self.shell = Shell(self.cwd, self.env, work)
@@ -228,9 +231,9 @@ class Reader:
         return failures
 
     def rewrite(self, block: parse.Block, site: tuple[str, ...] = ()) -> str:
-        """The block with the documents' address as the stack's (and a Slurm site's paths
-        as the test cluster's): the only text the runner changes."""
-        text = block.text.replace(DOC_ADDRESS, f"127.0.0.1:{self.port}")
+        """The block with a Slurm site's paths as the test cluster's: the only text the
+        runner changes."""
+        text = block.text
         for path, here in zip(SLURM_SITE, site, strict=False):
             text = text.replace(path, here)
         return text
@@ -242,7 +245,7 @@ class Reader:
 
     def given(self, block: parse.Block) -> list[Failure]:
         mark = block.mark("given")
-        if mark is None:
+        if mark is None or not (GIVEN / f"{mark.arg}.sh").exists():
             return []
         status, out = self.shell.source(GIVEN / f"{mark.arg}.sh")
         return [] if status == 0 else [Failure(block.where, f"given {mark.arg}",

@@ -47,6 +47,12 @@ def test_statements_follow_bash_and_take_their_expected_outputs() -> None:
     assert (two.line, two.expected) == (2, ["said two", '{"id": "<id>", …}'])
 
 
+def test_commands_on_one_line_are_statements_of_their_own() -> None:
+    found = parse.statements("until ready; do sleep 1; done; state   # -> up\nserve &\n")
+    assert [s.text for s in found] == ["until ready; do sleep 1; done", "state", "serve &"]
+    assert found[1].expected == ["up"]
+
+
 @pytest.mark.parametrize("line", [
     "<!-- doc-test: sikp — typo -->",  # an unknown kind
     "<!-- doc-test: skip -->",  # no reason
