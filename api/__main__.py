@@ -1,5 +1,7 @@
 """Serve the API with waitress: ``python -m api``.
 
+It starts only if Redis answers and its secret keys are the platform's
+(``workers.startup``): otherwise it exits with code 2, saying what is missing.
 On SIGTERM (or SIGINT) the API stops accepting connections, finishes the requests
 it has in hand and sends their responses, then exits: a rolling update or a scale
 down loses no request.  Waitress has no graceful stop of its own (its ``serve``
@@ -25,6 +27,8 @@ from waitress.wasyncore import close_all, dispatcher, loop
 from api import create_app
 from api.context import services_of
 from shared import logs
+from shared.config import process_settings
+from workers.startup import refuse_unless_ready
 
 log = logging.getLogger("taskenv.api")
 DRAIN_SECONDS = 25.0
@@ -68,8 +72,11 @@ def make_server(app: Flask) -> BaseWSGIServer:
 
 
 def main() -> None:
+    settings = process_settings()
+    logs.configure(settings.log_format)
+    # Redis answering and the platform's secret keys, or no start (workers.startup).
+    refuse_unless_ready(settings, "the API")
     app = create_app()
-    logs.configure(services_of(app).settings.log_format)
     server = make_server(app)
     stop = threading.Event()
 

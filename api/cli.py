@@ -18,6 +18,8 @@ from shared.access.tokens import ROLES
 from shared.config import REDIS_URL_FILE, VAR, process_settings
 from shared.config import shown_url as shown
 from shared.errors import NotFound
+from shared.keyring import sealed_with_only
+from shared.secrets import key_fingerprints
 from workers.services import Services, build_services
 
 NO_REDIS = ("set TASKENV_REDIS_URL to the platform's Redis, or run this in the directory "
@@ -50,6 +52,9 @@ def rotate_secrets(svc: Services) -> int:
             continue  # expired meanwhile
         tasks += 1
     versions = svc.policies.reseal_all()
+    # Every value is sealed with the first key now: the platform's record of its keys
+    # holds it alone, and processes without the old keys may start (shared.keyring).
+    sealed_with_only(svc.redis, svc.keys, key_fingerprints(svc.settings.secret_keys)[0])
     print(f"re-sealed {tasks} tasks ({revisions} revisions) and {versions} policy versions",
           file=sys.stderr)
     return 0

@@ -239,6 +239,13 @@ class Keys:
             return f"{self.prefix}:insights:{day}:all"
         return f"{self.insights_project_stem(day)}{project}"
 
+    # --- secret keys ---------------------------------------------------------------------
+
+    def secret_keys_in_use(self) -> str:
+        """A set: the fingerprints (``shared.secrets.key_fingerprints``, never a key) of
+        the secret keys a stored value may be sealed with (``shared.keyring``)."""
+        return f"{self.prefix}:secret-keys"
+
     # --- workers -------------------------------------------------------------------------
 
     def reconciler_lock(self) -> str:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import bisect
+import hashlib
 import heapq
+import hmac
 import json
 import re
 from array import array
@@ -59,6 +61,19 @@ class Cipher:
 
 def new_key() -> str:
     return Fernet.generate_key().decode()
+
+
+# What a key's fingerprint is the HMAC of: a purpose of its own, so a fingerprint is no
+# key any other use derives from the same secret (shared.derived_keys).
+FINGERPRINT_PURPOSE = b"taskenv: which secret key this is"
+
+
+def key_fingerprints(setting: str) -> list[str]:
+    """The fingerprint of each key of ``TASKENV_SECRET_KEYS``, in order (the first is
+    the one that seals): HMAC-SHA256 of a fixed purpose under the key, in hex.  It tells
+    one key from another and says nothing of the key, so it may be stored and shown."""
+    return [hmac.new(k.strip().encode(), FINGERPRINT_PURPOSE, hashlib.sha256).hexdigest()
+            for k in setting.split(",") if k.strip()]
 
 
 def seal_entries(entries: list[dict[str, Any]] | None, cipher: Cipher | None) -> None:

@@ -93,6 +93,22 @@ def send_to_stage(settings: Settings, stage: str, task_id: str, revision: int) -
                                    queue=queue_of(stage))
 
 
+@signals.worker_init.connect
+def _refuse_unless_ready(sender: Any = None, **_: Any) -> None:
+    """A worker of this app starts only with what its queues need (``workers.startup``:
+    Redis, the launcher's set-up for the launch queue, the platform's secret keys);
+    otherwise it exits with code 2 before it consumes anything, saying what is missing."""
+    if sender is None or sender.app is not app:
+        return
+    from shared import metrics
+    from workers.startup import refuse_unless_ready
+
+    settings = process_settings()
+    queues = [q.name for q in sender.app.amqp.queues.consume_from.values()]
+    refuse_unless_ready(settings, f"the {', '.join(queues)} worker", queues)
+    metrics.start_at_zero(settings.launcher, queues)  # what its own /metrics lists at 0
+
+
 @signals.before_task_publish.connect
 def _stamp_sent_time(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """Every message this process sends (first sends, retries, re-enqueues) gets its time."""

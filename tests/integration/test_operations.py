@@ -12,8 +12,11 @@ them all.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,12 +29,15 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.secrets import new_key
 from tests.api.test_metrics import ALERTED
 from tests.support.stack import Stack, api_url, stack_env, start_front, wait_until_serving
-from workers.localstack import RedisServer, start_worker, stop_all
+from workers.localstack import RedisServer, free_port, start_worker, stop_all, worker_argv
 from workers.queues import QUEUES
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+VENV = Path(sys.executable).parent.parent
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -211,3 +217,105 @@ def test_a_secret_never_reaches_a_log(ops: Ops) -> None:
     files = [p for p in ops.root.rglob("*") if p.is_file()]
     assert ops.stack.logs in files and any(p.name == "runner.log" for p in files)
     assert [p for p in files if secret.encode() in p.read_bytes()] == []
+
+
+# --- more workers by hand, and the processes that refuse to start -----------------------------
+
+def by_hand(env: dict[str, str]) -> dict[str, str]:
+    """An operator's shell: no taskenv setting but those given, and no metrics directory."""
+    kept = {k: v for k, v in os.environ.items()
+            if not k.startswith("TASKENV_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    return {**kept, **env}
+
+
+def make_worker(queue: str) -> list[str]:
+    """``make worker QUEUE=…`` from any directory, with this virtualenv (never reinstalled)."""
+    return ["make", "-s", "-f", str(ROOT / "Makefile"), f"VENV={VENV}",
+            "-o", f"{VENV}/.installed", "worker", f"QUEUE={queue}"]
+
+
+def refused(argv: list[str], env: dict[str, str], cwd: Path) -> str:
+    """Run a process that must refuse to start: its exit code is 2; what it said."""
+    done = subprocess.run(argv, env=by_hand(env), cwd=cwd, capture_output=True, text=True,
+                          timeout=120, check=False)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said[-3000:]
+    assert "Traceback" not in said, said[-3000:]
+    return said
+
+
+def test_make_worker_adds_a_worker_to_a_queue(ops: Ops, tmp_path: Path) -> None:
+    """README "Scaling": ``make worker QUEUE=policy`` with the platform's settings takes
+    the queue's work while the stack's own policy worker is stopped."""
+    settings = {k: v for k, v in ops.env.items() if k.startswith("TASKENV_")}
+    assert ops.stop_worker("policy") == 0
+    extra = subprocess.Popen(make_worker("policy"), env=by_hand(settings), cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    try:
+        assert eventually(lambda: readiness(ops.stack).status_code == 200, timeout=60)
+        ids = [ops.stack.create(task_body())["id"] for _ in range(3)]
+        assert [ops.stack.wait(i)["status"] for i in ids] == ["succeeded"] * 3
+    finally:
+        os.killpg(extra.pid, signal.SIGTERM)  # make and the worker it runs
+        extra.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while True:  # the worker's warm shutdown, after make's own exit
+            try:
+                os.killpg(extra.pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, "the worker did not stop"
+            time.sleep(0.2)
+        ops.start_worker("policy")
+    assert eventually(lambda: readiness(ops.stack).status_code == 200, timeout=60)
+
+
+def test_a_launch_worker_without_the_platform_s_keys_refuses_to_start(
+        ops: Ops, tmp_path: Path) -> None:
+    """Started by hand with the Redis alone, it would have failed each task with a secret
+    at its launch; it says what is missing instead, and the platform runs on."""
+    said = refused(make_worker("launch"), {
+        "TASKENV_REDIS_URL": ops.env["TASKENV_REDIS_URL"],
+        "TASKENV_KEY_PREFIX": ops.env["TASKENV_KEY_PREFIX"]}, tmp_path)
+    assert "the launch worker refuses to start: " in said
+    assert "this process has no secret keys (TASKENV_SECRET_KEYS is empty)" in said
+    task_id = ops.stack.create(task_body([
+        {"name": "API_KEY", "value": f"s3cret-{uuid.uuid4().hex}", "secret": True}]))["id"]
+    assert ops.stack.wait(task_id)["status"] == "succeeded"
+    assert readiness(ops.stack).status_code == 200
+
+
+@pytest.mark.parametrize("who", ["validate worker", "launch worker", "API"])
+def test_a_process_with_other_keys_refuses_to_start(ops: Ops, tmp_path: Path, who: str) -> None:
+    env = {**{k: v for k, v in ops.env.items() if k.startswith("TASKENV_")},
+           "TASKENV_SECRET_KEYS": new_key(), "TASKENV_PORT": str(free_port())}
+    argv = ([sys.executable, "-m", "api"] if who == "API"
+            else worker_argv(who.split()[0]))
+    said = refused(argv, env, tmp_path)
+    assert f"the {who} refuses to start: " in said
+    assert "that TASKENV_SECRET_KEYS lacks" in said
+    assert env["TASKENV_SECRET_KEYS"] not in said and ops.env["TASKENV_SECRET_KEYS"] not in said
+
+
+def test_a_worker_whose_redis_does_not_answer_or_refuses_its_password_refuses_to_start(
+        ops: Ops, tmp_path: Path) -> None:
+    settings = {k: v for k, v in ops.env.items() if k.startswith("TASKENV_")}
+    nowhere = {**settings, "TASKENV_REDIS_URL": f"redis://:pw@127.0.0.1:{free_port()}/0",
+               "TASKENV_REDIS_TIMEOUT_SECONDS": "0.5"}
+    said = refused(worker_argv("validate"), nowhere, tmp_path)
+    assert f"Redis at redis://***@127.0.0.1:{nowhere['TASKENV_REDIS_URL'].split(':')[-1]}" in said
+    assert "does not answer" in said and "set TASKENV_REDIS_URL" in said
+    url = settings["TASKENV_REDIS_URL"]
+    wrong = {**settings, "TASKENV_REDIS_URL": url.replace("://:", "://:not-", 1)}
+    said = refused(worker_argv("validate"), wrong, tmp_path)
+    assert "refused the password: set TASKENV_REDIS_URL" in said
+
+
+def test_a_launch_worker_whose_launcher_cannot_run_tasks_refuses_to_start(
+        ops: Ops, tmp_path: Path) -> None:
+    env = {**{k: v for k, v in ops.env.items() if k.startswith("TASKENV_")},
+           "TASKENV_RUNTIMES": "no-equals-sign"}
+    said = refused(worker_argv("launch"), env, tmp_path)
+    assert "the launch worker refuses to start: the local launcher cannot run tasks here: " \
+        in said and "TASKENV_RUNTIMES" in said
