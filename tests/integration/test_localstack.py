@@ -12,12 +12,15 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
+import requests
 
 from tests.support.stack import Stack
 from workers.localstack import free_port, wait_http
@@ -32,21 +35,45 @@ def localstack_env(port: int) -> dict[str, str]:
     return {**env, "TASKENV_PORT": str(port), "PYTHONPATH": str(ROOT)}
 
 
+@dataclass
+class Run:
+    """One run of ``python -m workers.localstack``: its process and what it printed."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    start: int  # where this run's output begins in the log
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[self.start:]
+
+
 @contextmanager
-def localstack(directory: Path, port: int) -> Iterator[Stack]:
-    """One run of ``python -m workers.localstack``, stopped with Ctrl-C (SIGINT)."""
-    with open(directory / "localstack.log", "ab") as log:
+def localstack_run(directory: Path, port: int) -> Iterator[tuple[Stack, Run]]:
+    """``make run`` in a terminal: its own process group, as a shell's foreground job, and
+    stopped with Ctrl-C, which the terminal sends to that whole group."""
+    log_path = directory / "localstack.log"
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "workers.localstack"], cwd=directory,
-                                env=localstack_env(port), stdout=log, stderr=subprocess.STDOUT)
+                                env=localstack_env(port), stdout=log, stderr=subprocess.STDOUT,
+                                process_group=0)
+    run = Run(proc, log_path, start)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
         var = directory / "var"
         yield Stack(f"http://127.0.0.1:{port}", redis.Redis(), {
             "TASKENV_ADMIN_TOKEN": (var / "admin.token").read_text().strip()},
-            var / "tasks", var / "processes.log")
+            var / "tasks", var / "processes.log"), run
     finally:
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, run.output()[-3000:]
+
+
+@contextmanager
+def localstack(directory: Path, port: int) -> Iterator[Stack]:
+    """One run of ``python -m workers.localstack``, stopped with Ctrl-C (SIGINT)."""
+    with localstack_run(directory, port) as (stack, _):
+        yield stack
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +115,55 @@ def test_redis_requires_the_password_kept_private(run_dir: Path) -> None:
         assert redis.Redis(port=port, password=password).ping()
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (``Z``: ended, not reaped), or None once it is gone."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat_line[stat_line.rindex(")") + 2:].split()[0]
+
+
+def test_up_is_said_once_the_api_is_ready_and_a_clean_stop_reaches_redis_last(
+        tmp_path: Path) -> None:
+    port = free_port()
+    with localstack_run(tmp_path, port) as (stack, run):
+        deadline = time.monotonic() + 90
+        while "taskenv is up" not in run.output():
+            assert time.monotonic() < deadline, run.output()[-3000:]
+            time.sleep(0.1)
+        # Said once every queue has a worker and a reconciler passed: /readyz answers.
+        ready = requests.get(stack.base + "/readyz", timeout=10)
+        assert ready.status_code == 200, ready.text
+        said = run.output()
+        assert said.index("serving on http://") < said.index("taskenv is up")
+        done = stack.create({"name": "quick", "steps": [["true"]]})
+        assert stack.wait(done["id"])["status"] == "succeeded"
+    # Ctrl-C reached the whole foreground group: the stack stopped its processes, then
+    # its Redis, so none of them lost it on the way down.
+    out = run.output()
+    assert "stopping" in out
+    assert "Cannot connect to redis" not in out and "Connection refused" not in out, out[-3000:]
+
+
+def test_no_runner_is_left_unreaped_after_its_task_ends(tmp_path: Path) -> None:
+    """The runner of a local task is the launch worker's child: once it ends, the worker
+    collects it, rather than leave a ``<defunct>`` entry until its next launch."""
+    with localstack(tmp_path, free_port()) as stack:
+        task = stack.create({"name": "ends", "steps": [["sleep", "1"]]})
+        pid_file = stack.work_dir / task["id"] / "r1" / "runner.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.is_file() or not pid_file.read_text().strip():
+            assert time.monotonic() < deadline, stack.task(task["id"])
+            time.sleep(0.05)
+        runner = int(pid_file.read_text().split()[0])
+        assert stack.wait(task["id"])["status"] == "succeeded"
+        deadline = time.monotonic() + 30
+        while (state := process_state(runner)) is not None:
+            assert time.monotonic() < deadline, f"runner {runner} left in state {state}"
+            time.sleep(0.1)
+
+
 # --- the operator commands against what ``make run`` keeps in var/ ---------------------------
 
 def readme_rotation_blocks() -> list[str]:
@@ -99,7 +175,11 @@ def readme_rotation_blocks() -> list[str]:
 
 
 def as_operator(run_dir: Path, script: str) -> subprocess.CompletedProcess[str]:
-    """A shell in the stack's directory, the virtualenv's python first on the PATH."""
+    """A shell in the stack's directory, the virtualenv's python first on the PATH (and at
+    ``.venv``, as in a checkout, for the blocks that activate it)."""
+    venv = run_dir / ".venv"
+    if not venv.exists():
+        venv.symlink_to(Path(sys.executable).parent.parent)
     env = localstack_env(0)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     return subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=run_dir, env=env,

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -334,6 +335,9 @@ class LocalLauncher:
         proc = spare.run({**spec, "run_dir": str(run_dir), "runner": runner})
         self.reap()
         _RUNNERS.append(proc)
+        # Collected the moment it ends, not at this process's next launch: until then an
+        # ended runner stays a <defunct> entry under the launch worker.
+        threading.Thread(target=proc.wait, name=f"reap-runner-{proc.pid}", daemon=True).start()
         return proc.pid
 
 
