@@ -554,6 +554,9 @@ def test_the_local_runner_gets_its_workload_on_stdin_and_nothing_on_its_command_
         def poll(self) -> None:
             return None
 
+        def wait(self) -> int:  # what the launcher's reaping thread waits on
+            return 0
+
     class Sent(io.BytesIO):
         def close(self) -> None:
             self.kept = self.getvalue()

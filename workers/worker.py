@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     concurrency = args.concurrency or (4 if args.queue == "launch" else 1)
     command = worker_argv(args.queue, concurrency)
-    os.execv(command[0], command)
+    os.execv(command[0], command)  # noqa: S606 - our own argv list, no shell
     return 0  # not reached: the worker runs in this process's place
 
 
