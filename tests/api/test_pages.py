@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from html import unescape
+from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -535,6 +536,38 @@ def test_an_admin_saves_the_policy_and_its_secret_is_kept_when_left_empty(
     assert policies.current().to_dict()["defaults"] == [
         {"name": "DATA_DIR", "value": "/data2"},
         {"name": "WANDB_API_KEY", "value": "wandb-secret-1234", "secret": True}]
+
+
+def inputs(html: str) -> list[dict[str, str | None]]:
+    """The attributes of every ``<input>`` of a page, as a browser's parser reads them."""
+    found: list[dict[str, str | None]] = []
+
+    class Inputs(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            if tag == "input":
+                found.append(dict(attrs))
+
+    Inputs().feed(html)
+    return found
+
+
+def test_the_when_fields_are_empty_with_an_example_that_reads_as_one(
+        browser, policies: PolicyStore) -> None:
+    """A row without a condition shows an empty *When*: its placeholder says "e.g.", and
+    the help it points at says what an empty one means, so no example looks filled in."""
+    b = browser()
+    assert b.post("/ui/policy", POLICY_FORM).status_code == 302
+    html = b.get("/ui/policy").text
+    fields = [a for a in inputs(html) if re.fullmatch(r"(defaults|protected)-\d+-when",
+                                                        a.get("name") or "")]
+    assert len(fields) >= 4  # the saved rows and the empty ones, in both tables
+    for field in fields:
+        assert field["value"] == "", field
+        assert field["placeholder"] == 'e.g. {"gpus": ">=1"}', field
+        assert field["aria-describedby"] == "when-help", field
+    [help_text] = re.findall(r'<p class="hint" id="when-help">(.*?)</p>', html, re.DOTALL)
+    assert "Left empty, the row applies to all tasks" in " ".join(help_text.split())
+    assert all("when" not in row for row in policies.current().to_dict()["defaults"])
 
 
 def test_policy_problems_are_all_shown_naming_the_variable(
