@@ -164,6 +164,42 @@ def test_no_runner_is_left_unreaped_after_its_task_ends(tmp_path: Path) -> None:
             time.sleep(0.1)
 
 
+def test_make_worker_in_make_run_s_directory_joins_its_stack(tmp_path: Path) -> None:
+    """README "Scaling": ``make worker QUEUE=validate`` beside ``make run``, with no setting
+    of its own, finds the stack's Redis and keys in ``var/`` and consumes its queue."""
+    venv = Path(sys.executable).parent.parent
+    with localstack(tmp_path, free_port()) as stack:
+        url = (tmp_path / "var" / "redis.url").read_text().strip()
+        consumers = redis.Redis.from_url(url).zcard
+        deadline = time.monotonic() + 60
+        while consumers("taskenv:consumers:validate") < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        extra = subprocess.Popen(["make", "-s", "-f", str(ROOT / "Makefile"), f"VENV={venv}",
+                                  "-o", f"{venv}/.installed", "worker", "QUEUE=validate"],
+                                 cwd=tmp_path, env=localstack_env(0),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 start_new_session=True)
+        try:
+            while consumers("taskenv:consumers:validate") < 2:
+                assert extra.poll() is None, "make worker exited"
+                assert time.monotonic() < deadline + 60, "make worker never joined"
+                time.sleep(0.2)
+            done = stack.create({"name": "two-validators", "steps": [["true"]]})
+            assert stack.wait(done["id"])["status"] == "succeeded"
+        finally:
+            os.killpg(extra.pid, signal.SIGTERM)  # make and the worker it runs
+            extra.wait(timeout=60)
+            stopping = time.monotonic() + 60
+            while True:  # the worker's warm shutdown, before the stack and its Redis stop
+                try:
+                    os.killpg(extra.pid, 0)
+                except ProcessLookupError:
+                    break
+                assert time.monotonic() < stopping, "the worker did not stop"
+                time.sleep(0.2)
+
+
 # --- the operator commands against what ``make run`` keeps in var/ ---------------------------
 
 def readme_rotation_blocks() -> list[str]:
