@@ -37,8 +37,12 @@ def test_the_settings_pick_slurm_and_are_real_settings() -> None:
     taskenv = {k: v for k, v in env.items() if k.startswith(PREFIX)}
     assert set(taskenv) - setting_names() == set()
     assert set(env) - set(taskenv) == {"SLURM_CONF"}
+    # The partition and the account have no value: passed from the environment where set.
+    assert {k for k, v in taskenv.items() if v is None} == {"TASKENV_SLURM_PARTITION",
+                                                            "TASKENV_SLURM_ACCOUNT"}
     resolved = {k: v.replace("${TASKENV_SLURM_DIR:-/shared/taskenv}", "/shared/taskenv")
-                for k, v in taskenv.items() if "${" not in v or "SLURM_DIR" in v}
+                for k, v in taskenv.items() if v is not None}
+    assert "${" not in "".join(resolved.values())
     assert Settings.from_env(resolved).launcher == "slurm"
 
 
