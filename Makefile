@@ -30,9 +30,19 @@ run: install ## Run the whole stack: Redis (unless TASKENV_REDIS_URL is set), AP
 worker: install ## One more worker for QUEUE=validate|policy|launch (CONCURRENCY=n), on the platform's Redis
 	$(PY) -m workers.worker $(QUEUE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
+# The markers of the tests that start real processes (servers, sandboxes, containers, a
+# browser) or take long: the inner loop leaves them out.
+HEAVY := integration or podman or browser or compose or sandbox or slurm or kubectl or slow or docs or torch
+
+# In two parts, which between them run every test once: the unit and API tests spread over
+# two processes, then the tests of real processes one at a time (their timings and
+# fault-injection are written for a machine running one of them).  Both always run; the
+# target fails if either did.
 test: install ## Run the test suite (unit, API and integration with real Redis, Celery, podman, Slurm)
 	deploy/host/setup.sh test
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not ($(HEAVY))"; unit=$$?; \
+	$(PY) -m pytest -m "$(HEAVY)"; real=$$?; \
+	exit $$(( unit != 0 ? unit : real ))
 
 # The inner loop: no real processes, containers or browser; fewer generated examples,
 # spread over the machine's cores.  Compiled modules are cached even where
@@ -42,7 +52,7 @@ test: install ## Run the test suite (unit, API and integration with real Redis, 
 check: install ## Run the unit and API tests only, in under a minute
 	PYTHONDONTWRITEBYTECODE= TASKENV_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider \
 		--hypothesis-profile=check -n auto -p no:schemathesis \
-		-m "not integration and not podman and not browser and not compose and not sandbox and not slurm and not kubectl and not slow and not docs and not torch" \
+		-m "not ($(HEAVY))" \
 		--ignore=tests/integration --ignore=tests/faults --ignore=tests/compose --ignore=tests/docs \
 		--ignore=tests/api/test_schemathesis.py
 

@@ -16,7 +16,7 @@ from tests.faults.conftest import FaultStack, in_background
 
 pytestmark = pytest.mark.integration
 
-TASKS = 200
+TASKS = 100
 
 
 def submit_all(stack: FaultStack, ids: list[str], prefix: str) -> None:
