@@ -54,6 +54,7 @@ from workers.launchers.base import (
     HostsRunSlots,
     Launcher,
     Outcome,
+    ReadsRunningOutput,
     StreamsOutput,
 )
 from workers.outcomes import fail
@@ -147,7 +148,8 @@ def _apply_changes(tasks: TaskStore, launcher: Launcher, counts: Counter[str],
     except Exception:  # the backend unreachable: knowing nothing, decide nothing
         log.exception("reconcile: the %s backend could not be read", launcher.name)
         return False
-    if isinstance(launcher, StreamsOutput):  # before the ends, whose logs() take the rest
+    # Before the ends, whose logs() take the rest.
+    if isinstance(launcher, (StreamsOutput, ReadsRunningOutput)):
         try:
             counts["output"] += stream_output(tasks, launcher)
         except Exception:
@@ -287,6 +289,11 @@ def _passed(svc: Services, counts: Counter[str]) -> None:
 def main() -> None:
     svc = current()
     logs.configure(svc.settings.log_format)
+    # It asks the launcher where tasks stand and redacts their output with their secrets:
+    # what the launch worker needs, it needs.
+    from workers.startup import refuse_unless_ready
+
+    refuse_unless_ready(svc.settings, "the reconciler", ["launch"], svc.redis)
     from workers import observe  # noqa: F401 - stamps the messages a pass re-enqueues
 
     if svc.settings.metrics_port:

@@ -286,11 +286,12 @@ def test_a_launch_worker_without_the_platform_s_keys_refuses_to_start(
     assert readiness(ops.stack).status_code == 200
 
 
-@pytest.mark.parametrize("who", ["validate worker", "launch worker", "API"])
+@pytest.mark.parametrize("who", ["validate worker", "launch worker", "API", "reconciler"])
 def test_a_process_with_other_keys_refuses_to_start(ops: Ops, tmp_path: Path, who: str) -> None:
     env = {**{k: v for k, v in ops.env.items() if k.startswith("TASKENV_")},
            "TASKENV_SECRET_KEYS": new_key(), "TASKENV_PORT": str(free_port())}
     argv = ([sys.executable, "-m", "api"] if who == "API"
+            else [sys.executable, "-m", "workers.reconcile"] if who == "reconciler"
             else worker_argv(who.split()[0]))
     said = refused(argv, env, tmp_path)
     assert f"the {who} refuses to start: " in said
