@@ -8,7 +8,11 @@ launcher last saw of each ``launching`` or ``running`` task that no live launch
 worker holds from its ``seen()``, and hands each answer to
 :func:`record_observed`: once the workload has finished, its output is stored
 (once per revision, with secret values redacted) and the outcome recorded through
-:func:`workers.outcomes.record_outcome`.
+:func:`workers.outcomes.record_outcome`.  While a workload runs, :func:`stream_output`
+appends what it printed since the last pass: the lines a launcher's files gained
+(``StreamsOutput``: Slurm's), or what a launcher read of its backend's logs, redacted
+and marked on each replica's stream already (``ReadsRunningOutput``: podman's
+container log files, Kubernetes' pod logs); ``logs`` then gives the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from workers.launchers.base import (
     LooksAtEnv,
     MarksItsOutput,
     Outcome,
+    ReadsRunningOutput,
     StreamsOutput,
 )
 from workers.outcomes import record_outcome
@@ -69,18 +74,46 @@ def _claim_logs(tasks: TaskStore, task_id: str, revision: int) -> bool:
     return tasks.update(task_id, change) is not None
 
 
-def stream_output(tasks: TaskStore, launcher: StreamsOutput) -> int:
+def stream_output(tasks: TaskStore, launcher: StreamsOutput | ReadsRunningOutput) -> int:
     """Append what running workloads printed since the last pass to their logs, redacted;
-    the number of workloads whose output grew.  A Redis read per such workload only."""
+    the number of workloads whose output grew.  A Redis read per such workload only (and,
+    for a launcher that reads its backend's logs, one per workload it starts reading)."""
+    if isinstance(launcher, ReadsRunningOutput):
+        return _read_running(tasks, launcher)
     grew = 0
     for task_id, revision, text in launcher.new_output():
-        doc = tasks.find(task_id)
-        if doc is None or doc["revision"] != revision or doc["state"] not in WATCHED:
+        doc = _watched(tasks, task_id, revision)
+        if doc is None:
             continue
         secrets = [v.value for v in Workload.from_doc(doc).env if v.secret]
         tasks.append_log(task_id, revision, _as_stored(launcher, redact(text, secrets)))
         grew += 1
     return grew
+
+
+def _read_running(tasks: TaskStore, launcher: ReadsRunningOutput) -> int:
+    """What the launcher read of its running workloads' logs, stored as it gives it (it
+    redacted, prefixed and marked it on each replica's stream)."""
+
+    def workload_of(task_id: str, revision: int) -> Workload | None:
+        doc = _watched(tasks, task_id, revision)
+        return None if doc is None else Workload.from_doc(doc)
+
+    grew = 0
+    for task_id, revision, text in launcher.output_since(workload_of):
+        if _watched(tasks, task_id, revision) is None:
+            continue  # ended or superseded meanwhile: its log is settled
+        tasks.append_log(task_id, revision, text)
+        grew += 1
+    return grew
+
+
+def _watched(tasks: TaskStore, task_id: str, revision: int) -> Doc | None:
+    """The task, if ``revision`` is its current one and launched or running."""
+    doc = tasks.find(task_id)
+    if doc is None or doc["revision"] != revision or doc["state"] not in WATCHED:
+        return None
+    return doc
 
 
 def _as_stored(launcher: object, text: str) -> str:

@@ -137,6 +137,30 @@ def test_failing_step_fails_the_task_with_its_exit_code_and_output(podman_stack:
     assert logs == "preparing\n"
 
 
+def test_a_running_steps_output_is_in_the_log_before_the_step_ends(podman_stack: PodmanStack):
+    """The reconciler reads the container's log while it runs: the step's first line is in
+    ``GET /tasks/{id}/logs`` while the step still waits for a file only the test makes."""
+    created = podman_stack.create({"name": "streams-in-podman", "steps": [
+        ["sh", "-c", "echo first line; while [ ! -e /tmp/release ]; do sleep 0.1; done; "
+                     "echo last line"]]})
+    task_id = created["id"]
+
+    deadline = time.monotonic() + 60
+    while "first line" not in (log := podman_stack.call(
+            "GET", f"/api/v1/tasks/{task_id}/logs").text):
+        assert time.monotonic() < deadline, log
+        time.sleep(0.2)
+    running = podman_stack.task(task_id)
+    released = podman("exec", f"taskenv-{task_id[:20]}-r1-task", "touch", "/tmp/release")
+    doc = podman_stack.wait(task_id)
+
+    assert log == "first line\n" and running["status"] == "running", (log, running)
+    assert released.returncode == 0, released.stderr
+    assert doc["status"] == "succeeded", doc
+    final = podman_stack.call("GET", f"/api/v1/tasks/{task_id}/logs").text
+    assert final == "first line\nlast line\n"  # nothing stored twice
+
+
 def test_secret_reaches_the_container_and_its_output_is_redacted(podman_stack: PodmanStack):
     stack = podman_stack
     digest = hashlib.sha256(SECRET.encode()).hexdigest()

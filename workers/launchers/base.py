@@ -141,6 +141,22 @@ class StreamsOutput(Protocol):
 
 
 @runtime_checkable
+class ReadsRunningOutput(Protocol):
+    """A launcher that reads its running workloads' output from the backend (a container's
+    log file, a pod's log) while they run, a bounded amount a pass, and gives it as the log
+    keeps it: each replica's stream redacted with the workload's secrets and its lines
+    prefixed, a step's mark shown as text, the platform's own lines marked."""
+
+    def output_since(self, workload_of: Callable[[str, int], Workload | None]
+                     ) -> list[tuple[str, int, str]]:
+        """``(task id, revision, text)``: what running workloads printed since the last call,
+        as the log keeps it.  ``workload_of`` gives a launched workload's record (None: it is
+        not launched or running any more), asked once per workload; what is left at the end
+        is :meth:`Launcher.logs`."""
+        ...
+
+
+@runtime_checkable
 class MarksItsOutput(Protocol):
     """A launcher whose output already tells the platform's lines from the steps' (its
     job program marks its own and shows a step's mark as a character of text): the

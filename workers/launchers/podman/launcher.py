@@ -8,7 +8,9 @@ per pass, compared with the previous listing (a failed container is inspected
 once, for its out-of-memory kill or error); what changed goes to
 :func:`workers.sync.record_observed`, which copies its ``logs``.  A container
 missing from the listing that was in the last one was removed: its task, if it
-was running, fails with that reason.
+was running, fails with that reason.  While a container runs, the reconciler reads its
+log file on this host each pass (:meth:`PodmanLauncher.output_since`, ``.output``), so
+a step's output is in the task's log while the step runs; ``logs`` gives the rest.
 
 What podman 4.3 does differently from Kubernetes, and what this module does about it:
 
@@ -64,7 +66,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -76,16 +78,17 @@ from shared.config import Settings
 from shared.env.received import Look, Looks
 from shared.errors import LaunchFailed, TransientError
 from shared.policy.model import Resolved
-from shared.secrets import redact, redact_cut
-from shared.store.logtail import head_only_note, log_budget
+from shared.store.logtail import MAX_CHUNK, log_budget
 from shared.store.tasks import TaskStore
-from shared.task import manifest, replica_logs
+from shared.task import manifest
 from shared.task.limits import Maxima
 from shared.task.manifest import SELECTOR
 from shared.task.workload import Workload, with_default_image
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
 from workers.launchers.common.group import first_failed, group_outcome
+from workers.launchers.common.stream import OutputStream
 from workers.launchers.podman import conf
+from workers.launchers.podman.output import ContainerLog, Place, Places
 from workers.launchers.podman.uids import UidPool
 
 # The node a podman task runs on (this launch worker's host), as a per-node default's glob
@@ -121,6 +124,9 @@ LEGACY_VOLUMES = ("work", "tmp")  # the volumes every pod shared before they wer
 SWEEP_SECONDS = 60.0  # how often the reconciler's listing looks for what dead workers left
 ORPHAN_AFTER = 120.0  # a volume or uid claim of no pod, this old, is left over, not new
 NO_VOLUME = re.compile(r"no (such )?volume", re.I)
+LOG_DRIVER = "k8s-file"  # a file per container on the host, which the reconciler reads
+READ_CHUNK = MAX_CHUNK  # of one container's log file, read at once (one append to Redis)
+PASS_BYTES = 8 * READ_CHUNK  # of all containers' log files, read in one pass (about)
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +163,13 @@ class PodmanLauncher:
         self.live_pods: set[str] = set()  # the pods of the last listing
         self.swept_at: float | None = None  # when the last sweep ran (None: never)
         self.legacy_seen: set[str] = set()  # an older version's shared volumes, reported once
+        # Where each container's log was read up to (kept on disk), and the readers of the
+        # containers that run (in memory: a redactor's held-back tail, an unfinished line).
+        self.places = Places(Path(settings.work_dir).resolve() / "podman" / "output")
+        self.readers: dict[str, ContainerLog] = {}
+        self.no_log_file: set[str] = set()  # containers whose log is no file (asked once)
+        self.workloads: dict[tuple[str, int], Workload] = {}  # of the running tasks read
+        self.turn = 0  # where the next output_since() begins among the running tasks
 
     # -- the Launcher interface ------------------------------------------------------
 
@@ -301,29 +314,125 @@ class PodmanLauncher:
         return state_outcome(state) if state else Outcome(
             "failed", exit_code=code, reason=f"container exited with {code}")
 
+    def as_stored(self, text: str) -> str:
+        """What :meth:`output_since` and :meth:`logs` give is as the log keeps it already
+        (the steps' mark shown as text, the platform's lines marked)."""
+        return text
+
+    def output_since(self, workload_of: Callable[[str, int], Workload | None]
+                     ) -> list[tuple[str, int, str]]:
+        """What each running task's containers printed since the last call, as the log keeps
+        it: at most :data:`READ_CHUNK` bytes of each container's log file, and about
+        :data:`PASS_BYTES` in all, the tasks taken in turn from where the last call stopped
+        (what is left waits in the files for the next).  ``workload_of`` is asked once for
+        each task that runs (its secrets, its replicas).  Reads files on this host: no
+        podman process, but one ``container inspect`` for each new task's log files."""
+        running = [key for key, seen in self.listed.items() if seen.state == "running"]
+        self.workloads = {k: w for k, w in self.workloads.items() if k in self.listed}
+        first = self.turn % len(running) if running else 0
+        out: list[tuple[str, int, str]] = []
+        read = looked = 0
+        for key in running[first:] + running[:first]:
+            if read >= PASS_BYTES:
+                break
+            looked += 1
+            workload = self.workloads.get(key) or workload_of(*key)
+            if workload is None:
+                continue
+            self.workloads[key] = workload
+            text = []
+            for reader in self._readers(workload):
+                text.append(reader.read(READ_CHUNK))
+                read += reader.read_bytes
+                if reader.read_bytes:
+                    self.places.save(reader.name, reader.place)
+            if "".join(text):
+                out.append((*key, "".join(text)))
+        self.turn = first + looked
+        return out
+
     def logs(self, workload: Workload) -> str | None:
-        """The output of each replica's container, read up to the log's budget (shared
-        among the replicas) and no further: one huge line costs this worker what the budget
-        does.  Past it, a line says so.  Several replicas' lines are prefixed with their
-        index, each replica's redacted before it is prefixed."""
+        """What each replica's container printed that was not read while it ran, read up to
+        its share of the log's budget and no further (one huge line costs this worker what
+        the budget does; past it, a line says so), as the log keeps it.  The readers' places
+        are then forgotten.  A container whose log is no file (an older version's pod) is
+        read whole with ``podman logs``, as far as the budget."""
         secrets = [v.value for v in workload.env if v.secret]
         budget = self.log_budget // workload.replicas
-        parts = [self._container_logs(self.container_name(workload, k), budget, secrets)
-                 for k in range(workload.replicas)]
-        if workload.replicas == 1:
-            return parts[0]
+        readers = {r.name: r for r in self._readers(workload)}
+        parts: list[str | None] = []
+        for k in range(workload.replicas):
+            name = self.container_name(workload, k)
+            reader = readers.get(name)
+            if reader is not None:
+                parts.append(reader.rest(READ_CHUNK))
+                continue
+            stream = OutputStream(secrets, budget, k if workload.replicas > 1 else None)
+            text = self._container_logs(name, budget)
+            parts.append(None if text is None else stream.feed(text) + stream.finish())
+        self._forget(workload.run_name)
         if all(part is None for part in parts):
             return None
-        return "".join(replica_logs.prefixed(k, redact(part, secrets))
-                       for k, part in enumerate(parts) if part)
+        return "".join(part for part in parts if part)
 
-    def _container_logs(self, name: str, budget: int, secrets: list[str]) -> str | None:
+    def _readers(self, workload: Workload) -> list[ContainerLog]:
+        """A reader of each replica container's log file, from where it was read up to
+        (this process's reader, else the place kept on disk, else the file's start); none
+        for a container whose log is no file."""
+        names = [self.container_name(workload, k) for k in range(workload.replicas)]
+        places = {name: self.places.load(name) for name in names
+                  if name not in self.readers and name not in self.no_log_file}
+        unknown = [name for name, place in places.items() if place is None]
+        for name, path in self._log_files(unknown).items():
+            places[name] = Place(path) if path else None
+        secrets = [v.value for v in workload.env if v.secret]
+        budget = self.log_budget // workload.replicas
+        for k, name in enumerate(names):
+            place = places.get(name)
+            if name in self.readers or place is None:
+                continue
+            stream = OutputStream(secrets, budget, k if workload.replicas > 1 else None,
+                                  place.taken, place.cut)
+            self.readers[name] = ContainerLog(name, place, stream)
+        return [self.readers[name] for name in names if name in self.readers]
+
+    def _log_files(self, names: list[str]) -> dict[str, str | None]:
+        """Each container's log file (None: its log is no file, or it is not there yet),
+        from one ``podman container inspect``."""
+        if not names:
+            return {}
+        found = self.podman("container", "inspect", *names)
+        files: dict[str, str | None] = dict.fromkeys(names)
+        try:
+            listed = json.loads(found.stdout or "[]") or []
+        except ValueError:
+            listed = []
+        for container in listed:
+            name = str(container.get("Name", ""))
+            config = (container.get("HostConfig") or {}).get("LogConfig") or {}
+            if name not in files:
+                continue
+            if config.get("Type") == LOG_DRIVER and config.get("Path"):
+                files[name] = str(config["Path"])
+            else:
+                self.no_log_file.add(name)
+        return files
+
+    def _forget(self, pod: str) -> None:
+        """The readers of the pod's containers, in memory and on disk."""
+        for name in [n for n in self.readers if _pod_of(n) == pod]:
+            del self.readers[name]
+        self.no_log_file = {n for n in self.no_log_file if _pod_of(n) != pod}
+        self.places.forget(pod)
+
+    def _container_logs(self, name: str, budget: int) -> str | None:
+        """``podman logs`` of a container, at most ``budget`` bytes and one more (to tell
+        that there was more); None if podman has no such container."""
         # One pipe for both streams keeps the container's stdout and stderr in order.
         code, data = self.read_bounded(["logs", name], budget + 1)
-        if len(data) <= budget:
-            return data.decode(errors="replace") if code == 0 else None
-        head = data[:budget].decode(errors="ignore")
-        return redact_cut(head, secrets) + head_only_note(budget)
+        if code not in (0, None):
+            return None
+        return data.decode(errors="replace")
 
     def read_bounded(self, args: list[str], most: int) -> tuple[int | None, bytes]:
         """A podman command's exit code and at most ``most`` bytes of its output; a command
@@ -354,6 +463,7 @@ class PodmanLauncher:
         """Stop the pod at once and remove it with its containers, its volumes and its uid;
         nothing if it is gone."""
         self._stop_and_remove(workload.run_name)
+        self._forget(workload.run_name)
         self.remove_volumes(workload.run_name)
         if self.pod_exists(workload.run_name):  # a launch racing this one played it again
             raise TransientError(f"podman pod {workload.run_name} is still there")
@@ -476,6 +586,7 @@ class PodmanLauncher:
             self._stop_and_remove(pod)
         self.remove_volumes(pod)
         self.uids.release(pod)
+        self._forget(pod)
 
     def _stop_and_remove(self, pod: str) -> None:
         """``pod stop --time 0`` (SIGKILL at once), then ``pod rm --force``; nothing if the
@@ -555,6 +666,7 @@ class PodmanLauncher:
                      ", ".join(left), "" if removed.returncode == 0 else
                      f" (not all removed: {_podman_message(removed.stderr)})")
         self.uids.release_stale(self.live_pods, older_than, now)
+        self.places.stale(self.live_pods, older_than, now)
         return left
 
     def podman(self, *args: str, stdin: bytes | None = None,
@@ -655,6 +767,7 @@ class PodmanLauncher:
         past what the log keeps anyway; what is read is then the start of what the
         host kept."""
         return self.podman("kube", "play", "--start=false", "--quiet",
+                           "--log-driver", LOG_DRIVER,
                            "--log-opt", f"max-size={self.log_file_max}", str(path))
 
     def _check_image(self, image: str) -> None:

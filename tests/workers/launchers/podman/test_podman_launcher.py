@@ -289,6 +289,9 @@ def test_an_image_removed_after_it_was_found_still_fails_plainly(launcher: Podma
     assert pods_and_containers(after) == ([], [])
 
 
+HEX_OF_TOKEN = "printf 'hex %s\\n' \"$(printf %s \"$API_TOKEN\" | od -An -tx1 | tr -d ' \\n')\""
+
+
 class CapturingLauncher(PodmanLauncher):
     """Keeps what was on disk and in podman's secret store while ``kube play`` ran."""
 
@@ -302,14 +305,17 @@ class CapturingLauncher(PodmanLauncher):
 
 def test_secret_reaches_the_container_but_no_file_or_pod_inspect(make_workload):
     value = "s3cr3t-$(HOME)-ü"
-    workload = make_workload([list(DUMP)], env={"LR": "0.1"}, secrets={"API_TOKEN": value})
+    workload = make_workload([list(DUMP), ["sh", "-c", HEX_OF_TOKEN]], env={"LR": "0.1"},
+                             secrets={"API_TOKEN": value})
     launcher = CapturingLauncher(Settings())
 
     outcome, logs = run(launcher, workload)
 
     assert outcome.state == "succeeded"
-    [seen] = env_dumps(logs, 1)
-    assert seen == {**runtime_added(workload), "LR": "0.1", "API_TOKEN": value}
+    [seen] = env_dumps(logs.rsplit("\0", 1)[0] + "\0", 1)
+    # The value as typed reached the step (its bytes in hex), and the log hides it.
+    assert logs.rsplit("\0", 1)[1] == f"hex {value.encode().hex()}\n"
+    assert seen == {**runtime_added(workload), "LR": "0.1", "API_TOKEN": "[secret]"}
     # The YAML handed to podman: private, gone afterwards, and only a reference.
     assert launcher.mode == 0o600 and not launcher.path.exists()
     assert value not in launcher.yaml
