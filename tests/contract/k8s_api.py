@@ -21,7 +21,12 @@ server-side behaviour the launcher depends on:
   deleted like Secrets;
 * pods are listed by ``labelSelector`` (``k=v``, ``k==v``, ``k!=v``, comma-separated);
   a pod log is ``text/plain``; asking for the log of a container that is still
-  waiting answers 400, as the real server does;
+  waiting answers 400, as the real server does.  Each line of a log keeps the time it
+  was written (:meth:`FakeKubeApi.write_log` adds lines as a running container prints
+  them): ``timestamps=true`` starts each line with it (RFC 3339, nanoseconds, UTC, and a
+  space), ``sinceTime`` keeps the lines written in that second or after (the API server
+  passes it on to the kubelet to the second), and ``limitBytes`` counts what is sent,
+  times included;
 * ``PATCH`` takes a strategic-merge or merge patch (applied as a JSON merge
   patch, RFC 7386: enough for the launcher's ``metadata.ownerReferences``);
 * ``DELETE`` of a Job reads ``propagationPolicy`` from the ``DeleteOptions`` body
@@ -124,7 +129,7 @@ INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 @dataclass
 class Response:
     status: int
-    body: Any = None  # dict → JSON; str → text/plain
+    body: Any = None  # dict → JSON; str or bytes → text/plain
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -192,6 +197,12 @@ def terminated(exit_code: int, reason: str) -> dict:
                            "startedAt": _now(), "finishedAt": _now()}}
 
 
+def _stamp(at: datetime) -> str:
+    """A log line's time as the kubelet writes it: RFC 3339 with nanoseconds, in UTC."""
+    at = at.astimezone(UTC)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond:06d}000Z"
+
+
 def _now(at: datetime | None = None) -> str:
     return (at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -209,7 +220,8 @@ class FakeKubeApi:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, ns, name)
-        self.pod_logs: dict[tuple[str, str], str] = {}
+        # Each pod's log: (when it was written, a line, its end included if it has one).
+        self.pod_logs: dict[tuple[str, str], list[tuple[datetime, str]]] = {}
         self.requests: list[Recorded] = []
         self.scripts: list[Script] = []
         self._version = 1000
@@ -317,8 +329,22 @@ class FakeKubeApi:
                 meta["labels"][INDEX_ANNOTATION] = str(index)
                 spec["hostname"] = f"{job}-{index}"
             self._put("pod", namespace, name, pod, "ADDED")
-            self.pod_logs[(namespace, name)] = log
+            self.pod_logs[(namespace, name)] = []
+        if log:
+            self.write_log(name, log, namespace, created)
         return name
+
+    def write_log(self, pod: str, text: str, namespace: str = "default",
+                  at: datetime | None = None) -> None:
+        """``text`` added to the pod's log, its lines written at ``at`` (now by default); a
+        line the last write left unfinished goes on, keeping the time it began."""
+        at = at or datetime.now(UTC)
+        with self.lock:
+            lines = self.pod_logs[(namespace, pod)]
+            if lines and not lines[-1][1].endswith("\n"):
+                began, start = lines.pop()
+                text, at = start + text, began
+            lines += [(at, line) for line in text.splitlines(keepends=True)]
 
     def add_job(self, body: dict[str, Any], namespace: str = "default") -> str:
         """Store a Job as ``POST`` would, without a request (to fill the server quickly)."""
@@ -665,11 +691,19 @@ class FakeKubeApi:
             reason = status["state"]["waiting"].get("reason", "")
             raise _ApiError(400, f'container "{wanted}" in pod "{name}" is waiting to start: '
                                  f"{reason}")
-        text = self.pod_logs.get((ns, name), "")
+        lines = list(self.pod_logs.get((ns, name), []))
+        since = req.query.get("sinceTime")
+        if since:  # to the second, as the kubelet gets it
+            start = datetime.fromisoformat(since[0].replace("Z", "+00:00")).replace(
+                microsecond=0)
+            lines = [(at, line) for at, line in lines if at.replace(microsecond=0) >= start]
+        stamped = (req.query.get("timestamps") or ["false"])[0] == "true"
+        data = "".join((_stamp(at) + " " if stamped else "") + line
+                       for at, line in lines).encode()
         limit = req.query.get("limitBytes")
         if limit:  # the API server sends at most this many bytes of the log
-            text = text.encode()[:int(limit[0])].decode(errors="ignore")
-        return Response(200, text)
+            data = data[:int(limit[0])]
+        return Response(200, data)
 
 
 def _check_job_spec(name: str, spec: dict[str, Any]) -> None:
@@ -795,7 +829,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(response)
 
     def _send(self, response: Response) -> None:
-        if isinstance(response.body, str):
+        if isinstance(response.body, bytes):  # a log cut by limitBytes: inside a character
+            payload, ctype = response.body, "text/plain"
+        elif isinstance(response.body, str):
             payload, ctype = response.body.encode(), "text/plain"
         else:
             payload, ctype = json.dumps(response.body).encode(), "application/json"

@@ -1,8 +1,10 @@
 """Submit a workload to Kubernetes as a Secret (if it has secrets) and a batch/v1 Job.
 
 ``launch`` creates and returns at once (``running``); ``observe`` maps the Job and
-its pod to an outcome; ``logs`` reads the pod's log.  A redelivered launch meets
-409 AlreadyExists and adopts what is there, so one revision makes one Job.
+its pod to an outcome; ``output_since`` reads what each running pod's log gained since
+the last pass (``workers.launchers.kubernetes.output``), ``logs`` the rest at the end.
+A redelivered launch meets 409 AlreadyExists and adopts what is there, so one revision
+makes one Job.
 
 The reconciler learns status from ``changes``: one LIST of the Jobs and one of
 their pods that carry taskenv's label, then a WATCH of each from the list's
@@ -15,7 +17,8 @@ pass that reads its own events needs no queue, no thread to supervise and no
 second copy of the state to hand over.  What is missed between passes is not
 lost: the next WATCH starts where the last one stopped, and the API server keeps
 minutes of history (a longer pause gets 410 and a LIST).  A pass thus costs two
-requests however many Jobs run, plus one log read per Job that finished.
+requests however many Jobs run, plus a log read per running pod (at most
+:data:`PASS_READS` a pass, the tasks taken in turn) and per Job that finished.
 
 Every API request first takes a token from a client-side bucket (20/s, burst 30
 by default; per launcher, so per worker process).  429, 5xx, timeouts and
@@ -52,10 +55,8 @@ from kubernetes.client.exceptions import ApiException
 
 from shared.config import Settings
 from shared.errors import LaunchFailed, PermanentError, TransientError
-from shared.secrets import redact, redact_cut
-from shared.store.logtail import head_only_note, log_budget
+from shared.store.logtail import MAX_CHUNK, log_budget
 from shared.store.tasks import TaskStore
-from shared.task import replica_logs
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
@@ -70,6 +71,8 @@ from shared.task.manifest import (
 )
 from shared.task.workload import Workload
 from workers.launchers.base import CONTAINER_NEVER_STARTS, Change, Hooks, Outcome
+from workers.launchers.common.stream import OutputStream
+from workers.launchers.kubernetes.output import PodLog
 from workers.launchers.kubernetes.ratelimit import TokenBucket
 from workers.launchers.kubernetes.watch import (
     GONE,
@@ -78,12 +81,17 @@ from workers.launchers.kubernetes.watch import (
     Gone,
     Informer,
     JobStatus,
+    container_state,
     job_outcome,
     slim_job,
     slim_pod,
+    task_key,
 )
 
 T = TypeVar("T")
+READ_CHUNK = MAX_CHUNK  # of a pod's log, asked for at once (and one append to Redis)
+PASS_BYTES = 8 * READ_CHUNK  # of every pod's log, read in one pass (about)
+PASS_READS = 16  # log requests a pass makes at most, the running tasks taken in turn
 
 
 def make_api_client(configuration: Configuration) -> ApiClient:
@@ -127,6 +135,13 @@ class KubernetesLauncher:
             max_retries, backoff_base, backoff_cap)
         self.request_timeout = request_timeout
         self._sleep = sleep
+        # The readers of the running pods' logs (in memory), which pods this process found
+        # running when it started, and that second (read from on, for those).
+        self.readers: dict[str, dict[str, PodLog]] = {}  # job -> its pods' readers
+        self.workloads: dict[str, Workload] = {}  # by job, of the running tasks read
+        self.found_running: set[str] | None = None
+        self.started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.turn = 0  # where the next output_since() begins among the running jobs
         self.status = JobStatus(
             Informer("jobs", self._lister("list jobs", self.batch.list_namespaced_job,
                                           watch_seconds), slim_job, watch_seconds),
@@ -178,28 +193,139 @@ class KubernetesLauncher:
     def seen(self, workload: Workload) -> Outcome | None:
         return self.status.seen(job_name(workload))
 
+    def as_stored(self, text: str) -> str:
+        """What :meth:`output_since` and :meth:`logs` give is as the log keeps it already
+        (the steps' mark shown as text, the platform's lines marked)."""
+        return text
+
+    def output_since(self, workload_of: Callable[[str, int], Workload | None]
+                     ) -> list[tuple[str, int, str]]:
+        """What each running task's pods printed since the last call, as the log keeps it
+        (``workers.launchers.kubernetes.output``): a read of each pod's log of at most a
+        second's output already read and :data:`READ_CHUNK` more, at most
+        :data:`PASS_READS` reads and about :data:`PASS_BYTES` in a pass, the tasks taken in
+        turn from where the last call stopped.  The pods are the watch's: no list call.
+        ``workload_of`` is asked once for each task that runs (its secrets, replicas)."""
+        if self.found_running is None:  # what ran before this process: read from its start
+            self.found_running = set(self.status.pods.objects)
+        running = sorted(job for job, seen in self.status.outcomes.items()
+                         if seen.state == "running")
+        self.workloads = {job: w for job, w in self.workloads.items() if job in running}
+        self.readers = {job: r for job, r in self.readers.items()
+                        if job in self.status.outcomes}
+        first = self.turn % len(running) if running else 0
+        out: list[tuple[str, int, str]] = []
+        reads = read = looked = 0
+        for job in running[first:] + running[:first]:
+            if reads >= PASS_READS or read >= PASS_BYTES:
+                break
+            looked += 1
+            key = task_key(self.status.jobs.objects.get(job) or {})
+            workload = self.workloads.get(job) or (workload_of(*key) if key else None)
+            if key is None or workload is None:
+                continue
+            self.workloads[job] = workload
+            text = []
+            for index, pod in self._pods_with_logs(job, workload.replicas):
+                reader, said = self._reader(workload, job, pod, index)
+                text.append(said + reader.read(self._fetch(pod), READ_CHUNK))
+                reads, read = reads + 1, read + reader.got
+            if "".join(text):
+                out.append((*key, "".join(text)))
+        self.turn = first + looked
+        return out
+
     def logs(self, workload: Workload) -> str | None:
-        if workload.replicas > 1:
-            return self._replica_logs(workload)
-        name = job_name(workload)
-        known = self.status.latest_pod(name)  # the watch knows the pod: no list call
-        pod = known["metadata"]["name"] if known else _name(self._latest_pod(name))
-        if pod is None:
-            return None
-        try:
-            # limitBytes: the API server sends no more than the log's budget (and one
-            # byte to tell that there was more), however large the output.
-            text = self._call("read log", self.core.read_namespaced_pod_log, pod,
-                              self.namespace, container=CONTAINER_NAME,
-                              limit_bytes=self.log_budget + 1, passthrough={400, 404})
-        except ApiException:
-            return None  # the pod is gone, or its container has not started yet
-        data = text.encode(errors="surrogatepass")
-        if len(data) <= self.log_budget:
-            return text
-        head = data[:self.log_budget].decode(errors="ignore")
+        """What each replica's pod printed that was not read while it ran, read up to its
+        share of the log's budget (``limitBytes``: the API server sends no more, whatever
+        the output's size; past it, a line says so), as the log keeps it.  None when no
+        pod has a log (none made, or its container never started)."""
+        job = job_name(workload)
+        pods = self._pods_with_logs(job, workload.replicas, listed=True)
+        parts = []
+        for index, pod in pods:
+            reader, said = self._reader(workload, job, pod, index)
+            room = reader.stream.budget - reader.stream.taken
+            parts.append(said + reader.rest(self._fetch(pod), max(room + 1, READ_CHUNK)))
+        self.readers.pop(job, None)
+        self.workloads.pop(job, None)
+        return "".join(parts) if pods else None
+
+    def _pods_with_logs(self, job: str, replicas: int,
+                        listed: bool = False) -> list[tuple[int | None, str]]:
+        """The pod of each replica whose container has started (the latest pod of each
+        index; for a task of one, its latest pod), as (index or None, name): from the watch,
+        or with ``listed`` from one LIST of the Job's pods when the watch knows none."""
+        pods = [self.status.pods.objects[n] for n in self.status.pods_of.get(job, ())
+                if n in self.status.pods.objects]
+        if listed and not pods:
+            found = self._call("list pods", self.core.list_namespaced_pod, self.namespace,
+                               label_selector=f"job-name={job}").items or []
+            pods = [slim_pod(self._as_dict(p)) for p in found]
+        latest: dict[int | None, dict[str, Any]] = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            index: int | None = None
+            if replicas > 1:
+                found_index = str((meta.get("annotations") or {}).get(INDEX_ANNOTATION) or "")
+                if not found_index.isdigit():
+                    continue
+                index = int(found_index)
+            before = latest.get(index)
+            if before is None or (meta.get("creationTimestamp") or "") > (
+                    before["metadata"].get("creationTimestamp") or ""):
+                latest[index] = pod
+        return [(index, pod["metadata"]["name"]) for index, pod in
+                sorted(latest.items(), key=lambda item: item[0] or 0)
+                if {"running", "terminated"} & set(container_state(pod))]
+
+    def _reader(self, workload: Workload, job: str, pod: str,
+                index: int | None) -> tuple[PodLog, str]:
+        """The pod's reader, made at its first read (and what it has to say then)."""
+        readers = self.readers.setdefault(job, {})
+        if pod in readers:
+            return readers[pod], ""
         secrets = [v.value for v in workload.env if v.secret]
-        return redact_cut(head, secrets) + head_only_note(self.log_budget)
+        stream = OutputStream(secrets, self.log_budget // workload.replicas, index)
+        said = ""
+        if pod in (self.found_running or ()):
+            created = (self.status.pods.objects.get(pod, {}).get("metadata") or {}).get(
+                "creationTimestamp") or ""
+            if created < self.started:
+                readers[pod], said = PodLog.adopted(pod, stream, self.started)
+                return readers[pod], said
+        readers[pod] = PodLog(pod, stream)
+        return readers[pod], said
+
+    def _fetch(self, pod: str) -> Callable[[str | None, int], bytes | None]:
+        """A read of the pod's log, ``timestamps=true``, from a second on and at most so
+        many bytes: its bytes, or None when it has none (the container waits, the pod is
+        gone)."""
+        def fetch(since: str | None, limit: int) -> bytes | None:
+            query: list[tuple[str, Any]] = [("container", CONTAINER_NAME),
+                                            ("timestamps", "true"), ("limitBytes", limit)]
+            if since is not None:
+                query.append(("sinceTime", since))
+            try:
+                return self._call("read log", self._read_log, pod, query,
+                                  passthrough={400, 404})
+            except ApiException:
+                return None
+        return fetch
+
+    def _read_log(self, pod: str, query: list[tuple[str, Any]],
+                  _request_timeout: Any = None) -> bytes:
+        """GET the pod's log as bytes (the generated client has no ``sinceTime``)."""
+        request = self.api.param_serialize(
+            method="GET", resource_path="/api/v1/namespaces/{namespace}/pods/{name}/log",
+            path_params={"namespace": self.namespace, "name": pod}, query_params=query,
+            header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"])
+        response = self.api.call_api(*request, _request_timeout=_request_timeout)
+        data = bytes(response.read() or b"")
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response,
+                                             body=data.decode(errors="replace"), data=None)
+        return data
 
     def cancel(self, workload: Workload) -> None:
         """Delete the Job, its pods with it (``Foreground``: the Job stays until they are
@@ -220,36 +346,6 @@ class KubernetesLauncher:
         if self.observe(workload) is not None:
             raise TransientError(f"job {self.namespace}/{job_name(workload)} is still "
                                  "being deleted")
-
-    def _replica_logs(self, workload: Workload) -> str | None:
-        """Each replica's pod log (its latest pod per index), prefixed with its index."""
-        pods = self._call("list pods", self.core.list_namespaced_pod, self.namespace,
-                          label_selector=f"job-name={job_name(workload)}").items or []
-        latest: dict[int, V1Pod] = {}
-        for pod in pods:
-            found = (_meta(pod).annotations or {}).get(INDEX_ANNOTATION) or ""
-            if not found.isdigit():
-                continue
-            index = int(found)
-            if index not in latest or _created_at(pod) > _created_at(latest[index]):
-                latest[index] = pod
-        secrets = [v.value for v in workload.env if v.secret]
-        budget = self.log_budget // workload.replicas  # the log's budget, shared
-        parts = []
-        for k in sorted(latest):
-            try:
-                text = self._call("read log", self.core.read_namespaced_pod_log,
-                                  _meta(latest[k]).name, self.namespace,
-                                  container=CONTAINER_NAME, limit_bytes=budget + 1,
-                                  passthrough={400, 404})
-            except ApiException:
-                continue
-            data = (text or "").encode(errors="surrogatepass")
-            shown = redact(text or "", secrets) if len(data) <= budget else (
-                redact_cut(data[:budget].decode(errors="ignore"), secrets)
-                + head_only_note(budget))
-            parts.append(replica_logs.prefixed(k, shown))
-        return "".join(parts) if parts else None
 
     # -- steps ----------------------------------------------------------------------------
 
@@ -401,10 +497,6 @@ def retry_after_seconds(exc: ApiException) -> float | None:
 
 def _created_at(pod: V1Pod) -> datetime:
     return _meta(pod).creation_timestamp or datetime.min.replace(tzinfo=UTC)
-
-
-def _name(pod: V1Pod | None) -> str | None:
-    return _meta(pod).name if pod is not None else None
 
 
 def _meta(obj: V1Job | V1Pod) -> V1ObjectMeta:

@@ -35,6 +35,7 @@ from shared.errors import TransientError
 from shared.task.manifest import (
     ANNOTATION_TASK_ID,
     CONTAINER_NAME,
+    INDEX_ANNOTATION,
     LABEL_REVISION,
     LABEL_TASK_ID,
 )
@@ -210,9 +211,11 @@ def slim_job(job: Obj) -> Obj:
 
 def slim_pod(pod: Obj) -> Obj:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    index = (meta.get("annotations") or {}).get(INDEX_ANNOTATION)
     return {"metadata": {"name": meta.get("name"),
                          "creationTimestamp": meta.get("creationTimestamp"),
-                         "labels": {"job-name": job_of(pod)}},
+                         "labels": {"job-name": job_of(pod)},
+                         "annotations": {INDEX_ANNOTATION: index} if index else {}},
             "status": {"containerStatuses": status.get("containerStatuses") or []}}
 
 
