@@ -49,7 +49,7 @@ test: install ## Run the test suite (unit, API and integration with real Redis, 
 # PYTHONDONTWRITEBYTECODE is set (as in many container images): rewriting the test
 # modules' asserts is otherwise half of each worker's collection, on every run.  The
 # OpenAPI fuzzer (slow) is not even collected: building its cases takes seconds per worker.
-check: install ## Run the unit and API tests only, in under a minute
+check: install ## Run the unit and API tests only (about a minute on a quiet 2-core machine)
 	PYTHONDONTWRITEBYTECODE= TASKENV_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider \
 		--hypothesis-profile=check -n auto -p no:schemathesis \
 		-m "not ($(HEAVY))" \

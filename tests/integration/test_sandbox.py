@@ -132,12 +132,12 @@ def test_another_task_s_home_cannot_be_read(stack: Stack, alice: User) -> None:
     bob = User(stack, "bob")
     # Bob's home is a tmpfs only his runner and his sandboxes see: not even the host's
     # path to it shows his files while he runs, and it is gone once he has ended.
-    bob_id = bob.submit([["sh", "-c", "echo bob-private-data > notes.txt; sleep 30"]])
-    deadline = time.monotonic() + 30
-    while bob.task(bob_id)["status"] != "running":
-        assert time.monotonic() < deadline
+    bob_id = bob.submit([["sh", "-c",
+                          "echo bob-private-data > notes.txt; echo written; sleep 30"]])
+    deadline = time.monotonic() + 60
+    while "written" not in bob.logs(bob_id):  # his step has written its file
+        assert time.monotonic() < deadline, bob.task(bob_id)
         time.sleep(0.1)
-    time.sleep(1)  # his step has written its file
     bob_home = stack.work_dir / bob_id / "r1" / "home"
     assert not (bob_home / "notes.txt").exists()
     for step in (["cat", str(bob_home / "notes.txt")], ["ls", str(stack.work_dir)],

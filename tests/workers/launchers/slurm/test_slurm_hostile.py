@@ -24,8 +24,8 @@ from shared.task.files import TaskFile
 from shared.task.workload import Workload
 from tests.support.slurm import SlurmCluster
 from tests.workers.conftest import RecordingHooks, build_workload
+from tests.workers.launchers.slurm.test_slurm_launcher import STREAMED, output
 from tests.workers.launchers.slurm.test_slurm_launcher import finish as finish_job
-from tests.workers.launchers.slurm.test_slurm_launcher import output
 from workers.launchers.base import Outcome
 from workers.launchers.slurm.launcher import SlurmLauncher
 
@@ -57,6 +57,22 @@ def run(launcher: SlurmLauncher, workload: Workload) -> tuple[Outcome, str]:
     launcher.launch(workload, RecordingHooks().hooks)
     ended = finish(launcher, workload)
     return ended, output(launcher, workload)
+
+
+def printed(launcher: SlurmLauncher, workload: Workload, text: str,
+            timeout: float = 60.0) -> None:
+    """Wait until a running job has printed ``text`` (what it streamed stays for
+    :func:`output`)."""
+    key = (workload.task_id, workload.revision)
+    deadline = time.monotonic() + timeout
+    while True:
+        launcher.changes()  # a pass lists the jobs whose output it reads
+        for task_id, revision, chunk in launcher.new_output():
+            STREAMED[(task_id, revision)] = STREAMED.get((task_id, revision), "") + chunk
+        if text in STREAMED.get(key, ""):
+            return
+        assert time.monotonic() < deadline, f"{workload.run_name} never printed {text!r}"
+        time.sleep(0.2)
 
 
 def writer(marker: Path) -> str:
@@ -235,7 +251,7 @@ def test_a_tasks_rendezvous_cannot_be_intercepted_by_another_task_on_the_node(
         launcher: SlurmLauncher) -> None:
     mallory = build_workload([["python3", "-c", HIJACKER]], replicas=2)
     launcher.launch(mallory, RecordingHooks().hooks)
-    time.sleep(4)
+    printed(launcher, mallory, "listening")  # rank 0's servers are up
     alice = build_workload([["python3", "-c", RENDEZVOUS]], replicas=2)
     ended, text = run(launcher, alice)
     finish(launcher, mallory)
@@ -401,12 +417,13 @@ def test_replicas_meet_on_a_cluster_without_mpi_ports(
 
 
 def test_another_tasks_revision_directory_is_out_of_reach(launcher: SlurmLauncher) -> None:
-    other = build_workload([["sleep", "8"]], files=(TaskFile("mine.txt", "alice's\n"),))
+    other = build_workload([["sh", "-c", "echo started; sleep 8"]],
+                           files=(TaskFile("mine.txt", "alice's\n"),))
     launcher.launch(other, RecordingHooks().hooks)
     theirs = launcher.run_dir(other)
     probe = ["sh", "-c", f"ls {launcher.root} {theirs} 2>&1; cat {theirs}/job.py 2>&1; "
              f"cat {theirs}/home/mine.txt 2>&1; echo probed"]
-    time.sleep(2)
+    printed(launcher, other, "started")  # its files are in place while it runs
     ended, text = run(launcher, build_workload([probe]))
     assert ended.state == "succeeded" and "probed" in text, (ended, text)
     assert "alice's" not in text and "SPEC" not in text and "No such file" in text, text
