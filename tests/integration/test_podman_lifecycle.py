@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared.keys import Keys
 from shared.task import manifest
 from tests.integration.test_podman_pipeline import (
     DUMP,
@@ -37,6 +38,15 @@ def wait_for(check: Any, timeout: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
+
+
+def reconciler_passes(stack: PodmanStack, count: int, timeout: float = 60) -> None:
+    """Wait for ``count`` whole passes of the reconciler from now (each stamps its end)."""
+    key = Keys(stack.env.get("TASKENV_KEY_PREFIX", "taskenv")).reconciler_last_pass()
+    for _ in range(count + 1):  # a pass under way now may have looked before the change
+        since = time.time()
+        wait_for(lambda since=since: float(stack.redis.get(key) or 0) > since, timeout,
+                 "a reconciler pass")
 
 
 def start_running(stack: PodmanStack, env: dict[str, str]) -> str:
@@ -123,7 +133,7 @@ def test_next_run_leaves_the_container_running_and_the_rerun_gets_the_change(
     response = stack.call("PATCH", f"/api/v1/tasks/{task_id}/env", json={
         "set": [{"name": "LR", "value": "0.3"}], "apply": "next-run"})
     assert response.status_code == 202, response.text
-    time.sleep(3)  # the reconciler has passed by a few times meanwhile
+    reconciler_passes(stack, 2)  # two passes since: neither may apply it
     assert running_containers(task_id) == [container(task_id, 1)]
     doc = stack.task(task_id)
     assert (doc["revision"], doc["status"]) == (1, "running")
