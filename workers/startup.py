@@ -1,7 +1,8 @@
 """What a taskenv process needs before it takes work, checked once as it starts.
 
-The API, each queue's worker and the reconciler refuse to start, exiting with :data:`EXIT_CODE` and a
-line naming what is missing, rather than start and fail users' tasks later:
+The API, each queue's worker and the reconciler refuse to start, exiting with
+:data:`EXIT_CODE` and a line naming what is missing, rather than start and fail users'
+tasks later:
 
 * Redis answers at ``TASKENV_REDIS_URL`` (tried for ``3 x TASKENV_REDIS_TIMEOUT_SECONDS``,
   so a process started with its Redis waits for it) and takes the password;
