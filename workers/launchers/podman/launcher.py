@@ -329,6 +329,8 @@ class PodmanLauncher:
         podman process, but one ``container inspect`` for each new task's log files."""
         running = [key for key, seen in self.listed.items() if seen.state == "running"]
         self.workloads = {k: w for k, w in self.workloads.items() if k in self.listed}
+        # Pods removed elsewhere (a cancel, a restart's stop): their readers go too.
+        self.readers = {n: r for n, r in self.readers.items() if _pod_of(n) in self.live_pods}
         first = self.turn % len(running) if running else 0
         out: list[tuple[str, int, str]] = []
         read = looked = 0

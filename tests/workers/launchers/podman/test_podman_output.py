@@ -6,12 +6,19 @@ reader against real podman is in test_podman_streaming.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 
+import pytest
+
+from shared.config import Settings
 from shared.task.replica_logs import MARK, SHOWN_MARK
+from tests.workers.conftest import build_workload
+from tests.workers.launchers.podman.test_podman_listing import FAKE_PODMAN, install_fake, listed
 from workers.launchers.common.stream import OutputStream, cut_note
+from workers.launchers.podman.launcher import PodmanLauncher
 from workers.launchers.podman.output import HOST_CUT, ContainerLog, Place, Places, records
 
 TIME = b"2026-12-07T19:58:16.840970035+00:00"
@@ -133,3 +140,28 @@ def test_where_a_reader_stopped_is_kept_for_the_next_and_forgotten_with_its_pod(
     os.utime(places.root / "taskenv-t2-r1-task-0.json", (old, old))
     assert places.stale({"taskenv-t2-r1"}, 120, time.time()) == []
     assert places.stale(set(), 120, time.time()) == ["taskenv-t2-r1-task-0"]
+
+
+def test_the_launcher_reads_a_listed_containers_file_and_forgets_it_once_its_pod_is_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    fake = install_fake(tmp_path / "fake", monkeypatch, FAKE_PODMAN)
+    launcher = PodmanLauncher(Settings(launcher="podman", work_dir=str(tmp_path / "work")))
+    workload = build_workload([["true"]])
+    log = tmp_path / "ctr.log"
+    log.write_bytes(record(b"hello"))
+    name = launcher.container_name(workload)
+    (fake.home / "inspect.json").write_text(json.dumps([{
+        "Name": name, "HostConfig": {"LogConfig": {"Type": "k8s-file", "Path": str(log)}}}]))
+    fake.lists([listed(workload)])
+    launcher.changes()
+
+    first = launcher.output_since(lambda *_: workload)
+    again = launcher.output_since(lambda *_: workload)
+    fake.lists([])  # removed elsewhere (a cancel on a launch worker)
+    launcher.changes()
+    launcher.output_since(lambda *_: workload)
+
+    assert first == [(workload.task_id, 1, "hello\n")] and again == []
+    assert launcher.readers == {}
+    inspects = [c for c in fake.calls() if c.startswith("container inspect")]
+    assert inspects == [f"container inspect {name}"]  # asked once, then read from the file
