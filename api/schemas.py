@@ -383,6 +383,10 @@ class DriftEntry(ma.Schema):
     why = fields.String()
 
 
+HOW = ("What made the current revision: create, patch, rerun or restart (a change to a "
+       "launching or running task, which stopped its run).")
+
+
 class TaskOut(ma.Schema):
     id = fields.String()
     url = fields.String()
@@ -394,6 +398,7 @@ class TaskOut(ma.Schema):
     resources = fields.Dict(allow_none=True)
     status = fields.String(validate=validate.OneOf(states.ALL))
     revision = fields.Integer()
+    how = fields.String(metadata={"description": HOW})
     env = fields.List(fields.Nested(EnvOut), metadata={"description": "As the user set it."})
     resolved_env = fields.List(fields.Nested(ResolvedVar), allow_none=True)
     policy_version = fields.Integer(allow_none=True)
@@ -465,6 +470,7 @@ class TaskAccepted(ma.Schema):
     url = fields.String()
     revision = fields.Integer()
     status = fields.String()
+    how = fields.String(metadata={"description": HOW})
     advice = fields.List(fields.Nested(Problem), metadata={
         "description": "The doctor's advice on the env as set: likely typos of documented "
                        "names and values outside their documented ones. Never blocking; "

@@ -69,7 +69,7 @@ def readable(task_id: str) -> dict[str, Any]:
 
 def accepted(doc: dict[str, Any]) -> dict[str, Any]:
     return {"id": doc["id"], "url": task_url(doc["id"]), "revision": doc["revision"],
-            "status": doc["state"]}
+            "status": doc["state"], "how": doc.get("how") or "create"}
 
 
 @blp.route("")

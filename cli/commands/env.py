@@ -19,8 +19,14 @@ from shared.env.identity import INDEX_NAMES
 # The doctor's advice on the env as set: printed from the API's answer already.
 ADVICE_RULES = ("doctor.near_miss", "doctor.value")
 RESOLVE_PATIENCE = 30.0  # seconds env set waits for the new revision to be resolved
-REVISION_NOTE = ("a running container's env cannot change: the new revision is validated, "
-                 "resolved and launched anew")
+RESTART_NOTE = ("a running container's env cannot change: the run was stopped, and the new "
+                "revision is validated, resolved and launched anew")
+
+
+def revision_line(made: dict[str, Any]) -> str:
+    """The new revision, and, when it stopped a run to replace it, why."""
+    note = f" ({RESTART_NOTE})" if made.get("how") == "restart" else ""
+    return f"task {made['id']}: revision {made['revision']} {made['status']}{note}"
 
 
 @click.group()
@@ -113,8 +119,7 @@ def assignments(pairs: tuple[str, ...], secrets: tuple[str, ...],
 def print_accepted(app: App, accepted: dict[str, Any], changed: list[str]) -> None:
     """The new revision, the doctor's advice on the env, then, once the revision is
     resolved, the doctor's findings on the variables that changed."""
-    app.err.print(render.line(f"task {accepted['id']}: revision {accepted['revision']} "
-                              f"{accepted['status']} ({REVISION_NOTE})"))
+    app.err.print(render.line(revision_line(accepted)))
     render.print_problems(app.err, "advice:", accepted.get("advice") or [], style="yellow")
     print_revision_findings(app, accepted["id"], accepted["revision"], changed)
 

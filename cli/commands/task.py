@@ -9,7 +9,7 @@ from rich.text import Text
 
 from cli import render
 from cli.app import App, pass_app
-from cli.commands.env import REVISION_NOTE, print_env, variables_of
+from cli.commands.env import print_env, revision_line, variables_of
 from cli.commands.tasks import follow_to_end
 from cli.outcome import TABLE, Exit
 
@@ -63,8 +63,7 @@ def cancel(app: App, task_id: str) -> int:
 def rerun(app: App, task_id: str, revision: int | None, pin: bool, follow: bool) -> int:
     """Run a revision again as a new revision, against today's policy."""
     made = app.client().rerun(task_id, revision, pin)
-    app.err.print(render.line(f"task {made['id']}: revision {made['revision']} "
-                              f"{made['status']} ({REVISION_NOTE})"))
+    app.err.print(render.line(revision_line(made)))
     if follow:
         return follow_to_end(app, made["id"], made["revision"])
     return Exit.SUCCEEDED

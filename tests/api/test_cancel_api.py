@@ -207,7 +207,8 @@ def test_next_run_keeps_the_change_and_the_run_carries_on(
     response = patch(client, task_id, "next-run")
     assert response.status_code == 202
     assert response.get_json() | {"url": None} == {"id": task_id, "url": None, "revision": 1,
-                                                   "status": states.RUNNING, "advice": []}
+                                                   "status": states.RUNNING, "advice": [],
+                                                   "how": "create"}  # no new revision
     shown = client.get(f"{TASKS}/{task_id}").get_json()
     assert shown["status"] == states.RUNNING
     assert shown["next_env"] == [{"name": "LEARNING_RATE", "value": "0.5", "secret": False}]

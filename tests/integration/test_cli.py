@@ -108,6 +108,8 @@ def test_env_set_makes_revision_2_and_export_reads_back(stack: Stack, user: str,
     result = taskenv(stack, user, "env", "set", succeeded_task, "LR=0.5")
 
     assert result.returncode == 0, result.stderr
+    assert "revision 2 pending" in result.stderr
+    assert "container" not in result.stderr  # nothing ran to be stopped
     assert stack.wait(succeeded_task, revision=2)["status"] == "succeeded"
     exported = taskenv(stack, user, "env", "export", succeeded_task, "--resolved")
     values = dotenv_values(stream=io.StringIO(exported.stdout), interpolate=False)
@@ -330,9 +332,13 @@ def test_show_then_cancel_a_running_task(stack: Stack, user: str, tmp_path: Path
     assert any("API_KEY" in r and "********" in r for r in rows)
     assert "hunter2-secret" not in shown.stdout
 
+    changed = taskenv(stack, user, "env", "set", task_id, "LR=0.2")
+    assert changed.returncode == 0, changed.stderr
+    assert ("revision 2 pending (a running container's env cannot change: the run was "
+            "stopped" in " ".join(changed.stderr.split()))
     cancelled = taskenv(stack, user, "cancel", task_id)
     assert cancelled.returncode == 0, cancelled.stderr
-    assert stack.wait(task_id)["status"] == "cancelled"
+    assert stack.wait(task_id, revision=2)["status"] == "cancelled"
 
     assert "cancelled" in taskenv(stack, user, "show", task_id).stdout
 
@@ -346,6 +352,7 @@ def test_rerun_follow_and_the_revision_history(stack: Stack, user: str, succeede
 
     assert rerun.returncode == 0, rerun.stderr
     assert "step sees|LR=0.01|" in rerun.stdout  # revision 1's values, pinned
+    assert "container" not in rerun.stderr  # a rerun of an ended task stops nothing
     assert listed.returncode == 0 and diff.returncode == 0
     assert "rerun of 1 (pinned)" in listed.stdout and "patch" in listed.stdout, listed.stdout
     assert "~ TASK_ENV_REVISION: 1 -> 3  [platform]" in diff.stdout
