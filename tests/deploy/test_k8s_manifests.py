@@ -600,6 +600,9 @@ RESOURCE = {"job": ("batch", "jobs"), "pod": ("", "pods"), "pod_log": ("", "pods
             "secret": ("", "secrets"), "config_map": ("", "configmaps"),
             "service": ("", "services"),
             "network_policy": ("networking.k8s.io", "networkpolicies")}
+BY_PATH = re.compile(r'method="(GET|POST|PATCH|DELETE)", resource_path="([^"]+)"')
+METHOD = {"GET": "read", "POST": "create", "PATCH": "patch", "DELETE": "delete"}
+PATH_RESOURCE = {"/api/v1/namespaces/{namespace}/pods/{name}/log": ("", "pods/log")}
 TABLE_ROW = re.compile(r"^\| `([a-z/]+)`(?: \(([\w.]+)\))? \| ([a-z, ]+) \|", re.MULTILINE)
 
 
@@ -611,11 +614,15 @@ def granted(objects: list[Doc]) -> dict[tuple[str, str], set[str]]:
 
 def launcher_calls() -> dict[tuple[str, str], set[str]]:
     """What workers/launchers/kubernetes/launcher.py asks the API server, as RBAC verbs: a list
-    feeds an informer, which watches too."""
+    feeds an informer, which watches too; a request it makes by path (the pod log with
+    ``sinceTime``, which the generated client does not take) by its method and path."""
     calls: dict[tuple[str, str], set[str]] = {}
-    for _, action, kind in CALL.findall(LAUNCHER.read_text()):
+    source = LAUNCHER.read_text()
+    for _, action, kind in CALL.findall(source):
         verbs = {VERB[action]} | ({"watch"} if action == "list" else set())
         calls.setdefault(RESOURCE[kind], set()).update(verbs)
+    for method, path in BY_PATH.findall(source):
+        calls.setdefault(PATH_RESOURCE[path], set()).add(VERB[METHOD[method]])
     return calls
 
 
