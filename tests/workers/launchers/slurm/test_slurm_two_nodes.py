@@ -9,12 +9,11 @@ sees its node's address and not the other's.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import SlurmCluster, slurm_available
+from tests.support.slurm import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
@@ -29,21 +28,8 @@ SHOW = ("import os, socket, fcntl, struct, array\n"
         "print(os.environ['SLURMD_NODENAME'], ' '.join(sorted(found)))\n")
 
 
-@pytest.fixture(scope="module")
-def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    if not slurm_available():
-        pytest.fail("the slurm tests need slurm-wlm and munge, run as root (make test installs "
-                    "them); deselect them with -m 'not slurm'")
-    root = tmp_path_factory.mktemp("slurm-two-nodes")
-    cluster = SlurmCluster(root, nodes=2).start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def test_a_job_on_two_nodes_runs_a_task_on_each_at_its_own_address(
-        two_nodes: SlurmCluster, tmp_path: Path) -> None:
+        slurm_nodes: SlurmCluster, tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     script = tmp_path / "show.py"
     script.write_text(SHOW)
@@ -51,17 +37,17 @@ def test_a_job_on_two_nodes_runs_a_task_on_each_at_its_own_address(
     batch.write_text(f"#!/bin/sh\nexec srun -N2 -n2 /usr/bin/python3 -I {script}\n")
     batch.chmod(0o755)
     out = tmp_path / "out.txt"
-    two_nodes.run("sbatch", "--parsable", "-N2", "-n2", f"--output={out}",
+    slurm_nodes.run("sbatch", "--parsable", "-N2", "-n2", f"--output={out}",
                   f"--chdir={tmp_path}", str(batch))
     deadline = time.monotonic() + 60
     while len(out.read_text().splitlines() if out.exists() else []) < 2:
-        assert time.monotonic() < deadline, two_nodes.logs()
+        assert time.monotonic() < deadline, slurm_nodes.logs()
         time.sleep(0.3)
     seen = dict(line.split(" ", 1) for line in out.read_text().splitlines())
-    assert sorted(seen) == sorted(two_nodes.names)
+    assert sorted(seen) == sorted(slurm_nodes.names)
     for name, addresses in seen.items():
-        mine = two_nodes.address(name)
-        others = [two_nodes.address(n) for n in two_nodes.names if n != name]
+        mine = slurm_nodes.address(name)
+        others = [slurm_nodes.address(n) for n in slurm_nodes.names if n != name]
         assert mine in addresses.split(), (name, addresses)
         assert not any(other in addresses.split() for other in others), (name, addresses)
 
