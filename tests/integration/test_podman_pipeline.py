@@ -79,7 +79,7 @@ class PodmanStack(Stack):
             label = f"label={manifest.LABEL_TASK_ID}={task_id}"
             for pod in podman("pod", "ps", "--filter", label,
                               "--format", "{{.Name}}").stdout.split():
-                podman("pod", "rm", "--force", pod)
+                podman("pod", "rm", "--force", "--time", "0", pod)
             names = podman("volume", "ls", "--format", "{{.Name}}").stdout.split()
             left = [n for n in names if n.startswith(f"taskenv-{task_id[:20]}-r")]
             if left:

@@ -178,7 +178,7 @@ def _reap_runners(workload: Workload) -> None:
 
 
 def _remove_pod(workload: Workload) -> None:
-    podman("pod", "rm", "--force", "--ignore", workload.run_name)
+    podman("pod", "rm", "--force", "--time", "0", "--ignore", workload.run_name)
 
 
 @pytest.fixture(params=PARAMS)

@@ -64,7 +64,7 @@ def test_a_pod_whose_cgroup_has_no_pids_controller_is_refused_and_removed(
             launcher.launch(workload, RecordingHooks().hooks)
         assert podman("pod", "exists", workload.run_name).returncode != 0  # nothing left
     finally:
-        podman("pod", "rm", "--force", "--ignore", workload.run_name)
+        podman("pod", "rm", "--force", "--time", "0", "--ignore", workload.run_name)
 
 
 def test_the_id_kube_play_prints_names_the_pod() -> None:
@@ -94,4 +94,4 @@ def test_a_pod_starts_with_its_pids_cgroup_capped_to_the_task_limit(
                      if Path(f"{root}{cgroup.stdout.strip()}/pids.max").exists())
         assert limit.read_text().strip() == str(40 * 2 + 1)  # each replica's, and the pause
     finally:
-        podman("pod", "rm", "--force", "--ignore", workload.run_name)
+        podman("pod", "rm", "--force", "--time", "0", "--ignore", workload.run_name)
