@@ -22,7 +22,7 @@ import pytest
 import redis
 import requests
 
-from tests.support.stack import Stack
+from tests.support.stack import Stack, stop_group
 from workers.localstack import free_port, wait_http
 
 pytestmark = pytest.mark.integration
@@ -188,16 +188,7 @@ def test_make_worker_in_make_run_s_directory_joins_its_stack(tmp_path: Path) -> 
             done = stack.create({"name": "two-validators", "steps": [["true"]]})
             assert stack.wait(done["id"])["status"] == "succeeded"
         finally:
-            os.killpg(extra.pid, signal.SIGTERM)  # make and the worker it runs
-            extra.wait(timeout=60)
-            stopping = time.monotonic() + 60
-            while True:  # the worker's warm shutdown, before the stack and its Redis stop
-                try:
-                    os.killpg(extra.pid, 0)
-                except ProcessLookupError:
-                    break
-                assert time.monotonic() < stopping, "the worker did not stop"
-                time.sleep(0.2)
+            stop_group(extra)  # before the stack and its Redis stop
 
 
 # --- the operator commands against what ``make run`` keeps in var/ ---------------------------

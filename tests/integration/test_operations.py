@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -31,7 +30,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared.secrets import new_key
 from tests.api.test_metrics import ALERTED
-from tests.support.stack import Stack, api_url, stack_env, start_front, wait_until_serving
+from tests.support.stack import (
+    Stack,
+    api_url,
+    stack_env,
+    start_front,
+    stop_group,
+    wait_until_serving,
+)
 from workers.localstack import RedisServer, free_port, start_worker, stop_all, worker_argv
 from workers.queues import QUEUES
 
@@ -257,16 +263,7 @@ def test_make_worker_adds_a_worker_to_a_queue(ops: Ops, tmp_path: Path) -> None:
         ids = [ops.stack.create(task_body())["id"] for _ in range(3)]
         assert [ops.stack.wait(i)["status"] for i in ids] == ["succeeded"] * 3
     finally:
-        os.killpg(extra.pid, signal.SIGTERM)  # make and the worker it runs
-        extra.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while True:  # the worker's warm shutdown, after make's own exit
-            try:
-                os.killpg(extra.pid, 0)
-            except ProcessLookupError:
-                break
-            assert time.monotonic() < deadline, "the worker did not stop"
-            time.sleep(0.2)
+        stop_group(extra)
         ops.start_worker("policy")
     assert eventually(lambda: readiness(ops.stack).status_code == 200, timeout=60)
 

@@ -7,7 +7,9 @@ HTTP the same way whichever tests run it.
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
 import subprocess
 import time
 import uuid
@@ -142,3 +144,19 @@ def running_stack(redis_server: RedisServer, root: Path, stack_class: type[Stack
                           env, root / "tasks", logs)
     finally:
         stop_all(procs)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM a process started in a session of its own (``make worker`` and the worker it
+    runs) and wait until every process of its group is gone: a worker's warm shutdown
+    ends after make's own exit."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        assert time.monotonic() < deadline, f"process group {proc.pid} did not stop"
+        time.sleep(0.2)
