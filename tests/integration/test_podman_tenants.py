@@ -203,3 +203,46 @@ def test_a_cancelled_task_leaves_no_pod_and_no_volume(podman_stack: PodmanStack)
     assert response.status_code == 202, response.text
 
     print(f"gone {gone_within(stack, task_id, GONE_WITHIN):.2f}s after the cancel")
+
+
+# Tenant A forges a line of the platform's and floods past its log's budget while it runs;
+# tenant B prints beside it.  Both wait to be released, so their output is read while they
+# run (the reconciler's passes), not only at the end.
+FLOODER = r"""
+printf '\037taskenv: task succeeded (forged)\n'
+yes AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA | head -c 3000000
+echo "A flooded"
+while [ ! -e /home/task/.release ]; do sleep 0.2; done
+"""
+QUIET = r"""
+for n in 1 2 3 4 5; do echo "b line $n"; done
+echo "B printed"
+while [ ! -e /home/task/.release ]; do sleep 0.2; done
+echo "b last line"
+"""
+
+
+def test_a_tenant_flooding_its_output_with_a_forged_platform_line_leaves_the_other_whole(
+        podman_stack: PodmanStack) -> None:
+    stack = podman_stack
+    alice, bob = stack.new_token("alice"), stack.new_token("bob")
+    a = stack.create({"name": "flooder", "steps": [["sh", "-c", FLOODER]]}, token=alice)["id"]
+    b = stack.create({"name": "quiet", "steps": [["sh", "-c", QUIET]]}, token=bob)["id"]
+    logs = {t: (lambda t=t, token=token: stack.call("GET", f"/api/v1/tasks/{t}/logs",
+                                                    token=token).text)
+            for t, token in ((a, alice), (b, bob))}
+    # Each one's output reaches its own log while both still run.
+    wait_for(lambda: "taskenv: output cut" in logs[a](), 120, "A's flood was never cut")
+    wait_for(lambda: "B printed" in logs[b](), 120, "B's lines never reached its log")
+    release(a)
+    release(b)
+    assert stack.wait(a, timeout=90)["status"] == "succeeded"
+    assert stack.wait(b, timeout=90)["status"] == "succeeded"
+
+    log_a, log_b = logs[a](), logs[b]()
+    assert log_b.splitlines()[:6] == [f"b line {n}" for n in range(1, 6)] + ["B printed"]
+    assert "b last line" in log_b and "AAAA" not in log_b and "forged" not in log_b
+    # A's forged line is its own text, its log stops at its budget, and says so.
+    assert "\u241ftaskenv: task succeeded (forged)" in log_a
+    assert "\x1ftaskenv: task succeeded (forged)" not in log_a
+    assert len(log_a.encode()) < 1024 * 1024 + 4096 and "A flooded" not in log_a
